@@ -1,0 +1,271 @@
+#include "structured/fsm.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace deepinfer::structured {
+
+void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>& out) {
+  if (lo > hi) return;
+  if (lo <= 0xDFFF && hi >= 0xD800) {
+    if (lo < 0xD800) utf8_sequences(lo, 0xD7FF, out);
+    if (hi > 0xDFFF) utf8_sequences(0xE000, hi, out);
+    return;
+  }
+  for (uint32_t max : {0x7Fu, 0x7FFu, 0xFFFFu}) {
+    if (lo <= max && hi > max) {
+      utf8_sequences(lo, max, out);
+      utf8_sequences(max + 1, hi, out);
+      return;
+    }
+  }
+  if (hi < 0x80) {
+    out.push_back({{static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)}});
+    return;
+  }
+  // Split until lo and hi differ only in trailing continuation bytes that span the full 80-BF.
+  for (int i = 1; i < 4; ++i) {
+    uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        utf8_sequences(lo, lo | m, out);
+        utf8_sequences((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        utf8_sequences(lo, (hi & ~m) - 1, out);
+        utf8_sequences(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  std::string a, b;
+  append_utf8(a, lo);
+  append_utf8(b, hi);
+  std::vector<std::pair<uint8_t, uint8_t>> seq;
+  for (size_t i = 0; i < a.size(); ++i)
+    seq.push_back({static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])});
+  out.push_back(std::move(seq));
+}
+
+namespace {
+
+constexpr size_t kMaxNfaStates = 400000;  // bounds {m,n} expansion of huge repetition counts
+
+struct Nfa {
+  struct State {
+    std::vector<uint32_t> eps;
+    std::vector<ByteEdge> bytes;
+    std::vector<RefEdge> refs;
+  };
+  std::vector<State> states;
+  uint32_t add() {
+    check(states.size() < kMaxNfaStates, "grammar too large (repetition bounds expand to more than ",
+          kMaxNfaStates, " states)");
+    states.emplace_back();
+    return static_cast<uint32_t>(states.size() - 1);
+  }
+};
+
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, Nfa& nfa) : g_(g), nfa_(nfa) {}
+
+  // Builds expr between fresh states; returns {start, end}.
+  void build(int id, uint32_t from, uint32_t to) {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case Expr::Kind::kEmpty: nfa_.states[from].eps.push_back(to); break;
+      case Expr::Kind::kBytes: {
+        uint32_t cur = from;
+        for (size_t i = 0; i < e.bytes.size(); ++i) {
+          uint32_t next = i + 1 == e.bytes.size() ? to : nfa_.add();
+          uint8_t b = static_cast<uint8_t>(e.bytes[i]);
+          nfa_.states[cur].bytes.push_back({b, b, next});
+          cur = next;
+        }
+        break;
+      }
+      case Expr::Kind::kClass: {
+        std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
+        for (auto [lo, hi] : e.ranges) utf8_sequences(lo, hi, seqs);
+        for (auto& s : seqs) {
+          uint32_t cur = from;
+          for (size_t i = 0; i < s.size(); ++i) {
+            uint32_t next = i + 1 == s.size() ? to : nfa_.add();
+            nfa_.states[cur].bytes.push_back({s[i].first, s[i].second, next});
+            cur = next;
+          }
+        }
+        break;
+      }
+      case Expr::Kind::kSeq: {
+        uint32_t cur = from;
+        for (size_t i = 0; i < e.kids.size(); ++i) {
+          uint32_t next = i + 1 == e.kids.size() ? to : nfa_.add();
+          build(e.kids[i], cur, next);
+          cur = next;
+        }
+        break;
+      }
+      case Expr::Kind::kAlt:
+        for (int k : e.kids) {
+          uint32_t s = nfa_.add();
+          nfa_.states[from].eps.push_back(s);
+          build(k, s, to);
+        }
+        break;
+      case Expr::Kind::kRepeat: {
+        uint32_t cur = from;
+        for (int i = 0; i < e.min; ++i) {
+          uint32_t next = nfa_.add();
+          build(e.kids[0], cur, next);
+          cur = next;
+        }
+        if (e.max == kUnbounded) {
+          uint32_t loop = nfa_.add();
+          nfa_.states[cur].eps.push_back(loop);
+          uint32_t body_end = nfa_.add();
+          build(e.kids[0], loop, body_end);
+          nfa_.states[body_end].eps.push_back(loop);
+          nfa_.states[loop].eps.push_back(to);
+        } else {
+          // x{0,k} as nested optionals: each copy may stop early and jump to `to`.
+          for (int i = e.min; i < e.max; ++i) {
+            nfa_.states[cur].eps.push_back(to);
+            uint32_t next = i + 1 == e.max ? to : nfa_.add();
+            build(e.kids[0], cur, next);
+            cur = next;
+          }
+          if (e.max == e.min) nfa_.states[cur].eps.push_back(to);
+        }
+        break;
+      }
+      case Expr::Kind::kRef: nfa_.states[from].refs.push_back({static_cast<uint32_t>(e.rule), to}); break;
+    }
+  }
+
+ private:
+  const Grammar& g_;
+  Nfa& nfa_;
+};
+
+void closure(const Nfa& nfa, std::vector<uint32_t>& set) {
+  std::vector<uint32_t> stack = set;
+  std::vector<uint8_t> seen(nfa.states.size(), 0);
+  for (uint32_t s : set) seen[s] = 1;
+  while (!stack.empty()) {
+    uint32_t s = stack.back();
+    stack.pop_back();
+    for (uint32_t t : nfa.states[s].eps)
+      if (!seen[t]) { seen[t] = 1; set.push_back(t); stack.push_back(t); }
+  }
+  std::sort(set.begin(), set.end());
+}
+
+// Subset construction of one rule's NFA, appending DFA nodes to `a`. Returns the start node.
+uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint32_t rule, Automaton& a) {
+  std::map<std::vector<uint32_t>, uint32_t> ids;
+  std::vector<std::vector<uint32_t>> pending;
+  uint32_t base = static_cast<uint32_t>(a.nodes.size());
+  auto intern = [&](std::vector<uint32_t> set) {
+    closure(nfa, set);
+    auto [it, inserted] = ids.emplace(set, base + static_cast<uint32_t>(ids.size()));
+    if (inserted) pending.push_back(std::move(set));
+    return it->second;
+  };
+  uint32_t s0 = intern({start});
+  // Nodes are created in id order: pending[k] is node base + k.
+  std::vector<std::vector<ByteEdge>> node_bytes;
+  std::vector<std::vector<RefEdge>> node_refs;
+  std::vector<uint8_t> node_acc;
+  for (size_t k = 0; k < pending.size(); ++k) {
+    std::vector<uint32_t> set = pending[k];
+    std::vector<ByteEdge> edges;
+    std::map<uint32_t, std::vector<uint32_t>> refs;
+    bool acc = false;
+    for (uint32_t s : set) {
+      if (s == final_state) acc = true;
+      for (auto& e : nfa.states[s].bytes) edges.push_back(e);
+      for (auto& r : nfa.states[s].refs) refs[r.rule].push_back(r.target);
+    }
+    std::vector<int> cuts;
+    for (auto& e : edges) { cuts.push_back(e.lo); cuts.push_back(e.hi + 1); }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::vector<ByteEdge> out_bytes;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      int lo = cuts[c], hi = cuts[c + 1] - 1;
+      std::vector<uint32_t> tgt;
+      for (auto& e : edges)
+        if (e.lo <= lo && hi <= e.hi) tgt.push_back(e.target);
+      if (tgt.empty()) continue;
+      std::sort(tgt.begin(), tgt.end());
+      tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
+      uint32_t t = intern(std::move(tgt));
+      if (!out_bytes.empty() && out_bytes.back().target == t && out_bytes.back().hi + 1 == lo)
+        out_bytes.back().hi = static_cast<uint8_t>(hi);
+      else
+        out_bytes.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), t});
+    }
+    std::vector<RefEdge> out_refs;
+    for (auto& [r, tg] : refs) out_refs.push_back({r, intern(tg)});
+    node_bytes.push_back(std::move(out_bytes));
+    node_refs.push_back(std::move(out_refs));
+    node_acc.push_back(acc);
+  }
+  for (size_t k = 0; k < pending.size(); ++k) {
+    FsmNode n;
+    n.rule = rule;
+    n.accepting = node_acc[k];
+    n.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
+    a.byte_edges.insert(a.byte_edges.end(), node_bytes[k].begin(), node_bytes[k].end());
+    n.byte_end = static_cast<uint32_t>(a.byte_edges.size());
+    n.ref_begin = static_cast<uint32_t>(a.ref_edges.size());
+    a.ref_edges.insert(a.ref_edges.end(), node_refs[k].begin(), node_refs[k].end());
+    n.ref_end = static_cast<uint32_t>(a.ref_edges.size());
+    a.nodes.push_back(n);
+  }
+  return s0;
+}
+
+}  // namespace
+
+Automaton build_automaton(const Grammar& g) {
+  g.check_complete();
+  Automaton a;
+  for (int r = 0; r < g.num_rules(); ++r) {
+    Nfa nfa;
+    uint32_t s = nfa.add(), f = nfa.add();
+    NfaBuilder(g, nfa).build(g.rule_body(r), s, f);
+    a.rule_start.push_back(determinize(nfa, s, f, r, a));
+    a.rule_names.push_back(g.rule_name(r));
+  }
+  a.root_rule = g.root();
+  // A rule is nullable when its start reaches an accepting node through nullable refs only.
+  a.rule_nullable.assign(g.num_rules(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < g.num_rules(); ++r) {
+      if (a.rule_nullable[r]) continue;
+      std::vector<uint32_t> stack{a.rule_start[r]}, seen{a.rule_start[r]};
+      while (!stack.empty() && !a.rule_nullable[r]) {
+        uint32_t n = stack.back();
+        stack.pop_back();
+        if (a.nodes[n].accepting) { a.rule_nullable[r] = 1; changed = true; break; }
+        for (uint32_t i = a.nodes[n].ref_begin; i < a.nodes[n].ref_end; ++i) {
+          const RefEdge& e = a.ref_edges[i];
+          if (a.rule_nullable[e.rule] && std::find(seen.begin(), seen.end(), e.target) == seen.end()) {
+            seen.push_back(e.target);
+            stack.push_back(e.target);
+          }
+        }
+      }
+    }
+  }
+  return a;
+}
+
+}  // namespace deepinfer::structured

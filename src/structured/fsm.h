@@ -1,0 +1,57 @@
+// Lowers a Grammar to byte-level DFAs, one per rule, whose edges read a byte range or a whole rule.
+// All rules' nodes live in one array so an Earley item is just (node, origin).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "structured/grammar.h"
+
+namespace deepinfer::structured {
+
+struct ByteEdge {
+  uint8_t lo, hi;
+  uint32_t target;
+};
+
+struct RefEdge {
+  uint32_t rule;
+  uint32_t target;
+};
+
+struct FsmNode {
+  uint32_t rule;
+  bool accepting;
+  uint32_t byte_begin, byte_end;  // into Automaton::byte_edges, sorted by lo, disjoint
+  uint32_t ref_begin, ref_end;    // into Automaton::ref_edges
+  bool has_bytes() const { return byte_end > byte_begin; }
+};
+
+struct Automaton {
+  std::vector<FsmNode> nodes;
+  std::vector<ByteEdge> byte_edges;
+  std::vector<RefEdge> ref_edges;
+  std::vector<uint32_t> rule_start;
+  std::vector<uint8_t> rule_nullable;
+  std::vector<std::string> rule_names;
+  uint32_t root_rule = 0;
+
+  // Target of node on byte b, or UINT32_MAX.
+  uint32_t step(uint32_t node, uint8_t b) const {
+    const FsmNode& n = nodes[node];
+    for (uint32_t i = n.byte_begin; i < n.byte_end; ++i) {
+      const ByteEdge& e = byte_edges[i];
+      if (b < e.lo) break;
+      if (b <= e.hi) return e.target;
+    }
+    return UINT32_MAX;
+  }
+};
+
+// Throws deepinfer::Error when the grammar is too large (repetition bounds) or incomplete.
+Automaton build_automaton(const Grammar& g);
+
+// Appends the UTF-8 byte-range sequences whose union encodes exactly the codepoints [lo, hi]
+// (surrogates excluded).
+void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>& out);
+
+}  // namespace deepinfer::structured

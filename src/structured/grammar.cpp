@@ -1,0 +1,206 @@
+#include "structured/grammar.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace deepinfer::structured {
+
+CodepointRanges normalize_ranges(CodepointRanges r) {
+  std::sort(r.begin(), r.end());
+  CodepointRanges out;
+  for (auto [lo, hi] : r) {
+    if (lo > hi) continue;
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.push_back({lo, hi});
+    }
+  }
+  return out;
+}
+
+CodepointRanges negate_ranges(const CodepointRanges& r) {
+  CodepointRanges out;
+  uint32_t next = 0;
+  for (auto [lo, hi] : normalize_ranges(r)) {
+    if (lo > next) out.push_back({next, lo - 1});
+    next = hi + 1;
+  }
+  if (next <= kMaxCodepoint) out.push_back({next, kMaxCodepoint});
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+int Grammar::declare_rule(const std::string& name) {
+  names_.push_back(name);
+  bodies_.push_back(-1);
+  return static_cast<int>(names_.size()) - 1;
+}
+
+void Grammar::define_rule(int rule, int body) { bodies_[rule] = body; }
+
+int Grammar::find_rule(const std::string& name) const {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Grammar::add(Expr e) {
+  exprs_.push_back(std::move(e));
+  return static_cast<int>(exprs_.size()) - 1;
+}
+
+int Grammar::empty() { return add(Expr{}); }
+
+int Grammar::lit(const std::string& utf8) {
+  if (utf8.empty()) return empty();
+  Expr e;
+  e.kind = Expr::Kind::kBytes;
+  e.bytes = utf8;
+  return add(std::move(e));
+}
+
+int Grammar::cls(CodepointRanges ranges, bool negate) {
+  Expr e;
+  e.kind = Expr::Kind::kClass;
+  e.ranges = negate ? negate_ranges(ranges) : normalize_ranges(std::move(ranges));
+  return add(std::move(e));
+}
+
+int Grammar::any_char() { return cls({{0, kMaxCodepoint}}); }
+
+int Grammar::seq(std::vector<int> kids) {
+  if (kids.size() == 1) return kids[0];
+  Expr e;
+  e.kind = kids.empty() ? Expr::Kind::kEmpty : Expr::Kind::kSeq;
+  e.kids = std::move(kids);
+  return add(std::move(e));
+}
+
+int Grammar::alt(std::vector<int> kids) {
+  if (kids.size() == 1) return kids[0];
+  check(!kids.empty(), "grammar: empty alternation");
+  Expr e;
+  e.kind = Expr::Kind::kAlt;
+  e.kids = std::move(kids);
+  return add(std::move(e));
+}
+
+int Grammar::rep(int kid, int min, int max) {
+  check(min >= 0 && (max == kUnbounded || max >= min), "grammar: invalid repetition {", min, ",",
+        max, "}");
+  if (min == 1 && max == 1) return kid;
+  Expr e;
+  e.kind = Expr::Kind::kRepeat;
+  e.kids = {kid};
+  e.min = min;
+  e.max = max;
+  return add(std::move(e));
+}
+
+int Grammar::ref(int rule) {
+  Expr e;
+  e.kind = Expr::Kind::kRef;
+  e.rule = rule;
+  return add(std::move(e));
+}
+
+void Grammar::check_complete() const {
+  check(root_ >= 0, "grammar: no root rule");
+  for (size_t i = 0; i < names_.size(); ++i)
+    check(bodies_[i] >= 0, "grammar: rule '", names_[i], "' is used but never defined");
+}
+
+namespace {
+
+void print_cp(std::string& out, uint32_t cp, bool in_class) {
+  char buf[16];
+  if (cp == '\\' || cp == '"' || (in_class && (cp == ']' || cp == '-' || cp == '^'))) {
+    out += '\\';
+    out += static_cast<char>(cp);
+  } else if (cp < 0x20 || cp == 0x7F || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    std::snprintf(buf, sizeof buf, "\\x%02X", cp);
+    out += buf;
+  } else if (cp > 0xFFFF) {
+    std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+    out += buf;
+  } else {
+    append_utf8(out, cp);
+  }
+}
+
+void print_expr(const Grammar& g, int id, std::string& out) {
+  const Expr& e = g.expr(id);
+  switch (e.kind) {
+    case Expr::Kind::kEmpty: out += "\"\""; break;
+    case Expr::Kind::kBytes:
+      out += '"';
+      for (unsigned char c : e.bytes) {
+        if (c < 0x80) print_cp(out, c, false); else out += static_cast<char>(c);
+      }
+      out += '"';
+      break;
+    case Expr::Kind::kClass:
+      out += '[';
+      for (auto [lo, hi] : e.ranges) {
+        print_cp(out, lo, true);
+        if (hi != lo) { out += '-'; print_cp(out, hi, true); }
+      }
+      out += ']';
+      break;
+    case Expr::Kind::kSeq:
+    case Expr::Kind::kAlt:
+      out += '(';
+      for (size_t i = 0; i < e.kids.size(); ++i) {
+        if (i) out += e.kind == Expr::Kind::kSeq ? " " : " | ";
+        print_expr(g, e.kids[i], out);
+      }
+      out += ')';
+      break;
+    case Expr::Kind::kRepeat:
+      print_expr(g, e.kids[0], out);
+      if (e.min == 0 && e.max == kUnbounded) out += '*';
+      else if (e.min == 1 && e.max == kUnbounded) out += '+';
+      else if (e.min == 0 && e.max == 1) out += '?';
+      else {
+        out += '{' + std::to_string(e.min) + ',';
+        if (e.max != kUnbounded) out += std::to_string(e.max);
+        out += '}';
+      }
+      break;
+    case Expr::Kind::kRef: out += g.rule_name(e.rule); break;
+  }
+}
+
+}  // namespace
+
+std::string Grammar::to_ebnf() const {
+  std::string out;
+  for (size_t r = 0; r < names_.size(); ++r) {
+    out += names_[r] + " ::= ";
+    if (bodies_[r] >= 0) print_expr(*this, bodies_[r], out);
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace deepinfer::structured

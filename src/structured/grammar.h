@@ -1,0 +1,67 @@
+// Grammar IR shared by every front end (EBNF, regex, JSON schema, choice): rules whose bodies are
+// expression trees over Unicode codepoints. fsm.h lowers each rule body to a byte-level DFA.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace deepinfer::structured {
+
+using CodepointRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive, sorted, disjoint
+
+constexpr uint32_t kMaxCodepoint = 0x10FFFF;
+constexpr int kUnbounded = -1;
+
+struct Expr {
+  enum class Kind : uint8_t { kEmpty, kBytes, kClass, kSeq, kAlt, kRepeat, kRef };
+  Kind kind = Kind::kEmpty;
+  std::string bytes;        // kBytes: literal UTF-8 bytes
+  CodepointRanges ranges;   // kClass: the set of codepoints (negation already applied)
+  std::vector<int> kids;    // kSeq, kAlt; kRepeat has one kid
+  int min = 0, max = 0;     // kRepeat; max == kUnbounded for no upper bound
+  int rule = -1;            // kRef
+};
+
+class Grammar {
+ public:
+  // Rules are declared first (so bodies can refer to them, recursion included), then defined.
+  int declare_rule(const std::string& name);
+  void define_rule(int rule, int body);
+  int find_rule(const std::string& name) const;  // -1 when absent
+  int num_rules() const { return static_cast<int>(names_.size()); }
+  const std::string& rule_name(int r) const { return names_[r]; }
+  int rule_body(int r) const { return bodies_[r]; }
+  int root() const { return root_; }
+  void set_root(int r) { root_ = r; }
+
+  const Expr& expr(int e) const { return exprs_[e]; }
+
+  int empty();
+  int lit(const std::string& utf8);
+  int cls(CodepointRanges ranges, bool negate = false);
+  int any_char();
+  int seq(std::vector<int> kids);
+  int alt(std::vector<int> kids);
+  int rep(int kid, int min, int max);
+  int opt(int kid) { return rep(kid, 0, 1); }
+  int star(int kid) { return rep(kid, 0, kUnbounded); }
+  int plus(int kid) { return rep(kid, 1, kUnbounded); }
+  int ref(int rule);
+
+  std::string to_ebnf() const;  // for debugging and docs; re-parsable by parse_ebnf
+  void check_complete() const;  // every declared rule has a body, the root exists
+
+ private:
+  int add(Expr e);
+  std::vector<Expr> exprs_;
+  std::vector<std::string> names_;
+  std::vector<int> bodies_;
+  int root_ = -1;
+};
+
+CodepointRanges normalize_ranges(CodepointRanges r);
+CodepointRanges negate_ranges(const CodepointRanges& r);
+void append_utf8(std::string& out, uint32_t cp);
+
+}  // namespace deepinfer::structured

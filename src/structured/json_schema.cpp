@@ -1,0 +1,411 @@
+// JSON Schema (draft 2020-12 subset) -> grammar. Each (sub)schema becomes an expression; $ref
+// targets and the generic JSON value become rules so recursion works. Unsupported keywords raise an
+// Error naming the keyword; annotations are ignored.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "structured/number_range.h"
+#include "structured/structured.h"
+
+namespace deepinfer::structured {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+const std::set<std::string> kAnnotations = {
+    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
+    "$comment", "$schema", "$defs", "definitions", "$id", "contentMediaType", "contentEncoding"};
+
+// Regexes for the supported `format`s, matching the string content (anchored).
+const std::map<std::string, std::string> kFormats = {
+    {"date", R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$)"},
+    {"time", R"(^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)"},
+    {"date-time", R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)"},
+    {"email", R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$)"},
+    {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
+    {"ipv4", R"(^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$)"},
+    {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*$)"},
+};
+
+class Converter {
+ public:
+  Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts) {}
+
+  Grammar run() {
+    int r = g_.declare_rule("root");
+    g_.set_root(r);
+    g_.define_rule(r, convert(root_, "#"));
+    return std::move(g_);
+  }
+
+  // The generic JSON value grammar (json_object uses it directly).
+  int any_value() {
+    if (value_rule_ < 0) {
+      value_rule_ = g_.declare_rule("value");
+      int object_rule = g_.declare_rule("object"), array_rule = g_.declare_rule("array");
+      int v = g_.ref(value_rule_);
+      int member = g_.seq({string_expr(), ws(), g_.lit(":"), ws(), v});
+      g_.define_rule(object_rule, g_.seq({g_.lit("{"), ws(), g_.opt(g_.seq({member, g_.star(g_.seq({ws(), g_.lit(","), ws(), member}))})), ws(), g_.lit("}")}));
+      g_.define_rule(array_rule, g_.seq({g_.lit("["), ws(), g_.opt(g_.seq({v, g_.star(g_.seq({ws(), g_.lit(","), ws(), v}))})), ws(), g_.lit("]")}));
+      g_.define_rule(value_rule_, g_.alt({g_.ref(object_rule), g_.ref(array_rule), string_expr(), number_expr(),
+                                          g_.lit("true"), g_.lit("false"), g_.lit("null")}));
+    }
+    return g_.ref(value_rule_);
+  }
+  int object_rule() {
+    any_value();
+    return g_.ref(g_.find_rule("object"));
+  }
+  Grammar& grammar() { return g_; }
+
+ private:
+  int ws() {
+    if (opts_.whitespace == Whitespace::kCompact) return g_.empty();
+    return g_.rep(g_.cls({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0, opts_.max_whitespace);
+  }
+  int json_char() {
+    int plain = g_.cls({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+    int hex = g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    int esc = g_.seq({g_.lit("\\"), g_.alt({g_.cls({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+                                            g_.seq({g_.lit("u"), g_.rep(hex, 4, 4)})})});
+    return g_.alt({plain, esc});
+  }
+  int string_expr() {
+    if (string_rule_ < 0) {
+      string_rule_ = g_.declare_rule("string");
+      g_.define_rule(string_rule_, g_.seq({g_.lit("\""), g_.star(json_char()), g_.lit("\"")}));
+    }
+    return g_.ref(string_rule_);
+  }
+  int number_expr() {
+    if (number_rule_ < 0) {
+      number_rule_ = g_.declare_rule("number");
+      int d = g_.cls({{'0', '9'}});
+      int integer = g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(d)})})});
+      int frac = g_.opt(g_.seq({g_.lit("."), g_.plus(d)}));
+      int exp = g_.opt(g_.seq({g_.cls({{'e', 'e'}, {'E', 'E'}}), g_.opt(g_.cls({{'+', '+'}, {'-', '-'}})), g_.plus(d)}));
+      g_.define_rule(number_rule_, g_.seq({integer, frac, exp}));
+    }
+    return g_.ref(number_rule_);
+  }
+  int integer_expr() {
+    if (integer_rule_ < 0) {
+      integer_rule_ = g_.declare_rule("integer");
+      g_.define_rule(integer_rule_, g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(g_.cls({{'0', '9'}}))})})}));
+    }
+    return g_.ref(integer_rule_);
+  }
+
+  [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
+    fail("json schema: unsupported ", what, " at ", path);
+  }
+
+  const Json& resolve_pointer(const std::string& ref, const std::string& path) {
+    if (ref == "#") return root_;
+    if (ref.rfind("#/", 0) != 0) unsupported(path, "$ref '" + ref + "' (only local '#/...' references)");
+    const Json* cur = &root_;
+    size_t pos = 2;
+    while (pos <= ref.size()) {
+      size_t next = ref.find('/', pos);
+      if (next == std::string::npos) next = ref.size();
+      std::string tok = ref.substr(pos, next - pos), key;
+      for (size_t i = 0; i < tok.size(); ++i) {  // JSON pointer and percent escapes
+        if (tok[i] == '~' && i + 1 < tok.size()) { key += tok[i + 1] == '1' ? '/' : '~'; ++i; }
+        else if (tok[i] == '%' && i + 2 < tok.size()) { key += static_cast<char>(std::stoi(tok.substr(i + 1, 2), nullptr, 16)); i += 2; }
+        else key += tok[i];
+      }
+      if (cur->is_object() && cur->contains(key)) cur = &(*cur)[key];
+      else if (cur->is_array() && !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit) && std::stoul(key) < cur->size()) cur = &(*cur)[std::stoul(key)];
+      else fail("json schema: $ref '", ref, "' at ", path, " does not resolve");
+      pos = next + 1;
+    }
+    return *cur;
+  }
+
+  int ref_rule(const std::string& ref, const std::string& path) {
+    auto it = refs_.find(ref);
+    if (it != refs_.end()) return g_.ref(it->second);
+    int r = g_.declare_rule("ref" + std::to_string(refs_.size()));
+    refs_[ref] = r;
+    g_.define_rule(r, convert(resolve_pointer(ref, path), ref));
+    return g_.ref(r);
+  }
+
+  // allOf of simple parts: merge the keyword maps, failing on conflicting values.
+  Json merge_all_of(const Json& schema, const std::string& path) {
+    Json merged = Json::object();
+    for (auto& [k, v] : schema.items()) if (k != "allOf") merged[k] = v;
+    for (const Json& part0 : schema["allOf"]) {
+      Json part = part0;
+      if (part.is_boolean()) {
+        if (!part.get<bool>()) unsupported(path, "allOf containing false");
+        continue;
+      }
+      if (part.contains("$ref")) {
+        part = resolve_pointer(part["$ref"].get<std::string>(), path);
+        if (part.is_boolean()) continue;
+      }
+      if (part.contains("allOf")) part = merge_all_of(part, path);
+      for (auto& [k, v] : part.items()) {
+        if (!merged.contains(k)) { merged[k] = v; continue; }
+        if (k == "properties") {
+          for (auto& [pk, pv] : v.items()) {
+            if (!merged[k].contains(pk)) merged[k][pk] = pv;
+            else if (merged[k][pk] != pv) merged[k][pk] = Json{{"allOf", Json::array({merged[k][pk], pv})}};
+          }
+        } else if (k == "required") {
+          for (auto& r : v) if (std::find(merged[k].begin(), merged[k].end(), r) == merged[k].end()) merged[k].push_back(r);
+        } else if (merged[k] != v) {
+          unsupported(path, "allOf with conflicting '" + k + "'");
+        }
+      }
+    }
+    return merged;
+  }
+
+  int convert(const Json& schema, const std::string& path) {
+    if (schema.is_boolean()) {
+      if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
+      return any_value();
+    }
+    if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
+    if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
+    for (auto& [k, v] : schema.items()) {
+      static const std::set<std::string> known = {
+          "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
+          "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable"};
+      if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
+    }
+    if (schema.contains("$ref")) {
+      for (auto& [k, v] : schema.items())
+        if (k != "$ref" && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "' next to $ref");
+      return ref_rule(schema["$ref"].get<std::string>(), path);
+    }
+    std::vector<std::string> types;
+    if (schema.contains("type")) {
+      const Json& t = schema["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else for (auto& x : t) types.push_back(x.get<std::string>());
+      if (types.empty()) unsupported(path, "empty 'type' list");
+    } else {
+      types = {"null", "boolean", "object", "array", "number", "string"};
+    }
+    if (schema.value("nullable", false)) types.push_back("null");
+    if (schema.contains("const") || schema.contains("enum")) return literals(schema, types, path);
+    if (schema.contains("anyOf") || schema.contains("oneOf")) {
+      if (schema.contains("anyOf") && schema.contains("oneOf")) unsupported(path, "anyOf together with oneOf");
+      const char* key = schema.contains("anyOf") ? "anyOf" : "oneOf";
+      // Sibling keywords other than annotations/type would need an intersection: rejected.
+      for (auto& [k, v] : schema.items())
+        if (k != key && !kAnnotations.count(k)) unsupported(path, std::string("keyword '") + k + "' next to " + key);
+      std::vector<int> alts;
+      int i = 0;
+      for (const Json& sub : schema[key]) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+      if (alts.empty()) unsupported(path, std::string("empty ") + key);
+      return g_.alt(alts);
+    }
+    std::vector<int> alts;
+    for (const std::string& t : types) {
+      if (t == "null") alts.push_back(g_.lit("null"));
+      else if (t == "boolean") alts.push_back(g_.alt({g_.lit("true"), g_.lit("false")}));
+      else if (t == "string") alts.push_back(string_schema(schema, path));
+      else if (t == "integer") alts.push_back(numeric(schema, path, true));
+      else if (t == "number") alts.push_back(numeric(schema, path, false));
+      else if (t == "object") alts.push_back(object_schema(schema, path));
+      else if (t == "array") alts.push_back(array_schema(schema, path));
+      else fail("json schema: unknown type '", t, "' at ", path);
+    }
+    return g_.alt(alts);
+  }
+
+  static bool has_type(const Json& v, const std::vector<std::string>& types) {
+    for (const std::string& t : types) {
+      if ((t == "null" && v.is_null()) || (t == "boolean" && v.is_boolean()) || (t == "string" && v.is_string()) ||
+          (t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
+          (t == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
+        return true;
+    }
+    return false;
+  }
+
+  int literals(const Json& schema, const std::vector<std::string>& types, const std::string& path) {
+    for (auto& [k, v] : schema.items())
+      if (k != "enum" && k != "const" && k != "type" && k != "nullable" && !kAnnotations.count(k))
+        unsupported(path, "keyword '" + k + "' next to enum/const");
+    std::vector<Json> values;
+    if (schema.contains("const")) values.push_back(schema["const"]);
+    else for (auto& v : schema["enum"]) values.push_back(v);
+    if (schema.contains("const") && schema.contains("enum")) unsupported(path, "enum together with const");
+    std::vector<int> alts;
+    std::set<std::string> seen;
+    for (const Json& v : values) {
+      if (!has_type(v, types)) continue;
+      std::vector<std::string> forms{v.dump(-1, ' ', false, Json::error_handler_t::strict)};
+      // 1.0 and 1 are the same JSON-schema value: accept either spelling.
+      if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e15)
+        forms.push_back(std::to_string(static_cast<long long>(v.get<double>())));
+      if (v.is_number_integer()) forms.push_back(v.dump() + ".0");
+      for (auto& f : forms)
+        if (seen.insert(f).second) alts.push_back(g_.lit(f));
+    }
+    if (alts.empty()) unsupported(path, "enum/const with no value of the allowed type");
+    return g_.alt(alts);
+  }
+
+  int string_schema(const Json& s, const std::string& path) {
+    int min = s.value("minLength", 0);
+    int max = s.contains("maxLength") ? s["maxLength"].get<int>() : kUnbounded;
+    if (s.contains("pattern") || (s.contains("format") && kFormats.count(s["format"].get<std::string>()))) {
+      if (s.contains("pattern") && s.contains("format") && kFormats.count(s["format"].get<std::string>()))
+        unsupported(path, "pattern together with format");
+      if (min != 0 || max != kUnbounded) unsupported(path, "minLength/maxLength together with pattern/format");
+      std::string re = s.contains("pattern") ? s["pattern"].get<std::string>() : kFormats.at(s["format"].get<std::string>());
+      int r = add_regex_rule(g_, "pattern" + std::to_string(g_.num_rules()), re, true);
+      return g_.seq({g_.lit("\""), g_.ref(r), g_.lit("\"")});
+    }
+    if (min == 0 && max == kUnbounded) return string_expr();
+    if (max != kUnbounded && max > 4096) unsupported(path, "maxLength above 4096");
+    if (min > 4096) unsupported(path, "minLength above 4096");
+    return g_.seq({g_.lit("\""), g_.rep(json_char(), min, max), g_.lit("\"")});
+  }
+
+  int numeric(const Json& s, const std::string& path, bool integer) {
+    std::optional<Bound> lo, hi;
+    auto bound = [&](const char* key, bool excl, std::optional<Bound>& b) {
+      if (!s.contains(key)) return;
+      if (!s[key].is_number()) fail("json schema: '", key, "' must be a number at ", path);
+      Bound nb{s[key].dump(), excl};
+      if (!b) { b = nb; return; }
+      // Both inclusive and exclusive given: keep the tighter one.
+      double a = std::stod(b->text), c = std::stod(nb.text);
+      bool tighter = std::string(key).find("inimum") != std::string::npos ? (c > a || (c == a && excl)) : (c < a || (c == a && excl));
+      if (tighter) b = nb;
+    };
+    bound("minimum", false, lo);
+    bound("exclusiveMinimum", true, lo);
+    bound("maximum", false, hi);
+    bound("exclusiveMaximum", true, hi);
+    if (!lo && !hi) return integer ? integer_expr() : number_expr();
+    return integer ? integer_in_range(g_, lo, hi) : number_in_range(g_, lo, hi);
+  }
+
+  int object_schema(const Json& s, const std::string& path) {
+    std::vector<std::pair<std::string, int>> props;  // key literal (JSON-encoded), value expr
+    std::vector<bool> required;
+    std::set<std::string> req;
+    if (s.contains("required")) for (auto& r : s["required"]) req.insert(r.get<std::string>());
+    if (s.contains("properties")) {
+      for (auto& [k, v] : s["properties"].items()) {
+        if (v.is_boolean() && !v.get<bool>()) {
+          if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
+          continue;
+        }
+        props.push_back({Json(k).dump(), convert(v, path + "/properties/" + k)});
+        required.push_back(req.count(k) > 0);
+      }
+    }
+    for (const std::string& r : req) {
+      bool declared = s.contains("properties") && s["properties"].contains(r);
+      if (!declared) {  // a required key without a declared schema: any value
+        props.push_back({Json(r).dump(), any_value()});
+        required.push_back(true);
+      }
+    }
+    int extra = -1;  // expression for one additional "key":value member, or -1
+    Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
+    if (!(ap.is_boolean() && !ap.get<bool>())) {
+      int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
+      extra = g_.seq({string_expr(), ws(), g_.lit(":"), ws(), value});
+    }
+    int sep = g_.seq({ws(), g_.lit(","), ws()});
+    // tail_after[k]: members k.. when something was already emitted; tail_first[k]: when not.
+    size_t n = props.size();
+    std::vector<int> after(n + 1), first(n + 1);
+    int name_base = g_.num_rules();
+    for (size_t k = 0; k <= n; ++k) {
+      after[k] = g_.declare_rule("obj" + std::to_string(name_base) + "_a" + std::to_string(k));
+      first[k] = g_.declare_rule("obj" + std::to_string(name_base) + "_f" + std::to_string(k));
+    }
+    g_.define_rule(after[n], extra < 0 ? g_.empty() : g_.star(g_.seq({sep, extra})));
+    g_.define_rule(first[n], extra < 0 ? g_.empty() : g_.opt(g_.seq({extra, g_.ref(after[n])})));
+    for (size_t k = n; k-- > 0;) {
+      int member = g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second});
+      int a = g_.seq({sep, member, g_.ref(after[k + 1])});
+      int f = g_.seq({member, g_.ref(after[k + 1])});
+      g_.define_rule(after[k], required[k] ? a : g_.alt({a, g_.ref(after[k + 1])}));
+      g_.define_rule(first[k], required[k] ? f : g_.alt({f, g_.ref(first[k + 1])}));
+    }
+    return g_.seq({g_.lit("{"), ws(), g_.ref(first[0]), ws(), g_.lit("}")});
+  }
+
+  int array_schema(const Json& s, const std::string& path) {
+    std::vector<int> prefix;
+    if (s.contains("prefixItems")) {
+      int i = 0;
+      for (auto& p : s["prefixItems"]) prefix.push_back(convert(p, path + "/prefixItems/" + std::to_string(i++)));
+    }
+    long lo = s.value("minItems", 0L);
+    long hi = s.contains("maxItems") ? s["maxItems"].get<long>() : -1;
+    int item = -1;
+    if (!s.contains("items")) item = any_value();
+    else if (s["items"].is_boolean()) item = s["items"].get<bool>() ? any_value() : -1;
+    else item = convert(s["items"], path + "/items");
+    const long m = static_cast<long>(prefix.size());
+    if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
+    if (hi >= 0 && lo > hi) unsupported(path, "minItems greater than the possible number of items");
+    if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
+    int sep = g_.seq({ws(), g_.lit(","), ws()});
+    // rest(k): the members after the first k (k >= 1 already emitted).
+    std::function<int(long)> rest = [&](long k) -> int {
+      if (k < m) {
+        std::vector<int> alts;
+        if (hi < 0 || k < hi) alts.push_back(g_.seq({sep, prefix[k], rest(k + 1)}));
+        if (k >= lo) alts.push_back(g_.empty());
+        return g_.alt(alts);
+      }
+      if (item < 0) return g_.empty();
+      long need = std::max(0L, lo - k);
+      return g_.rep(g_.seq({sep, item}), static_cast<int>(need), hi < 0 ? kUnbounded : static_cast<int>(hi - k));
+    };
+    std::vector<int> body;
+    if (lo == 0) body.push_back(g_.empty());
+    if (hi != 0) body.push_back(g_.seq({m > 0 ? prefix[0] : item, rest(1)}));
+    return g_.seq({g_.lit("["), ws(), g_.alt(body), ws(), g_.lit("]")});
+  }
+
+  const Json& root_;
+  SchemaArgs opts_;
+  Grammar g_;
+  std::map<std::string, int> refs_;
+  int value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
+};
+
+}  // namespace
+
+Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
+  Json j;
+  try {
+    j = Json::parse(schema);
+  } catch (const std::exception& e) {
+    fail("json schema: not valid JSON: ", e.what());
+  }
+  return Converter(j, opts).run();
+}
+
+Grammar json_object_grammar(const SchemaArgs& opts) {
+  Json empty = Json::object();
+  Converter c(empty, opts);
+  int root = c.grammar().declare_rule("root");
+  c.grammar().define_rule(root, c.object_rule());
+  c.grammar().set_root(root);
+  return std::move(c.grammar());
+}
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,107 @@
+// Structured output: compile a regex / JSON schema / EBNF grammar / json_object / choice into a
+// CompiledGrammar for one vocabulary, then drive a Matcher per request to get next-token masks.
+//
+//   auto g = compile({"json", schema_text}, vocab);   // throws deepinfer::Error naming the construct
+//   Matcher m(g);
+//   m.fill_next_token_bitmask(words);                  // bit (id % 32) of words[id / 32]
+//   m.accept_token(sampled_id);
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "structured/earley.h"
+#include "structured/fsm.h"
+#include "structured/grammar.h"
+#include "structured/vocab.h"
+
+namespace deepinfer::structured {
+
+enum class Whitespace {
+  kCompact,   // JSON without any whitespace: {"a":1,"b":[1,2]}
+  kFlexible,  // [ \t\n\r]{0,max_whitespace} allowed wherever JSON allows whitespace
+};
+
+struct SchemaArgs {
+  std::string schema_type;  // "regex", "json", "json_object", "ebnf", "choice"
+  std::string schema;       // for "choice": a JSON array of strings; unused for "json_object"
+  Whitespace whitespace = Whitespace::kCompact;
+  int max_whitespace = 16;  // per whitespace run in kFlexible mode
+  // true: objects without "additionalProperties" get no extra keys (as xgrammar's strict mode);
+  // false: the JSON-schema default, extra keys of any value are allowed.
+  bool strict_additional_properties = false;
+};
+
+// Precomputed token classification of one scanable FSM node (see docs/structured-output.md).
+struct StateMask {
+  std::vector<uint32_t> accepted_bits;  // bitset over ids, when many tokens are accepted
+  std::vector<int32_t> accepted_ids;    // otherwise the accepted ids
+  std::vector<int32_t> uncertain;       // sorted-vocab indices that need the full parser state
+};
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(const Grammar& g, const TokenVocab& vocab);
+
+  const TokenVocab& vocab() const { return vocab_; }
+  const Automaton& automaton() const { return automaton_; }
+  const std::string& ebnf() const { return ebnf_; }
+  // Mask of a scanable node, or nullptr when the node has no byte edges.
+  const StateMask* mask(uint32_t node) const {
+    int32_t m = node_mask_[node];
+    return m < 0 ? nullptr : &masks_[m];
+  }
+  size_t num_masks() const { return masks_.size(); }
+  size_t memory_bytes() const;
+
+ private:
+  void build_masks();
+  TokenVocab vocab_;
+  Automaton automaton_;
+  std::string ebnf_;
+  std::vector<int32_t> node_mask_;
+  std::vector<StateMask> masks_;
+};
+
+// Front ends into the IR (used by compile, exposed for tests and tools).
+Grammar parse_ebnf(const std::string& text, const std::string& root = "root");
+// Adds the regex as rule `rule_name` of g (json_string: escape the characters JSON strings escape).
+int add_regex_rule(Grammar& g, const std::string& rule_name, const std::string& regex, bool json_string = false);
+Grammar regex_grammar(const std::string& regex);
+Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts);
+Grammar json_object_grammar(const SchemaArgs& opts);
+Grammar choice_grammar(const std::string& json_array);
+Grammar grammar_from_args(const SchemaArgs& args);
+
+std::shared_ptr<const CompiledGrammar> compile(const SchemaArgs& args, const TokenVocab& vocab);
+
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+  // Consumes one token; returns false (state unchanged) when the grammar does not allow it.
+  // A stop token is accepted only where can_end(), and terminates the matcher.
+  bool accept_token(int32_t id);
+  // Consumes raw text (for tests and jump-forward); false and unchanged if not allowed.
+  bool accept_bytes(const std::string& bytes);
+  // Undoes the last n accepted tokens (a stop token included).
+  void rollback(int n);
+  bool can_end() const;
+  bool must_end() const;
+  bool is_terminated() const { return terminated_; }
+  // words has ceil(vocab_size / 32) entries; bit set = token allowed next.
+  void fill_next_token_bitmask(uint32_t* words) const;
+  int32_t vocab_size() const { return grammar_->vocab().size(); }
+  void reset();
+
+ private:
+  bool has_scanable() const;
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  mutable EarleyParser parser_;  // trial runs of uncertain tokens push and pop sets
+  std::vector<int32_t> history_;  // bytes consumed per accepted token; -1 for the stop token
+  bool terminated_ = false;
+  mutable std::vector<int32_t> scratch_;
+};
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,103 @@
+// Test driver for pytest: reads one JSON request per line on stdin, answers one JSON line.
+//   {"cmd":"check","schema_type":..,"schema":..,"inputs":[[ids..],..]}  -> {"error":..,"results":[bool..]}
+//       an input passes when every token is accepted and the grammar can end afterwards
+//   {"cmd":"sample","schema_type":..,"schema":..,"seed":1,"runs":20,"max_tokens":200}
+//       -> {"outputs":[{"text":..,"finished":bool}..]}: random tokens drawn from the mask
+//   {"cmd":"ebnf", ...} -> {"ebnf": the compiled grammar}
+// Options: "whitespace":"flexible", "strict":true. The vocabulary is the V3 one (test_vocab.h).
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "structured/structured.h"
+#include "test_vocab.h"
+
+using namespace deepinfer::structured;
+using nlohmann::json;
+
+namespace {
+
+SchemaArgs args_of(const json& req) {
+  SchemaArgs a;
+  a.schema_type = req.at("schema_type").get<std::string>();
+  const json& s = req.value("schema", json(""));
+  a.schema = s.is_string() ? s.get<std::string>() : s.dump();
+  if (req.value("whitespace", "compact") == "flexible") a.whitespace = Whitespace::kFlexible;
+  a.strict_additional_properties = req.value("strict", false);
+  return a;
+}
+
+bool bit(const std::vector<uint32_t>& w, int32_t id) { return (w[id >> 5] >> (id & 31)) & 1; }
+
+// Draws from the mask: half the time any allowed token, otherwise a short one (or the stop token),
+// which keeps random walks from growing forever.
+json sample(const std::shared_ptr<const CompiledGrammar>& g, uint64_t seed, int runs, int max_tokens) {
+  const TokenVocab& v = g->vocab();
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> words((v.size() + 31) / 32);
+  json outs = json::array();
+  for (int r = 0; r < runs; ++r) {
+    Matcher m(g);
+    std::string text;
+    bool finished = false;
+    for (int step = 0; step < max_tokens && !finished; ++step) {
+      m.fill_next_token_bitmask(words.data());
+      std::vector<int32_t> all, small;
+      for (int32_t id = 0; id < v.size(); ++id) {
+        if (!bit(words, id)) continue;
+        all.push_back(id);
+        if (v.is_stop(id) || v.bytes(id).size() <= 1) small.push_back(id);
+      }
+      if (all.empty()) throw std::runtime_error("empty mask before the grammar ended: " + text);
+      const auto& pool = (rng() % 2 == 0 || small.empty()) ? all : small;
+      int32_t id = pool[rng() % pool.size()];
+      if (!m.accept_token(id)) throw std::runtime_error("mask allowed token " + std::to_string(id) + " that accept_token rejects");
+      if (v.is_stop(id)) finished = true;
+      else text += v.bytes(id);
+    }
+    outs.push_back({{"text", text}, {"finished", finished}});
+  }
+  return outs;
+}
+
+json handle(const json& req, const TokenVocab& vocab) {
+  const std::string cmd = req.at("cmd").get<std::string>();
+  std::shared_ptr<const CompiledGrammar> g;
+  try {
+    g = compile(args_of(req), vocab);
+  } catch (const deepinfer::Error& e) {
+    return {{"error", e.what()}};
+  }
+  if (cmd == "ebnf") return {{"ebnf", g->ebnf()}};
+  if (cmd == "sample")
+    return {{"outputs", sample(g, req.value("seed", 1), req.value("runs", 10), req.value("max_tokens", 200))}};
+  if (cmd == "check") {
+    json results = json::array();
+    for (const json& input : req.at("inputs")) {
+      Matcher m(g);
+      bool ok = true;
+      for (const json& id : input) ok = ok && m.accept_token(id.get<int32_t>());
+      results.push_back(ok && m.can_end());
+    }
+    return {{"error", nullptr}, {"results", results}};
+  }
+  return {{"error", "unknown cmd " + cmd}};
+}
+
+}  // namespace
+
+int main() {
+  TokenVocab vocab = load_vocab();
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    json out;
+    try {
+      out = handle(json::parse(line), vocab);
+    } catch (const std::exception& e) {
+      out = {{"fatal", e.what()}};
+    }
+    std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+  }
+}

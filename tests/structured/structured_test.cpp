@@ -1,0 +1,148 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "structured/structured.h"
+#include "test_vocab.h"
+
+using namespace deepinfer::structured;
+
+namespace {
+
+TokenVocab tiny_vocab() {
+  // id 0 is the stop token, id 1 a special token (empty), ids past the end are padding.
+  return TokenVocab({"", "", "a", "b", "ab", "abc", "{", "}", "\"", "\":", "1", "12", ",", "é", "\xC3", "\xA9", "", ""}, {0});
+}
+
+std::shared_ptr<const CompiledGrammar> make(const std::string& type, const std::string& schema, const TokenVocab& v) {
+  return compile(SchemaArgs{type, schema}, v);
+}
+
+bool allowed(const Matcher& m, int32_t id) {
+  std::vector<uint32_t> w((m.vocab_size() + 31) / 32);
+  m.fill_next_token_bitmask(w.data());
+  return (w[id >> 5] >> (id & 31)) & 1;
+}
+
+TEST(Structured, RegexAcceptRollbackAndEnd) {
+  auto v = tiny_vocab();
+  Matcher m(make("regex", "(ab)+c?", v));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(allowed(m, 4));   // "ab"
+  EXPECT_TRUE(allowed(m, 5));   // "abc"
+  EXPECT_FALSE(allowed(m, 3));  // "b"
+  EXPECT_FALSE(allowed(m, 0));  // stop not yet
+  EXPECT_TRUE(m.accept_token(2));
+  EXPECT_FALSE(m.accept_token(2));  // "aa" is not a prefix
+  EXPECT_TRUE(m.accept_token(3));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_TRUE(allowed(m, 0));
+  EXPECT_TRUE(m.accept_token(5));  // "ababc": must end now
+  EXPECT_TRUE(m.must_end());
+  EXPECT_TRUE(m.accept_token(0));
+  EXPECT_TRUE(m.is_terminated());
+  m.rollback(2);
+  EXPECT_FALSE(m.is_terminated());
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.must_end());
+  EXPECT_FALSE(allowed(m, 1));   // special tokens never
+  EXPECT_FALSE(allowed(m, 16));  // padding never
+}
+
+TEST(Structured, Utf8SplitAcrossTokens) {
+  auto v = tiny_vocab();
+  Matcher m(make("regex", "[é]+", v));
+  EXPECT_TRUE(allowed(m, 13));
+  EXPECT_TRUE(allowed(m, 14));   // first byte of é
+  EXPECT_FALSE(allowed(m, 15));  // a lone continuation byte
+  EXPECT_TRUE(m.accept_token(14));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(allowed(m, 15));
+  EXPECT_TRUE(m.accept_token(15));
+  EXPECT_TRUE(m.can_end());
+}
+
+TEST(Structured, ChoiceAndJsonSchema) {
+  auto v = tiny_vocab();
+  Matcher c(make("choice", R"(["ab", "abc"])", v));
+  EXPECT_TRUE(c.accept_token(4));
+  EXPECT_TRUE(c.can_end());
+  EXPECT_FALSE(c.must_end());
+  Matcher j(make("json", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false})", v));
+  for (int32_t id : {6, 8, 2, 9, 11}) EXPECT_TRUE(j.accept_token(id)) << id;  // {"a":12
+  EXPECT_FALSE(j.can_end());
+  EXPECT_TRUE(j.accept_token(7));
+  EXPECT_TRUE(j.must_end());
+}
+
+TEST(Structured, ErrorsNameTheConstruct) {
+  auto v = tiny_vocab();
+  auto msg = [&](const std::string& type, const std::string& schema) {
+    try {
+      make(type, schema, v);
+    } catch (const deepinfer::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg("regex", "(a)\\1").find("backreference"), std::string::npos);
+  EXPECT_NE(msg("regex", "a(?=b)").find("lookahead"), std::string::npos);
+  EXPECT_NE(msg("regex", "(ab").find("')'"), std::string::npos);
+  EXPECT_NE(msg("ebnf", "root ::= foo").find("'foo'"), std::string::npos);
+  EXPECT_NE(msg("ebnf", "start ::= \"a\"").find("root"), std::string::npos);
+  EXPECT_NE(msg("json", R"({"not":{"type":"string"}})").find("'not'"), std::string::npos);
+  EXPECT_NE(msg("json", R"({"$ref":"http://x/y"})").find("$ref"), std::string::npos);
+  EXPECT_NE(msg("json", "{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(msg("choice", "[1]").find("string"), std::string::npos);
+  EXPECT_NE(msg("yaml", "").find("schema_type"), std::string::npos);
+}
+
+TEST(Structured, EbnfRecursionAndRepetition) {
+  auto v = tiny_vocab();
+  auto g = make("ebnf", "root ::= \"{\" inner? \"}\"\ninner ::= root | [a-b]{2,3}", v);
+  Matcher m(g);
+  for (int32_t id : {6, 6, 4, 7}) EXPECT_TRUE(m.accept_token(id)) << id;  // {{ab}
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept_token(7));
+  EXPECT_TRUE(m.can_end());
+  Matcher n(g);
+  for (int32_t id : {6, 4, 3}) EXPECT_TRUE(n.accept_token(id));
+  EXPECT_FALSE(n.accept_token(2));  // "{abba": at most 3 letters
+}
+
+// The mask must agree with accept_token on every id of the real vocabulary, at several points
+// along a valid output: this checks the precomputed accepted/uncertain sets against the parser.
+void check_mask_exact(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  const TokenVocab& v = g->vocab();
+  Matcher m(g);
+  std::vector<uint32_t> w((v.size() + 31) / 32);
+  size_t pos = 0;
+  for (int step = 0; step < 4; ++step) {
+    m.fill_next_token_bitmask(w.data());
+    int allowed_count = 0;
+    for (int32_t id = 0; id < v.size(); ++id) {
+      bool bit = (w[id >> 5] >> (id & 31)) & 1;
+      bool ok = m.accept_token(id);
+      if (ok) m.rollback(1);
+      ASSERT_EQ(bit, ok) << "token " << id << " '" << v.bytes(id) << "' after '" << text.substr(0, pos) << "'";
+      allowed_count += bit;
+    }
+    EXPECT_GT(allowed_count, 0);
+    size_t next = std::min(text.size(), pos + 1 + step * 3);
+    ASSERT_TRUE(m.accept_bytes(text.substr(pos, next - pos))) << text.substr(0, next);
+    pos = next;
+  }
+}
+
+TEST(StructuredV3, MaskMatchesParserOnRealVocab) {
+  TokenVocab v = load_vocab();
+  ASSERT_EQ(v.size(), kV3LogitWidth);
+  check_mask_exact(make("json_object", "", v), R"({"name":"x y","n":[1,2.5e3,{"a":null}]})");
+  check_mask_exact(make("regex", R"([a-z]+@[a-z]+\.(com|org)|\d{3}-\d{4})", v), "abc@def.org");
+  check_mask_exact(make("json", R"({"type":"object","properties":{"id":{"type":"integer","minimum":-5,"maximum":120},
+      "tags":{"type":"array","items":{"type":"string","maxLength":4}},"when":{"type":"string","format":"date"}},
+      "required":["id"]})", v), R"({"id":-3,"tags":["ab","c"],"when":"2024-01-31"})");
+  check_mask_exact(make("ebnf", "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+                                "factor ::= [0-9]+ | \"(\" expr \")\"", v), "(12+3)*45-6");
+}
+
+}  // namespace
