@@ -81,7 +81,7 @@ thread_local bool in_parallel_region = false;
 int cpu_thread_count() {
   static const int n = [] {
     if (const char* v = std::getenv("DEEPINFER_CPU_THREADS"); v && std::atoi(v) > 0) return std::atoi(v);
-    return std::max(1u, std::thread::hardware_concurrency());
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }();
   return n;
 }

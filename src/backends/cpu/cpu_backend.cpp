@@ -1,0 +1,222 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::cpu {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i < n; ++i) acc[i & 7] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+void CpuBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
+  constexpr int64_t kRowsPerTask = 16;  // a block of weight rows stays in cache while all x rows pass
+  int64_t blocks = (n + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t n0 = b * kRowsPerTask, n1 = std::min(n, n0 + kRowsPerTask);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = n0; j < n1; ++j) y[i * n + j] = dot(x + i * k, w + j * k, k);
+    }
+  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * k / 256)));
+}
+
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      float r_inv = 1.0f / std::sqrt(dot(xr, xr, dim) / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
+    }
+  }, 16);
+}
+
+void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
+                      const ops::RopeFreqs& f, bool inverse) {
+  const int64_t pairs = f.rope_dim / 2;
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> cs(pairs), sn(pairs);
+    for (int64_t r = r0; r < r1; ++r) {
+      float pos = static_cast<float>(positions[r]);
+      for (int64_t i = 0; i < pairs; ++i) {
+        float angle = f.inv_freq[i] * pos;  // fp32 product, as the reference's table
+        cs[i] = std::cos(angle) * f.attention_factor;
+        sn[i] = std::sin(angle) * f.attention_factor * (inverse ? -1.0f : 1.0f);
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + (r * heads + h) * dim + (dim - f.rope_dim);
+        for (int64_t i = 0; i < pairs; ++i) {
+          float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * cs[i] - b * sn[i];
+          v[2 * i + 1] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                                  const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
+  parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
+    std::vector<float> s(k);
+    for (int64_t a = a0; a < a1; ++a) {
+      int64_t t = a / heads, h = a % heads;
+      const float* qv = q + a * dim;
+      const int32_t* it = idx + t * k;
+      float m = sink[h];
+      for (int64_t j = 0; j < k; ++j) {
+        s[j] = it[j] >= 0 ? scale * dot(qv, pool + static_cast<int64_t>(it[j]) * dim, dim)
+                          : -std::numeric_limits<float>::infinity();
+        m = std::max(m, s[j]);
+      }
+      float z = std::exp(sink[h] - m);
+      for (int64_t j = 0; j < k; ++j) {
+        s[j] = it[j] >= 0 ? std::exp(s[j] - m) : 0.0f;
+        z += s[j];
+      }
+      float* o = out + a * dim;
+      std::fill(o, o + dim, 0.0f);
+      for (int64_t j = 0; j < k; ++j) {
+        if (it[j] < 0) continue;
+        const float* v = pool + static_cast<int64_t>(it[j]) * dim;
+        float p = s[j] / z;
+        for (int64_t c = 0; c < dim; ++c) o[c] += p * v[c];
+      }
+    }
+  }, 4);
+}
+
+namespace {
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void CpuBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn,
+                            const float* base, const float* scale, float rms_eps, float hc_eps,
+                            int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+  const int64_t width = hc * dim;
+  const int64_t outs = comb ? (2 + hc) * hc : hc;
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> m(outs), normed(width);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * width;
+      float r_inv = 1.0f / std::sqrt(dot(xr, xr, width) / static_cast<float>(width) + rms_eps);
+      for (int64_t i = 0; i < width; ++i) normed[i] = xr[i] * r_inv;
+      for (int64_t o = 0; o < outs; ++o) m[o] = dot(normed.data(), fn + o * width, width);
+      for (int64_t i = 0; i < hc; ++i) pre[r * hc + i] = sigmoid(m[i] * scale[0] + base[i]) + hc_eps;
+      if (!comb) continue;
+      for (int64_t i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
+      float* c = comb + r * hc * hc;
+      for (int64_t j = 0; j < hc; ++j) {  // softmax over each row j, then + eps
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t k = 0; k < hc; ++k) {
+          c[j * hc + k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+          mx = std::max(mx, c[j * hc + k]);
+        }
+        float z = 0;
+        for (int64_t k = 0; k < hc; ++k) z += (c[j * hc + k] = std::exp(c[j * hc + k] - mx));
+        for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / z + hc_eps;
+      }
+      auto normalize_columns = [&] {
+        for (int64_t k = 0; k < hc; ++k) {
+          float s = 0;
+          for (int64_t j = 0; j < hc; ++j) s += c[j * hc + k];
+          for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= (s + hc_eps);
+        }
+      };
+      normalize_columns();
+      for (int64_t it = 1; it < sinkhorn_iters; ++it) {
+        for (int64_t j = 0; j < hc; ++j) {
+          float s = 0;
+          for (int64_t k = 0; k < hc; ++k) s += c[j * hc + k];
+          for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= (s + hc_eps);
+        }
+        normalize_columns();
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
+                              float* z) {
+  parallel_for(windows, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      for (int64_t c = 0; c < channels; ++c) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < slots; ++s) mx = std::max(mx, gate[(w * slots + s) * channels + c]);
+        float denom = 0, acc = 0;
+        for (int64_t s = 0; s < slots; ++s) {
+          float g = gate[(w * slots + s) * channels + c];
+          float e = std::isinf(g) && g < 0 ? 0.0f : std::exp(g - mx);
+          denom += e;
+          acc += e * kv[(w * slots + s) * channels + c];
+        }
+        z[w * channels + c] = acc / denom;
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
+                        const float* row_scale, float* h) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = row_scale ? row_scale[r] : 1.0f;
+    for (int64_t i = 0; i < dim; ++i) {
+      float gv = g[r * dim + i], uv = u[r * dim + i];
+      if (limit > 0) {
+        gv = std::min(gv, limit);
+        uv = std::clamp(uv, -limit, limit);
+      }
+      h[r * dim + i] = gv / (1.0f + std::exp(-gv)) * uv * s;
+    }
+  }
+}
+
+namespace {
+// One block's UE8M0 scale for quantizing to a format whose largest magnitude is qmax.
+float block_scale(const float* x, int64_t n, float floor_amax, float qmax) {
+  float amax = floor_amax;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return e8m0_to_float(ue8m0_ceil_byte(amax / qmax));
+}
+}  // namespace
+
+void CpuBackend::fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < dim; b += block) {
+      float* v = x + r * dim + b;
+      int64_t n = std::min(block, dim - b);
+      float s = block_scale(v, n, 1e-4f, kE4M3Max);
+      for (int64_t i = 0; i < n; ++i) v[i] = e4m3_to_float(float_to_e4m3(std::clamp(v[i] / s, -kE4M3Max, kE4M3Max))) * s;
+    }
+}
+
+void CpuBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) {
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -126);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < dim; b += block) {
+      float* v = x + r * dim + b;
+      int64_t n = std::min(block, dim - b);
+      float s = block_scale(v, n, floor_amax, kE2M1Max);
+      for (int64_t i = 0; i < n; ++i) v[i] = e2m1_to_float(float_to_e2m1(std::clamp(v[i] / s, -kE2M1Max, kE2M1Max))) * s;
+    }
+}
+
+}  // namespace deepinfer::cpu
+
+namespace deepinfer::ops {
+Backend& cpu_backend() {
+  static cpu::CpuBackend backend;
+  return backend;
+}
+}  // namespace deepinfer::ops

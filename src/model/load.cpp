@@ -1,0 +1,29 @@
+#include "model/load.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/deepseek_v4/v4_model.h"
+
+namespace deepinfer::model {
+
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir) {
+  namespace fs = std::filesystem;
+  check(fs::is_directory(dir), "model: '", dir, "' is not a folder");
+  const std::string config_path = dir + "/config.json";
+  check(fs::exists(config_path), "model: '", dir, "' has no config.json");
+  std::ifstream in(config_path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(config_path, ": not valid JSON (", e.what(), ")");
+  }
+  const std::string type = j.value("model_type", "");
+  if (type == "deepseek_v4") return V4Model::load(dir);
+  fail(config_path, ": model_type '", type, "' is not supported (supported: deepseek_v4)");
+}
+
+}  // namespace deepinfer::model

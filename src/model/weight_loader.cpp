@@ -1,0 +1,68 @@
+#include "model/weight_loader.h"
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace deepinfer::model {
+
+WeightLoader::WeightLoader(const io::Checkpoint& ckpt, int64_t fp8_block_n, int64_t fp8_block_k,
+                           std::function<std::string(const std::string&)> translate)
+    : ckpt_(ckpt), block_n_(fp8_block_n), block_k_(fp8_block_k), translate_(std::move(translate)) {}
+
+bool WeightLoader::has(const std::string& name) const { return ckpt_.contains(translate_(name)); }
+
+std::vector<float> WeightLoader::floats(const std::string& name, const std::vector<int64_t>& shape) const {
+  return ckpt_.read_f32(translate_(name), shape);
+}
+
+std::vector<int32_t> WeightLoader::ints(const std::string& name, const std::vector<int64_t>& shape) const {
+  const io::TensorView& t = ckpt_.get(translate_(name));
+  check(t.shape == shape, t.file, ": tensor '", t.name, "' has the wrong shape");
+  std::vector<int32_t> out(t.numel());
+  if (t.dtype == DType::I64) {
+    auto* p = reinterpret_cast<const int64_t*>(t.data);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(p[i]);
+  } else if (t.dtype == DType::I32) {
+    auto* p = reinterpret_cast<const int32_t*>(t.data);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  } else {
+    fail(t.file, ": tensor '", t.name, "' must be I32 or I64, found ", dtype_name(t.dtype));
+  }
+  return out;
+}
+
+std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int64_t k) const {
+  const std::string wname = translate_(base + ".weight");
+  const io::TensorView& w = ckpt_.get(wname);
+  const std::string sname = translate_(base + ".scale");
+  if (w.dtype == DType::F8_E4M3) {  // FP8 with a [ceil(n/bn), ceil(k/bk)] UE8M0 (or fp32) scale grid
+    check(w.shape == std::vector<int64_t>{n, k}, w.file, ": tensor '", wname, "' has the wrong shape (expected [",
+          n, ", ", k, "])");
+    const int64_t gn = (n + block_n_ - 1) / block_n_, gk = (k + block_k_ - 1) / block_k_;
+    check(ckpt_.contains(sname), ckpt_.path(), ": FP8 tensor '", wname, "' has no scale tensor '", sname, "'");
+    std::vector<float> scale = ckpt_.read_f32(sname, {gn, gk});
+    std::vector<float> out(n * k);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        out[r * k + c] = e4m3_to_float(w.data[r * k + c]) * scale[(r / block_n_) * gk + c / block_k_];
+    return out;
+  }
+  if (w.dtype == DType::I8 || w.dtype == DType::U8) {  // MXFP4: [n, k/2] bytes + [n, k/32] UE8M0 scales
+    check(k % 32 == 0 && w.shape == std::vector<int64_t>{n, k / 2}, w.file, ": FP4 tensor '", wname,
+          "' must have shape [", n, ", ", k / 2, "]");
+    check(ckpt_.contains(sname), ckpt_.path(), ": FP4 tensor '", wname, "' has no scale tensor '", sname, "'");
+    std::vector<float> scale = ckpt_.read_f32(sname, {n, k / 32});
+    std::vector<float> out(n * k);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; c += 2) {
+        uint8_t byte = w.data[r * (k / 2) + c / 2];
+        float s = scale[r * (k / 32) + c / 32];
+        out[r * k + c] = e2m1_to_float(byte & 0xf) * s;
+        out[r * k + c + 1] = e2m1_to_float(byte >> 4) * s;
+      }
+    return out;
+  }
+  return ckpt_.read_f32(wname, {n, k});
+}
+
+}  // namespace deepinfer::model

@@ -1,0 +1,38 @@
+// Reads model weights from a checkpoint as fp32 for the CPU backend, whatever their stored format:
+// float (F32/BF16/F16), FP8 e4m3 with UE8M0 block scales (`<name>.scale`), or MXFP4 (I8/U8 packed
+// two per byte, low nibble first, with one UE8M0 scale per 32 along K). Names are the released ones;
+// a checkpoint saved by transformers is read through `NameMap` (see v4_names.h).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace deepinfer::model {
+
+class WeightLoader {
+ public:
+  // translate: released name -> the name in this checkpoint (identity for released checkpoints).
+  WeightLoader(const io::Checkpoint& ckpt, int64_t fp8_block_n, int64_t fp8_block_k,
+               std::function<std::string(const std::string&)> translate);
+
+  bool has(const std::string& name) const;
+  // A [n, k] matrix `<base>.weight`, dequantized when stored as FP8 or MXFP4.
+  std::vector<float> matrix(const std::string& base, int64_t n, int64_t k) const;
+  // A float tensor of the given shape (norm weights, biases, mHC parameters, ...).
+  std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
+  // An integer tensor (I32/I64) of the given shape, e.g. tid2eid.
+  std::vector<int32_t> ints(const std::string& name, const std::vector<int64_t>& shape) const;
+  const io::Checkpoint& checkpoint() const { return ckpt_; }
+  std::string resolve(const std::string& name) const { return translate_(name); }
+
+ private:
+  const io::Checkpoint& ckpt_;
+  int64_t block_n_, block_k_;
+  std::function<std::string(const std::string&)> translate_;
+};
+
+}  // namespace deepinfer::model

@@ -1,0 +1,64 @@
+// The op interface the model graphs are written against. Each backend (CPU: readable reference,
+// CUDA: fast) implements every op; kernels see raw pointers and sizes only, never engine types.
+// Row-major layouts throughout; all pointers live in the backend's memory.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace deepinfer::ops {
+
+// Frequencies of one interleaved RoPE table: pair i of the rotated tail turns by pos * inv_freq[i];
+// cos/sin are multiplied by attention_factor (transformers' YaRN mscale; 1 for the release).
+struct RopeFreqs {
+  const float* inv_freq;  // [rope_dim / 2]
+  int64_t rope_dim;
+  float attention_factor;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation in a fixed order (batch invariant).
+  virtual void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) = 0;
+
+  // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (weight ? weight : 1); x may equal y.
+  virtual void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) = 0;
+
+  // Rotates the last rope_dim channels of each of the `heads` vectors (width dim) of every row, in
+  // interleaved pairs (2i, 2i+1), by positions[row]; inverse = rotate by the conjugate.
+  virtual void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
+                    const RopeFreqs& freqs, bool inverse) = 0;
+
+  // Gather attention with a per-head sink (spec §2.5). For token t, head h:
+  //   s_j = scale <q[t,h], pool[idx[t,j]]> over idx >= 0;  o = sum_j softmax_j(s, sink[h]) pool[idx[t,j]]
+  // The sink enlarges the denominator only; a row with no valid index gives 0.
+  virtual void sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                                const int32_t* idx, int64_t k, const float* sink, float scale, float* out) = 0;
+
+  // Manifold-constrained hyper-connection weights (spec §3.2) from streams x [rows, hc*dim]:
+  // pre [rows, hc], post [rows, hc] (null to skip), comb [rows, hc, hc] (null to skip).
+  // fn is [(2+hc)*hc, hc*dim] (or [hc, hc*dim] for the head, post/comb null), base and scale alike.
+  virtual void hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn,
+                          const float* base, const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters,
+                          float* pre, float* post, float* comb) = 0;
+
+  // Softmax pooling over slots per channel (the compressors): z[w, c] = sum_s softmax_s(gate[w,s,c]) kv[w,s,c].
+  // A slot with gate -inf has weight 0.
+  virtual void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
+                            float* z) = 0;
+
+  // SwiGLU with the clamp: h = silu(min(g, limit)) * clamp(u, -limit, limit) * row_scale[r] (limit 0 = none).
+  virtual void swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
+                      const float* row_scale, float* h) = 0;
+
+  // In-place FP8 e4m3 fake quantization with UE8M0 scales per `block` channels of each row (act_quant).
+  virtual void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
+  // In-place FP4 e2m1 fake quantization with UE8M0 scales per `block` channels (fp4_act_quant).
+  virtual void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
+};
+
+Backend& cpu_backend();
+
+}  // namespace deepinfer::ops

@@ -1,0 +1,112 @@
+// `deepinfer forward`: scores token ids with a model and writes every position's logits.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/load.h"
+
+namespace deepinfer::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deepinfer forward --model DIR --input-ids 5,17,3,... [--chunk N | --decode-after P]\n"
+    "                         --output OUT.safetensors\n"
+    "Writes `logits` (F32, [S, vocab]) for every input position: one prefill by default; with --chunk N\n"
+    "a prefill in chunks of N tokens continuing the state; with --decode-after P a prefill of the first\n"
+    "P tokens, then one token at a time.\n";
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(',', i);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(i, end - i);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX, "--input-ids: '", item,
+          "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+    i = end + 1;
+  }
+  check(!ids.empty(), "--input-ids: no token ids given");
+  return ids;
+}
+
+int64_t parse_positive(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == text.size() && v > 0, flag, ": expected a positive integer, got '", text, "'");
+  return v;
+}
+
+int run_forward(const std::vector<std::string>& args) {
+  std::string model_dir, output, ids_text;
+  int64_t chunk = 0, decode_after = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    check(i + 1 < args.size(), a, ": missing value\n", kUsage);
+    const std::string& v = args[++i];
+    if (a == "--model") model_dir = v;
+    else if (a == "--input-ids") ids_text = v;
+    else if (a == "--output") output = v;
+    else if (a == "--chunk") chunk = parse_positive(a, v);
+    else if (a == "--decode-after") decode_after = parse_positive(a, v);
+    else fail("unknown option '", a, "'\n", kUsage);
+  }
+  check(!model_dir.empty() && !ids_text.empty() && !output.empty(), "--model, --input-ids and --output are required\n",
+        kUsage);
+  check(!(chunk && decode_after), "--chunk and --decode-after exclude each other");
+  std::vector<int32_t> ids = parse_ids(ids_text);
+  const int64_t S = static_cast<int64_t>(ids.size());
+  check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " input ids");
+
+  auto lm = model::load_causal_lm(model_dir);
+  auto state = lm->new_sequence();
+  const int64_t V = lm->vocab_size();
+  std::vector<float> all(S * V), part;
+  // Step boundaries: one prefill, fixed chunks, or a prefix then single tokens.
+  std::vector<int64_t> cuts{0};
+  if (chunk) {
+    for (int64_t c = chunk; c < S; c += chunk) cuts.push_back(c);
+  } else if (decode_after) {
+    for (int64_t c = decode_after; c < S; ++c) cuts.push_back(c);
+  }
+  cuts.push_back(S);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    model::ForwardBatch b;
+    b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
+    b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
+    b.states = {state.get()};
+    for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
+    lm->forward(b, part);
+    std::copy(part.begin(), part.end(), all.begin() + cuts[i] * V);
+  }
+  io::write_safetensors(output, {{"logits", DType::F32, {S, V},
+                                  {reinterpret_cast<const uint8_t*>(all.data()), all.size() * sizeof(float)}}});
+  std::fprintf(stderr, "wrote logits [%lld, %lld] to %s\n", static_cast<long long>(S), static_cast<long long>(V),
+               output.c_str());
+  return 0;
+}
+
+const CommandRegistration kForward({"forward", "score token ids and write every position's logits", run_forward});
+
+}  // namespace
+}  // namespace deepinfer::cli
