@@ -1,0 +1,57 @@
+// The state manager: owns every sequence's model state and accounts for it in fixed-size blocks
+// of tokens drawn from one budget. The scheduler asks it to reserve room before a sequence
+// advances; when the budget is spent, the scheduler preempts a sequence (release + recompute).
+// Block accounting is logical: the model's SequenceState objects hold the actual arrays, and
+// released states are kept for reuse so their memory is recycled (docs/engine.md).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "model/causal_lm.h"
+
+namespace deepinfer::cache {
+
+class StateManager {
+ public:
+  // num_blocks <= 0: unlimited.
+  StateManager(const model::CausalLM& model, int64_t num_blocks, int block_tokens);
+
+  int block_tokens() const { return block_tokens_; }
+  int64_t total_blocks() const { return total_blocks_; }
+  int64_t free_blocks() const { return total_blocks_ <= 0 ? INT64_MAX : total_blocks_ - used_blocks_; }
+  int64_t used_blocks() const { return used_blocks_; }
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_tokens_ - 1) / block_tokens_; }
+  bool can_ever_hold(int64_t tokens) const { return total_blocks_ <= 0 || blocks_for(tokens) <= total_blocks_; }
+
+  // Makes sure sequence `id` holds blocks for `tokens` tokens; false (nothing changes) if the
+  // budget cannot cover it. Creates the sequence's state on first use.
+  bool reserve(int64_t id, int64_t tokens);
+  // Returns the sequence's blocks at once. Its state object retires: a forward in flight may
+  // still use it, so it is reset (and kept for reuse) only at recycle().
+  void release(int64_t id);
+  // Resets retired states for reuse; call when no forward is in flight.
+  void recycle();
+  model::SequenceState* state(int64_t id) const;
+  bool holds(int64_t id) const { return seqs_.count(id) > 0; }
+  int64_t held_blocks(int64_t id) const;
+  int64_t state_bytes() const;            // what the model's states hold right now
+
+ private:
+  struct Entry {
+    std::unique_ptr<model::SequenceState> state;
+    int64_t blocks = 0;
+  };
+  const model::CausalLM& model_;
+  int64_t total_blocks_;
+  int block_tokens_;
+  int64_t used_blocks_ = 0;
+  std::unordered_map<int64_t, Entry> seqs_;
+  std::vector<std::unique_ptr<model::SequenceState>> retiring_, spare_;
+};
+
+// Blocks that fit in `bytes` given the measured bytes of one block of state (0 bytes: unlimited).
+int64_t blocks_for_budget(int64_t bytes, int64_t bytes_per_block);
+
+}  // namespace deepinfer::cache

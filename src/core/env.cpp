@@ -1,0 +1,66 @@
+#include "core/env.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+const std::vector<EnvVar>& env_vars() {
+  static const std::vector<EnvVar> vars = {
+      // Build (read by build.sh).
+      {"DEEPINFER_ACCELERATOR", "", "cpu or nvidia: which backend build.sh builds (default: nvidia when a GPU is visible)"},
+      {"DEEPINFER_BUILD_TYPE", "Release", "CMake build type used by build.sh"},
+      {"DEEPINFER_BUILD_DIR", "build", "build folder used by build.sh and test.sh"},
+      {"DEEPINFER_BUILD_JOBS", "", "parallel compile jobs for build.sh (default: nproc)"},
+      // Runtime: engine.
+      {"DEEPINFER_CPU_THREADS", "", "worker threads of the CPU backend (default: hardware concurrency)"},
+      {"DEEPINFER_ASYNC_SCHEDULING", "1", "1: prepare step N+1 while step N's forward runs; 0: one step at a time"},
+      {"DEEPINFER_BATCH_INVARIANT", "0", "1: a request's logits are bitwise identical whatever else is in the batch"},
+      {"DEEPINFER_MAX_NUM_SEQS", "256", "default for max_num_seqs: sequences in one step"},
+      {"DEEPINFER_MAX_NUM_BATCHED_TOKENS", "2048", "default for max_num_batched_tokens: tokens in one step"},
+      {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},
+      {"DEEPINFER_STATE_BLOCK_TOKENS", "16", "tokens per state block (the unit of state accounting)"},
+      {"DEEPINFER_HF_MODEL_DIR", "", "local folder holding the model named by a repo id (skips the HF cache and download)"},
+      {"DEEPINFER_HF_ENDPOINT", "", "hub URL for downloads (default: HF_ENDPOINT, else https://huggingface.co)"},
+      // Features of the original DeepInfer (seeds); read by the speculative and YOCO paths.
+      {"DEEPINFER_ENABLE_MTP_VARLEN", "0", "1: DSpark variable-length drafting with confidence-scheduled verification"},
+      {"DEEPINFER_USE_NEXTN_DECODE", "5", "maximum draft length of MTP/DSpark decoding"},
+      {"DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", "", "compact: decoder SWA bounded replay (V4.1 default setting)"},
+      {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "140", "suffix kept by SWA bounded replay (must cover window + max backtrack)"},
+  };
+  return vars;
+}
+
+static const EnvVar& lookup(const char* name) {
+  const auto& vars = env_vars();
+  auto it = std::find_if(vars.begin(), vars.end(), [&](const EnvVar& v) { return std::string(v.name) == name; });
+  check(it != vars.end(), "environment variable ", name, " is not registered in src/core/env.cpp");
+  return *it;
+}
+
+std::string env_string(const char* name) {
+  const EnvVar& v = lookup(name);
+  const char* value = std::getenv(name);
+  return value && *value ? std::string(value) : std::string(v.default_value);
+}
+
+int64_t env_int(const char* name) {
+  std::string s = env_string(name);
+  if (s.empty()) return 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  check(end && *end == '\0', name, "=", s, " is not an integer");
+  return v;
+}
+
+bool env_bool(const char* name) {
+  std::string s = env_string(name);
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s.empty() || s == "0" || s == "false" || s == "no" || s == "off") return false;
+  fail(name, "=", s, " is not a boolean (use 1 or 0)");
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,434 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
+
+namespace deepinfer::engine {
+
+EngineOptions resolve_options(const EngineConfig& c) {
+  EngineOptions o;
+  o.max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : static_cast<int>(env_int("DEEPINFER_MAX_NUM_SEQS"));
+  o.max_num_batched_tokens = c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens
+                                                          : static_cast<int>(env_int("DEEPINFER_MAX_NUM_BATCHED_TOKENS"));
+  o.state_block_tokens = c.state_block_tokens > 0 ? c.state_block_tokens : static_cast<int>(env_int("DEEPINFER_STATE_BLOCK_TOKENS"));
+  o.num_state_blocks = c.num_state_blocks;
+  o.async_scheduling = c.async_scheduling.value_or(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
+  o.batch_invariant = c.batch_invariant.value_or(env_bool("DEEPINFER_BATCH_INVARIANT"));
+  o.seed = c.seed;
+  o.eos_token_ids = c.eos_token_ids;
+  if (c.max_model_len > 0) o.max_model_len = c.max_model_len;
+  check(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
+  check(o.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive, got ", o.max_num_batched_tokens);
+  return o;
+}
+
+// One step's work: the plan (built while the previous forward runs) and its results.
+struct Engine::Job {
+  struct Row {
+    int chunk;
+    int64_t position;                     // of the token whose logits this row holds
+    bool sample;                          // else: a prompt-logprobs row
+  };
+  std::vector<ScheduledChunk> chunks;
+  model::ForwardBatch batch;
+  std::vector<Row> rows;
+  std::vector<float> logits;
+  std::vector<sampling::SampleOutput> samples;             // per chunk
+  std::vector<std::string> sample_errors;                  // per chunk, "" = fine
+  std::vector<std::pair<int, PositionLogprobs>> prompt_lps;  // (chunk, logprobs of position+1)
+  std::vector<int64_t> prompt_lp_positions;
+  std::vector<bool> landed;                                // per chunk: its token was appended
+  bool failed = false;
+  std::string error;
+};
+
+// Runs jobs on one background thread (async scheduling) or inline.
+class Engine::Worker {
+ public:
+  explicit Worker(bool threaded) {
+    if (threaded) thread_ = std::thread([this] { loop(); });
+  }
+  ~Worker() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(std::function<void()> fn) {
+    if (!thread_.joinable()) return fn();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = std::move(fn);
+      busy_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || fn_; });
+      if (stop_) return;
+      auto fn = std::move(fn_);
+      fn_ = nullptr;
+      lock.unlock();
+      fn();
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> fn_;
+  bool busy_ = false, stop_ = false;
+};
+
+Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec> codec, EngineOptions options)
+    : model_(std::move(model)),
+      codec_(std::move(codec)),
+      options_(std::move(options)),
+      states_(*model_, options_.num_state_blocks, options_.state_block_tokens),
+      scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
+                  options_.batch_invariant, std::max(options_.state_block_tokens, 64)},
+                 states_),
+      worker_(std::make_unique<Worker>(options_.async_scheduling)) {}
+
+Engine::~Engine() {
+  if (inflight_) worker_->wait();
+}
+
+std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id) {
+  params.validate();
+  auto req = std::make_unique<Request>();
+  req->prompt_text = prompt.text;
+  req->prompt = prompt.token_ids;
+  if (req->prompt.empty() && !prompt.text.empty()) {
+    check(codec_ != nullptr, "this model has no tokenizer: pass token ids (prompt_token_ids) instead of text");
+    req->prompt = codec_->encode(prompt.text);
+  }
+  check(!req->prompt.empty(), "the prompt is empty");
+  const int64_t vocab = model_->vocab_size();
+  for (int32_t t : req->prompt) check(t >= 0 && t < vocab, "prompt token id ", t, " is outside the vocabulary [0, ", vocab, ")");
+  int64_t len = static_cast<int64_t>(req->prompt.size());
+  check(len < options_.max_model_len, "the prompt has ", len, " tokens, more than max_model_len - 1 = ",
+        options_.max_model_len - 1, " allows");
+  check(states_.can_ever_hold(len + 1), "the prompt needs ", states_.blocks_for(len + 1),
+        " state blocks but the state budget has only ", states_.total_blocks());
+  check(params.stop.empty() || codec_, "stop strings need a tokenizer, and this model has none");
+  for (auto [t, b] : params.logit_bias) check(t < vocab, "logit_bias token id ", t, " is outside the vocabulary");
+  req->params = params;
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  req->id = request_id.empty() ? std::to_string(id_counter_) : std::move(request_id);
+  ++id_counter_;
+  for (auto& r : incoming_) check(r->id != req->id, "request id '", req->id, "' is already in use");
+  check(!live_ids_.count(req->id), "request id '", req->id, "' is already in use");
+  live_ids_.insert(req->id);
+  req->seed = params.seed ? *params.seed : sampling::splitmix64(options_.seed ^ (id_counter_ * 0x2545F4914F6CDD1DULL));
+  incoming_.push_back(std::move(req));
+  return incoming_.back()->id;
+}
+
+void Engine::abort(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  aborts_.push_back(request_id);
+}
+
+bool Engine::has_unfinished() const {
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  return !live_ids_.empty();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.preemptions = scheduler_.num_preemptions();
+  return s;
+}
+
+void Engine::drain_incoming() {
+  std::vector<std::unique_ptr<Request>> added;
+  std::vector<std::string> aborted;
+  {
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    added.swap(incoming_);
+    aborted.swap(aborts_);
+  }
+  for (auto& r : added) {
+    r->prompt_logprobs.assign(1, {});  // the first prompt token has no context
+    for (int i = 0; i < r->params.n; ++i) {
+      auto s = std::make_unique<Sequence>();
+      s->id = next_seq_id_++;
+      s->request = r.get();
+      s->index = i;
+      s->tokens = r->prompt;
+      s->out.index = i;
+      scheduler_.add(s.get());
+      r->seqs.push_back(std::move(s));
+    }
+    std::string id = r->id;
+    requests_[id] = std::move(r);
+  }
+  for (auto& id : aborted) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    for (auto& s : it->second->seqs)
+      if (!s->finished()) finish(*s, "abort");
+  }
+}
+
+std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
+  auto job = std::make_unique<Job>();
+  job->chunks = std::move(chunks);
+  auto& b = job->batch;
+  b.seq_start.push_back(0);
+  for (int c = 0; c < static_cast<int>(job->chunks.size()); ++c) {
+    const ScheduledChunk& ch = job->chunks[c];
+    const Request& req = *ch.seq->request;
+    if (req.params.prompt_logprobs && ch.seq->index == 0) {
+      int64_t from = std::max<int64_t>(ch.start, static_cast<int64_t>(req.prompt_logprobs.size()) - 1);
+      for (int64_t p = from; p < ch.start + ch.count && p + 1 < ch.seq->prompt_len(); ++p) {
+        b.logit_rows.push_back(b.seq_start.back() + static_cast<int32_t>(p - ch.start));
+        job->rows.push_back({c, p, false});
+      }
+    }
+    if (ch.sample) {
+      b.logit_rows.push_back(b.seq_start.back() + ch.count - 1);
+      job->rows.push_back({c, ch.start + ch.count - 1, true});
+    }
+    b.seq_start.push_back(b.seq_start.back() + ch.count);
+  }
+  stats_.max_seqs_in_step = std::max<int>(stats_.max_seqs_in_step, static_cast<int>(job->chunks.size()));
+  return job;
+}
+
+void Engine::launch(std::unique_ptr<Job> job) {
+  // Fill the token ids now: tokens sampled by the step that just finished are known at last.
+  auto& b = job->batch;
+  b.token_ids.clear();
+  b.states.clear();
+  for (auto& ch : job->chunks) {
+    check(ch.start + ch.count <= static_cast<int64_t>(ch.seq->tokens.size()), "internal: token not resolved");
+    b.token_ids.insert(b.token_ids.end(), ch.seq->tokens.begin() + ch.start, ch.seq->tokens.begin() + ch.start + ch.count);
+    model::SequenceState* st = states_.state(ch.seq->id);
+    check(st->length() == ch.start, "internal: state of sequence ", ch.seq->id, " is at ", st->length(), ", chunk starts at ", ch.start);
+    b.states.push_back(st);
+  }
+  ++stats_.steps;
+  stats_.forward_tokens += static_cast<int64_t>(b.token_ids.size());
+  inflight_ = std::move(job);
+  Job* j = inflight_.get();
+  worker_->submit([this, j] { run_job(*j); });
+}
+
+void Engine::run_job(Job& job) {
+  try {
+    model_->forward(job.batch, job.logits);
+    check(job.logits.size() == job.rows.size() * static_cast<size_t>(model_->vocab_size()),
+          "the model returned ", job.logits.size(), " logits for ", job.rows.size(), " rows");
+  } catch (const std::exception& e) {
+    job.failed = true;
+    job.error = e.what();
+    return;
+  }
+  const int64_t vocab = model_->vocab_size();
+  job.samples.resize(job.chunks.size());
+  job.sample_errors.resize(job.chunks.size());
+  std::vector<float> scratch;
+  for (size_t r = 0; r < job.rows.size(); ++r) {
+    const auto& row = job.rows[r];
+    const Sequence& seq = *job.chunks[row.chunk].seq;
+    const Request& req = *seq.request;
+    std::span<const float> logits(job.logits.data() + r * vocab, vocab);
+    if (!row.sample) {
+      int top = *req.params.prompt_logprobs;
+      job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(logits, seq.tokens[row.position + 1], top));
+      job.prompt_lp_positions.push_back(row.position + 1);
+      continue;
+    }
+    try {
+      sampling::SampleInput in;
+      in.logits = logits;
+      in.params = &req.params;
+      in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
+      in.output = std::span<const int32_t>(seq.tokens.data() + seq.prompt_len(), row.position + 1 - seq.prompt_len());
+      if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
+      in.seed = req.seed;
+      in.stream = static_cast<uint64_t>(seq.index);
+      in.position = row.position + 1;
+      job.samples[row.chunk] = sampling::sample(in, scratch);
+    } catch (const std::exception& e) {
+      job.sample_errors[row.chunk] = e.what();
+    }
+  }
+}
+
+void Engine::resolve(Job& job) {
+  job.landed.assign(job.chunks.size(), false);
+  for (size_t c = 0; c < job.chunks.size(); ++c) {
+    const ScheduledChunk& ch = job.chunks[c];
+    Sequence& seq = *ch.seq;
+    if (!ch.sample) continue;
+    --seq.pending;
+    if (seq.finished() || !job.sample_errors[c].empty()) continue;  // errors finish in process()
+    const auto& s = job.samples[c];
+    seq.tokens.push_back(s.token);
+    seq.out.cumulative_logprob += s.logprob;
+    if (seq.request->params.logprobs) seq.out.logprobs.push_back(s.logprobs);
+    seq.isolate = false;
+    job.landed[c] = true;
+  }
+  for (size_t i = 0; i < job.prompt_lps.size(); ++i) {
+    Request& req = *job.chunks[job.prompt_lps[i].first].seq->request;
+    if (job.prompt_lp_positions[i] == static_cast<int64_t>(req.prompt_logprobs.size()))
+      req.prompt_logprobs.push_back(std::move(job.prompt_lps[i].second));
+  }
+}
+
+void Engine::recover_from_failure(Job& failed, Job* next) {
+  ++stats_.failed_batches;
+  std::vector<Sequence*> seqs;
+  for (auto& ch : failed.chunks) seqs.push_back(ch.seq);
+  bool alone = failed.chunks.size() == 1;
+  if (next)
+    for (auto& ch : next->chunks)
+      if (std::find(seqs.begin(), seqs.end(), ch.seq) == seqs.end()) seqs.push_back(ch.seq);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence* s = seqs[i];
+    s->pending = 0;  // nothing of the failed step or of the dropped plan lands
+    if (s->finished()) continue;
+    bool in_failed = i < failed.chunks.size();
+    if (in_failed && alone) {
+      s->request->error = "the model failed on this request: " + failed.error;
+      finish(*s, "error");
+      continue;
+    }
+    scheduler_.preempt(s);  // recomputed from scratch; what it generated is kept
+    if (in_failed) s->isolate = true;
+  }
+}
+
+void Engine::finish(Sequence& seq, const std::string& reason) {
+  seq.status = SeqStatus::Finished;
+  seq.out.finish_reason = reason;
+  seq.request->changed = true;
+  scheduler_.remove(&seq);
+}
+
+void Engine::process(Job& job) {
+  for (size_t c = 0; c < job.chunks.size(); ++c) {
+    Sequence& seq = *job.chunks[c].seq;
+    Request& req = *seq.request;
+    if (!job.chunks[c].sample || seq.finished()) continue;
+    req.changed = true;
+    if (!job.sample_errors[c].empty()) {
+      req.error = "sampling failed: " + job.sample_errors[c];
+      finish(seq, "error");
+      continue;
+    }
+    if (!job.landed[c]) continue;
+    const SamplingParams& p = req.params;
+    const int32_t tok = seq.tokens.back();
+    const int64_t n_out = seq.num_output();
+    if (codec_)
+      seq.text.update(*codec_, std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len()), p.skip_special_tokens);
+    const auto& eos = options_.eos_token_ids;
+    if (!p.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
+      finish(seq, "stop");
+    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end()) {
+      seq.out.stop_token = tok;
+      finish(seq, "stop");
+    } else if (auto hit = p.stop.empty() || n_out < p.min_tokens
+                              ? std::nullopt
+                              : seq.text.find_stop(p.stop, p.include_stop_str_in_output)) {
+      seq.out.stop_string = *hit;
+      finish(seq, "stop");
+    } else if (n_out >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
+      finish(seq, "length");
+    }
+  }
+}
+
+RequestOutput Engine::make_output(const Request& req) const {
+  RequestOutput o;
+  o.request_id = req.id;
+  o.prompt = req.prompt_text;
+  o.prompt_token_ids = req.prompt;
+  if (req.params.prompt_logprobs) o.prompt_logprobs = req.prompt_logprobs;
+  for (auto& s : req.seqs) {
+    CompletionOutput c = s->out;
+    c.text = s->text.text();
+    c.token_ids.assign(s->tokens.begin() + s->prompt_len(), s->tokens.end());
+    o.outputs.push_back(std::move(c));
+  }
+  o.finished = req.finished();
+  o.error = req.error;
+  return o;
+}
+
+void Engine::collect(std::vector<RequestOutput>& outs, bool include_unfinished) {
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    Request& req = *it->second;
+    bool done = req.finished();
+    if (req.changed && (done || include_unfinished)) outs.push_back(make_output(req));
+    req.changed = false;
+    if (!done) {
+      ++it;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(incoming_mu_);
+      live_ids_.erase(req.id);
+    }
+    retired_.push_back(std::move(it->second));  // an in-flight job may still point at it
+    it = requests_.erase(it);
+  }
+  if (!inflight_) retired_.clear();
+}
+
+std::vector<RequestOutput> Engine::step(bool include_unfinished) {
+  std::vector<RequestOutput> outs;
+  drain_incoming();
+  if (!inflight_) {
+    auto chunks = scheduler_.schedule();
+    if (!chunks.empty()) launch(plan(std::move(chunks)));
+  }
+  std::unique_ptr<Job> next;
+  if (inflight_ && options_.async_scheduling) {  // overlaps the forward of the in-flight step
+    auto chunks = scheduler_.schedule();
+    if (!chunks.empty()) next = plan(std::move(chunks));
+  }
+  if (inflight_) {
+    worker_->wait();
+    std::unique_ptr<Job> done = std::move(inflight_);
+    if (done->failed) {
+      recover_from_failure(*done, next.get());
+      next.reset();
+    } else {
+      resolve(*done);
+    }
+    // Safe point: no forward in flight, so released states can be reset and old requests freed.
+    states_.recycle();
+    retired_.clear();
+    if (next) launch(std::move(next));
+    if (!done->failed) process(*done);
+  }
+  collect(outs, include_unfinished);
+  return outs;
+}
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,102 @@
+// The engine core: requests come and go at any time; each step() schedules a flat batch of
+// prefill chunks and decode tokens, runs the model's forward and the sampler, and turns results
+// into outputs. With async scheduling, step N+1 is scheduled (and step N's results are
+// detokenized and checked for stops) while step N's forward runs on a worker thread.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/state_manager.h"
+#include "deepinfer/llm.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/text.h"
+#include "model/causal_lm.h"
+
+namespace deepinfer::engine {
+
+struct EngineOptions {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int64_t max_model_len = 4096;
+  int64_t num_state_blocks = 0;           // <= 0: unlimited
+  int state_block_tokens = 16;
+  bool async_scheduling = true;
+  bool batch_invariant = false;
+  uint64_t seed = 0;                      // seeds requests without seq_seed
+  std::vector<int32_t> eos_token_ids;
+};
+
+// Reads the DEEPINFER_* defaults and applies the config's explicit values on top.
+EngineOptions resolve_options(const EngineConfig& config);
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t forward_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t failed_batches = 0;
+  int max_seqs_in_step = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec> codec, EngineOptions options);
+  ~Engine();
+
+  // Thread-safe. Validates (throws deepinfer::Error naming the problem) and queues the request;
+  // it joins the next step. Returns the request id (generated when empty).
+  std::string add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id = "");
+  // Thread-safe. The request finishes with finish_reason "abort", keeping what it generated.
+  void abort(const std::string& request_id);
+
+  // Runs one step. Returns the requests that finished, and with include_unfinished also those
+  // that changed (cumulative outputs, for streaming).
+  std::vector<RequestOutput> step(bool include_unfinished = false);
+  bool has_unfinished() const;
+
+  const EngineOptions& options() const { return options_; }
+  const TextCodec* codec() const { return codec_.get(); }
+  model::CausalLM& model() { return *model_; }
+  EngineStats stats() const;
+
+ private:
+  struct Job;
+  class Worker;
+
+  void drain_incoming();
+  std::unique_ptr<Job> plan(std::vector<ScheduledChunk> chunks);
+  void launch(std::unique_ptr<Job> job);
+  void run_job(Job& job);                 // forward + sampling (worker thread)
+  void resolve(Job& job);                 // lands sampled tokens (no job in flight)
+  void process(Job& job);                 // stops, detokenization, finishes (overlaps the next forward)
+  void recover_from_failure(Job& failed, Job* next);
+  void finish(Sequence& seq, const std::string& reason);
+  RequestOutput make_output(const Request& req) const;
+  void collect(std::vector<RequestOutput>& outs, bool include_unfinished);
+
+  std::unique_ptr<model::CausalLM> model_;
+  std::unique_ptr<TextCodec> codec_;
+  EngineOptions options_;
+  cache::StateManager states_;
+  Scheduler scheduler_;
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<Job> inflight_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<std::unique_ptr<Request>> retired_;  // finished; freed when no job can see them
+  int64_t next_seq_id_ = 0;
+  EngineStats stats_;
+
+  mutable std::mutex incoming_mu_;        // guards the two queues below and id_counter_
+  std::vector<std::unique_ptr<Request>> incoming_;
+  std::vector<std::string> aborts_;
+  uint64_t id_counter_ = 0;
+  std::unordered_set<std::string> live_ids_;  // added and not yet reported finished
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,166 @@
+// The public LLM: resolves and loads the model and tokenizer, then drives the engine.
+#include "deepinfer/llm.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/hub.h"
+
+#ifdef DEEPINFER_HAVE_MODEL_LOADER
+#include "model/load.h"
+#endif
+#ifdef DEEPINFER_HAVE_TOKENIZER
+#include "tokenizer/tokenizer.h"
+#if __has_include("tokenizer/chat_encoding.h")
+#include "tokenizer/chat_encoding.h"
+#define DEEPINFER_HAVE_CHAT_ENCODING 1
+#endif
+#endif
+
+namespace fs = std::filesystem;
+
+namespace deepinfer {
+namespace {
+
+#ifdef DEEPINFER_HAVE_TOKENIZER
+class TokenizerCodec : public engine::TextCodec {
+ public:
+  explicit TokenizerCodec(tokenizer::Tokenizer tok) : tok_(std::move(tok)) {}
+  std::vector<int32_t> encode(const std::string& text) const override { return tok_.encode(text, true); }
+  std::string decode(std::span<const int32_t> ids, bool skip_special) const override { return tok_.decode(ids, skip_special); }
+  const tokenizer::Tokenizer& tokenizer() const { return tok_; }
+
+ private:
+  tokenizer::Tokenizer tok_;
+};
+#endif
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+std::vector<int32_t> eos_ids_of(const nlohmann::json& j) {
+  std::vector<int32_t> out;
+  if (!j.contains("eos_token_id")) return out;
+  const auto& e = j["eos_token_id"];
+  if (e.is_number_integer()) out.push_back(e.get<int32_t>());
+  if (e.is_array())
+    for (auto& v : e) if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  return out;
+}
+
+// Measures what one state block costs: one probe sequence of a block's worth of tokens.
+int64_t probe_bytes_per_block(model::CausalLM& m, int block_tokens) {
+  auto st = m.new_sequence();
+  model::ForwardBatch b;
+  b.token_ids.assign(block_tokens, 0);
+  b.seq_start = {0, block_tokens};
+  b.states = {st.get()};
+  std::vector<float> logits;
+  m.forward(b, logits);
+  return std::max<int64_t>(1, st->bytes());
+}
+
+std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
+                                            std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
+                                            const nlohmann::json& model_config) {
+  engine::EngineOptions o = engine::resolve_options(config);
+  if (config.max_model_len <= 0) {
+    o.max_model_len = model_config.value("max_position_embeddings", int64_t{4096});
+    o.max_model_len = std::min<int64_t>(o.max_model_len, 1 << 20);
+  }
+  if (o.eos_token_ids.empty()) o.eos_token_ids = eos_ids_of(model_config);
+  if (o.num_state_blocks <= 0) {
+    int64_t bytes = config.state_memory_bytes >= 0 ? config.state_memory_bytes
+                                                   : env_int("DEEPINFER_STATE_MEMORY_MB") << 20;
+    if (bytes > 0) o.num_state_blocks = cache::blocks_for_budget(bytes, probe_bytes_per_block(*model, o.state_block_tokens));
+  }
+  return std::make_unique<engine::Engine>(std::move(model), std::move(codec), o);
+}
+
+}  // namespace
+
+LLM::LLM(EngineConfig config) {
+  check(!config.model.empty(), "LLM: no model given");
+  model_dir_ = engine::resolve_model(config.model);
+  nlohmann::json cfg = read_json(fs::path(model_dir_) / "config.json");
+#ifdef DEEPINFER_HAVE_MODEL_LOADER
+  auto model = model::load_causal_lm(model_dir_);
+#else
+  fail("this build has no model loader (src/model/load.h)");
+  std::unique_ptr<model::CausalLM> model;
+#endif
+  std::unique_ptr<engine::TextCodec> codec;
+#ifdef DEEPINFER_HAVE_TOKENIZER
+  fs::path tok_dir = config.tokenizer.empty() ? fs::path(model_dir_) : fs::path(config.tokenizer);
+  if (fs::exists(tok_dir / "tokenizer.json") || fs::is_regular_file(tok_dir)) {
+    auto tok = tokenizer::Tokenizer::load(tok_dir.string());
+    if (config.eos_token_ids.empty() && eos_ids_of(cfg).empty() && tok.eos_id()) config.eos_token_ids = {*tok.eos_id()};
+    codec = std::make_unique<TokenizerCodec>(std::move(tok));
+  }
+#endif
+  engine_ = make_engine(std::move(model), std::move(codec), config, cfg);
+}
+
+LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {
+  nlohmann::json cfg = nlohmann::json::object();
+  if (config.max_model_len <= 0) cfg["max_position_embeddings"] = 4096;
+  engine_ = make_engine(std::move(model), nullptr, config, cfg);
+}
+
+LLM::LLM(std::unique_ptr<model::CausalLM> model, std::unique_ptr<engine::TextCodec> codec, EngineConfig config) {
+  nlohmann::json cfg = nlohmann::json::object();
+  if (config.max_model_len <= 0) cfg["max_position_embeddings"] = 4096;
+  engine_ = make_engine(std::move(model), std::move(codec), config, cfg);
+}
+
+LLM::~LLM() = default;
+
+engine::Engine& LLM::engine() { return *engine_; }
+std::string LLM::model_dir() const { return model_dir_; }
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+                                         const StreamCallback& on_update) {
+  check(params.size() == 1 || params.size() == prompts.size(), "generate: got ", params.size(),
+        " SamplingParams for ", prompts.size(), " prompts (give one, or one per prompt)");
+  // Validate everything before anything runs, so bad input never half-runs a batch.
+  for (auto& p : params) p.validate();
+  std::vector<std::string> ids;
+  try {
+    for (size_t i = 0; i < prompts.size(); ++i)
+      ids.push_back(engine_->add_request(prompts[i], params[params.size() == 1 ? 0 : i]));
+  } catch (const Error& e) {
+    for (auto& id : ids) engine_->abort(id);
+    while (engine_->has_unfinished()) engine_->step();
+    fail("prompt ", ids.size(), ": ", e.what());
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+  std::vector<RequestOutput> results(ids.size());
+  while (engine_->has_unfinished()) {
+    for (auto& out : engine_->step(static_cast<bool>(on_update))) {
+      if (on_update) on_update(out);
+      auto it = index.find(out.request_id);
+      if (out.finished && it != index.end()) results[it->second] = std::move(out);
+    }
+  }
+  return results;
+}
+
+std::vector<RequestOutput> LLM::chat(const std::vector<std::vector<ChatMessage>>& conversations,
+                                     const std::vector<SamplingParams>& params, const StreamCallback& on_update) {
+  check(engine_->codec() != nullptr, "chat needs a tokenizer, and this model has none");
+  std::vector<Prompt> prompts;
+  for (auto& conv : conversations) prompts.push_back(Prompt::from_ids(engine_->codec()->encode_chat(conv)));
+  return generate(prompts, params, on_update);
+}
+
+}  // namespace deepinfer

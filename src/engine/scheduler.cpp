@@ -1,0 +1,104 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace deepinfer::engine {
+
+void Scheduler::add(Sequence* seq) {
+  seq->status = SeqStatus::Waiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  states_.release(seq->id);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  states_.release(seq->id);
+  seq->num_computed = 0;  // recomputed from the start (prompt + what it generated) on readmission
+  seq->status = SeqStatus::Waiting;
+  waiting_.push_front(seq);
+  ++preemptions_;
+}
+
+int32_t Scheduler::chunk_size(const Sequence& seq, int64_t budget) const {
+  int64_t want = seq.known_len() - seq.num_computed;
+  if (want <= 0) return 0;
+  // Only an in-flight token is left to feed: skip it when that token already ends the sequence.
+  const SamplingParams& p = seq.request->params;
+  if (seq.pending > 0 && want == 1 &&
+      (seq.num_output() + seq.pending >= p.max_tokens || seq.known_len() >= config_.max_model_len))
+    return 0;
+  if (config_.batch_invariant && want > 1) {
+    int64_t c = config_.invariant_chunk;
+    want = std::min<int64_t>(want, c - seq.num_computed % c);
+    return want <= budget ? static_cast<int32_t>(want) : 0;  // never cut short by neighbours
+  }
+  return static_cast<int32_t>(std::min(want, budget));
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> out;
+  int64_t budget = config_.max_num_batched_tokens;
+  auto emit = [&](Sequence* s, int32_t count) {
+    bool sample = s->num_computed + count == s->known_len();
+    out.push_back({s, s->num_computed, count, sample});
+    s->num_computed += count;
+    if (sample) ++s->pending;
+    budget -= count;
+  };
+
+  // A sequence whose batch failed runs alone, so a failure can be pinned on one request.
+  for (auto& list : {std::vector<Sequence*>(waiting_.begin(), waiting_.end()), running_}) {
+    for (Sequence* s : list) {
+      if (!s->isolate) continue;
+      int32_t count = chunk_size(*s, budget);
+      if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
+      if (s->status == SeqStatus::Waiting) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+        running_.push_back(s);
+        s->status = SeqStatus::Running;
+      }
+      emit(s, count);
+      return out;
+    }
+  }
+  // (An isolated sequence that cannot get room this step falls through to normal scheduling.)
+
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    int32_t count = chunk_size(*s, budget);
+    if (count == 0) continue;
+    bool fits = true;
+    while (!states_.reserve(s->id, s->num_computed + count)) {
+      preempted = true;
+      Sequence* victim = running_.back();  // lowest priority, not yet scheduled this step
+      preempt(victim);
+      if (victim == s) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;
+    emit(s, count);
+  }
+  if (preempted) return out;  // let the preempted run first once room frees up
+
+  while (!waiting_.empty() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
+    Sequence* s = waiting_.front();
+    int32_t count = chunk_size(*s, budget);
+    if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
+    waiting_.pop_front();
+    running_.push_back(s);
+    s->status = SeqStatus::Running;
+    emit(s, count);
+  }
+  return out;
+}
+
+}  // namespace deepinfer::engine

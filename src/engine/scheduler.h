@@ -1,0 +1,58 @@
+// Chooses, each step, which sequences advance by how many tokens: running sequences first (decode
+// tokens and prefill chunks alike), then waiting ones in arrival order, under a token budget and a
+// sequence cap. Room for state comes from the state manager; when it runs out, the lowest-priority
+// running sequence is preempted (its state released, recomputed when it is admitted again).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "cache/state_manager.h"
+#include "engine/sequence.h"
+
+namespace deepinfer::engine {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int64_t max_model_len = 4096;
+  // Batch-invariant mode: prefill chunks end at multiples of this, whatever else is scheduled,
+  // so a sequence's chunking (and so its numerics) never depends on its neighbours.
+  bool batch_invariant = false;
+  int invariant_chunk = 256;
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t start = 0;                      // first position (== the state's length at launch)
+  int32_t count = 0;
+  bool sample = false;                    // the chunk ends at the last known token: draw the next
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, cache::StateManager& states) : config_(config), states_(states) {}
+
+  void add(Sequence* seq);                // joins the waiting queue
+  void remove(Sequence* seq);             // finished or aborted: leaves the queues, returns its state
+  // preempt() from outside (a failed batch): back to the front of the waiting queue.
+  void preempt(Sequence* seq);
+  std::vector<ScheduledChunk> schedule();
+
+  bool empty() const { return waiting_.empty() && running_.empty(); }
+  size_t num_running() const { return running_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  int64_t num_preemptions() const { return preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  int32_t chunk_size(const Sequence& seq, int64_t budget) const;
+
+  SchedulerConfig config_;
+  cache::StateManager& states_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;        // priority order: earlier = admitted earlier
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace deepinfer::engine

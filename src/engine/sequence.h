@@ -1,0 +1,57 @@
+// The engine's bookkeeping for requests and their sequences (one per sample, n of them).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepinfer/outputs.h"
+#include "deepinfer/sampling_params.h"
+#include "engine/text.h"
+
+namespace deepinfer::engine {
+
+struct Request;
+
+enum class SeqStatus { Waiting, Running, Finished };
+
+struct Sequence {
+  int64_t id = 0;                         // engine-unique; the state manager's key
+  Request* request = nullptr;
+  int index = 0;                          // sample index within the request (the RNG stream)
+  std::vector<int32_t> tokens;            // prompt + generated; appended when a step's results land
+  int64_t num_computed = 0;               // tokens scheduled into the state (ahead of results)
+  int pending = 0;                        // sampled tokens still in flight (async scheduling)
+  SeqStatus status = SeqStatus::Waiting;
+  bool isolate = false;                   // after a failed batch: runs alone until it succeeds
+  int64_t prompt_logprobs_done = 1;       // prompt positions whose logprobs are recorded
+  IncrementalText text;
+  CompletionOutput out;                   // finish fields, logprobs, cumulative logprob
+
+  int64_t prompt_len() const;
+  int64_t known_len() const { return static_cast<int64_t>(tokens.size()) + pending; }
+  int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - prompt_len(); }
+  bool finished() const { return status == SeqStatus::Finished; }
+};
+
+struct Request {
+  std::string id;
+  std::string prompt_text;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  uint64_t seed = 0;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<PositionLogprobs> prompt_logprobs;
+  std::string error;
+  bool changed = false;                   // has news for the next step's outputs
+  bool reported_final = false;
+
+  bool finished() const {
+    for (auto& s : seqs) if (!s->finished()) return false;
+    return true;
+  }
+};
+
+inline int64_t Sequence::prompt_len() const { return static_cast<int64_t>(request->prompt.size()); }
+
+}  // namespace deepinfer::engine

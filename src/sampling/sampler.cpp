@@ -1,0 +1,137 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "sampling/rng.h"
+
+namespace deepinfer::sampling {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// log of the softmax normalizer, accumulated in double in index order (fixed reduction order).
+double log_normalizer(std::span<const float> row) {
+  float m = *std::max_element(row.begin(), row.end());
+  if (!std::isfinite(m)) return m;
+  double s = 0;
+  for (float v : row) s += std::exp(static_cast<double>(v) - m);
+  return m + std::log(s);
+}
+
+// Larger value first; equal values: lower token id first (deterministic ties).
+struct ByValueDesc {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+};
+
+void apply_penalties(const SampleInput& in, std::vector<float>& x) {
+  const SamplingParams& p = *in.params;
+  if (p.repetition_penalty != 1.0f) {
+    auto penalize = [&](int32_t t) {
+      float& v = x[t];
+      v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+    };
+    std::vector<bool> seen(x.size(), false);
+    for (auto span : {in.prompt, in.output})
+      for (int32_t t : span)
+        if (!seen[t]) seen[t] = true, penalize(t);
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t t : in.output) ++counts[t];
+    for (auto [t, c] : counts) x[t] -= p.frequency_penalty * c + p.presence_penalty;
+  }
+}
+
+int32_t argmax(const std::vector<float>& x) {
+  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());  // first max wins
+}
+
+}  // namespace
+
+PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  double z = log_normalizer(logits);
+  auto lp = [&](int32_t t) { return static_cast<float>(logits[t] - z); };
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  int k = std::clamp<int>(top_n, 0, static_cast<int>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), ByValueDesc{logits.data()});
+  int rank = 1;  // the chosen token's rank: how many entries rank before it, plus one
+  for (size_t t = 0; t < logits.size(); ++t)
+    if (ByValueDesc{logits.data()}(static_cast<int32_t>(t), token)) ++rank;
+  PositionLogprobs out{{token, lp(token), rank}};
+  for (int i = 0; i < k; ++i)
+    if (idx[i] != token) out.push_back({idx[i], lp(idx[i]), i + 1});
+  return out;
+}
+
+SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
+  const SamplingParams& p = *in.params;
+  const int64_t vocab = static_cast<int64_t>(in.logits.size());
+  x.assign(in.logits.begin(), in.logits.end());
+  for (float v : x) check(!std::isnan(v), "the model produced NaN logits");
+
+  for (auto [t, b] : p.logit_bias)
+    if (t >= 0 && t < vocab) x[t] += b;
+  if (static_cast<int>(in.output.size()) < p.min_tokens) {
+    for (int32_t t : in.eos_token_ids) if (t >= 0 && t < vocab) x[t] = kNegInf;
+    for (int32_t t : p.stop_token_ids) if (t >= 0 && t < vocab) x[t] = kNegInf;
+  }
+  apply_penalties(in, x);
+  if (in.allowed_bitmask)
+    for (int64_t t = 0; t < vocab; ++t)
+      if (!(((*in.allowed_bitmask)[t >> 5] >> (t & 31)) & 1u)) x[t] = kNegInf;
+
+  SampleOutput out;
+  float best = *std::max_element(x.begin(), x.end());
+  check(best > kNegInf, "no token is allowed at position ", in.position);
+  if (p.temperature <= 0.0f) {
+    out.token = argmax(x);
+  } else {
+    for (float& v : x) v /= p.temperature;
+    best /= p.temperature;
+    if (p.min_p > 0.0f) {  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p)
+      float cut = best + std::log(p.min_p);
+      for (float& v : x) if (v < cut) v = kNegInf;
+    }
+    if ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f) {
+      std::vector<int32_t> idx;
+      for (int32_t t = 0; t < vocab; ++t) if (x[t] > kNegInf) idx.push_back(t);
+      size_t k = p.top_k > 0 ? std::min<size_t>(p.top_k, idx.size()) : idx.size();
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), ByValueDesc{x.data()});
+      size_t keep = k;
+      if (p.top_p < 1.0f) {  // minimal prefix whose mass reaches top_p; the crossing token stays
+        double z = 0, cum = 0;
+        for (size_t i = 0; i < k; ++i) z += std::exp(static_cast<double>(x[idx[i]]) - best);
+        for (keep = 0; keep < k;) {
+          cum += std::exp(static_cast<double>(x[idx[keep]]) - best) / z;
+          ++keep;
+          if (cum >= p.top_p) break;
+        }
+      }
+      for (size_t i = keep; i < idx.size(); ++i) x[idx[i]] = kNegInf;
+    }
+    // Gumbel-max: argmax(l_i + G_i), G_i = -log(-log U_i), U_i keyed by (seed, stream, position, i).
+    uint64_t key = draw_key(in.seed, in.stream, static_cast<uint64_t>(in.position));
+    double best_score = -std::numeric_limits<double>::infinity();
+    for (int64_t t = 0; t < vocab; ++t) {
+      if (x[t] == kNegInf) continue;
+      double score = x[t] - std::log(-std::log(uniform(key, static_cast<uint64_t>(t))));
+      if (score > best_score) best_score = score, out.token = static_cast<int32_t>(t);
+    }
+  }
+  if (p.logprobs) {
+    out.logprobs = position_logprobs(in.logits, out.token, *p.logprobs);
+    out.logprob = out.logprobs[0].logprob;
+  } else {
+    out.logprob = static_cast<float>(in.logits[out.token] - log_normalizer(in.logits));
+  }
+  return out;
+}
+
+}  // namespace deepinfer::sampling

@@ -1,0 +1,104 @@
+// Test doubles: a deterministic CausalLM whose logits are a pure function of the token history
+// (so runs with and without batching, chunking, preemption or async compare bitwise), and a
+// small text codec.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/text.h"
+#include "model/causal_lm.h"
+#include "sampling/rng.h"
+
+namespace deepinfer::testing {
+
+class HashState : public model::SequenceState {
+ public:
+  int64_t length() const override { return static_cast<int64_t>(chunks_total); }
+  int64_t bytes() const override { return 64 + 16 * chunks_total; }
+  void reset() override {
+    hash = 0x1234;
+    chunks_total = 0;
+    chunk_sizes.clear();
+  }
+  uint64_t hash = 0x1234;
+  int64_t chunks_total = 0;
+  std::vector<int32_t> chunk_sizes;       // how the engine fed this sequence
+};
+
+class HashLM : public model::CausalLM {
+ public:
+  explicit HashLM(int64_t vocab = 97, int32_t poison = -1) : vocab_(vocab), poison_(poison) {}
+  int64_t vocab_size() const override { return vocab_; }
+  std::unique_ptr<model::SequenceState> new_sequence() const override { return std::make_unique<HashState>(); }
+
+  // The logits after a history with this hash: a spread of values in [-4, 4).
+  static float logit(uint64_t hash, int64_t v) {
+    return static_cast<float>(sampling::splitmix64(hash ^ (v * 0x9e3779b97f4a7c15ULL)) >> 40) / 16777216.0f * 8 - 4;
+  }
+  static uint64_t next_hash(uint64_t h, int32_t token) { return sampling::splitmix64(h ^ (uint64_t(token) << 20)); }
+
+  void forward(const model::ForwardBatch& b, std::vector<float>& logits) override {
+    ++forwards;
+    for (int32_t t : b.token_ids)
+      if (t == poison_) throw std::runtime_error("poisoned token " + std::to_string(t));
+    logits.assign(b.logit_rows.size() * vocab_, 0.0f);
+    size_t row = 0;
+    for (size_t s = 0; s + 1 < b.seq_start.size(); ++s) {
+      auto* st = static_cast<HashState*>(b.states[s]);
+      st->chunk_sizes.push_back(b.seq_start[s + 1] - b.seq_start[s]);
+      for (int32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
+        st->hash = next_hash(st->hash, b.token_ids[i]);
+        ++st->chunks_total;
+        while (row < b.logit_rows.size() && b.logit_rows[row] == i) {
+          for (int64_t v = 0; v < vocab_; ++v) logits[row * vocab_ + v] = logit(st->hash, v);
+          ++row;
+        }
+      }
+    }
+    if (row != b.logit_rows.size()) throw std::runtime_error("logit_rows not in flat order");
+  }
+
+  // Reference: the logits row after feeding `history` from an empty state.
+  std::vector<float> logits_after(const std::vector<int32_t>& history) const {
+    uint64_t h = 0x1234;
+    for (int32_t t : history) h = next_hash(h, t);
+    std::vector<float> row(vocab_);
+    for (int64_t v = 0; v < vocab_; ++v) row[v] = logit(h, v);
+    return row;
+  }
+
+  std::atomic<int> forwards{0};
+
+ private:
+  int64_t vocab_;
+  int32_t poison_;
+};
+
+// Token t is 1-3 lowercase letters; tokens 90/91 are the two halves of "é" (a UTF-8 split).
+class LetterCodec : public engine::TextCodec {
+ public:
+  static std::string piece(int32_t t) {
+    if (t == 90) return "\xC3";
+    if (t == 91) return "\xA9";
+    std::string s;
+    for (int i = 0; i <= t % 3; ++i) s += static_cast<char>('a' + (t * 7 + i * 5) % 26);
+    return s;
+  }
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int32_t> ids;
+    for (char c : text) ids.push_back((c - 'a') * 3 % 89);  // any deterministic mapping
+    return ids;
+  }
+  std::string decode(std::span<const int32_t> ids, bool) const override {
+    std::string s;
+    for (int32_t t : ids) s += piece(t);
+    // A dangling lead byte renders as U+FFFD, as byte-level BPE tokenizers do.
+    if (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xE0) == 0xC0) s.back() = '?', s.replace(s.size() - 1, 1, "\xEF\xBF\xBD");
+    return s;
+  }
+};
+
+}  // namespace deepinfer::testing
