@@ -1,0 +1,211 @@
+// The sampler on hand-made logits: each processing stage, the seeded draw's determinism and its
+// distribution, logprobs, and parameter validation.
+#include "sampling/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace deepinfer::sampling {
+namespace {
+
+struct Fixture {
+  std::vector<float> logits;
+  SamplingParams params;
+  std::vector<int32_t> prompt, output, eos;
+  std::vector<float> scratch;
+  int32_t draw(uint64_t seed, int64_t position = 0, uint64_t stream = 0) {
+    SampleInput in;
+    in.logits = logits;
+    in.params = &params;
+    in.prompt = prompt;
+    in.output = output;
+    in.eos_token_ids = eos;
+    in.seed = seed;
+    in.stream = stream;
+    in.position = position;
+    return sample(in, scratch).token;
+  }
+  std::map<int32_t, int> histogram(int n) {
+    std::map<int32_t, int> h;
+    for (int s = 0; s < n; ++s) ++h[draw(s)];
+    return h;
+  }
+};
+
+TEST(Sampler, GreedyTakesTheLowestIndexOfTies) {
+  Fixture f{{1.0f, 3.0f, 3.0f, 2.0f}};
+  f.params.temperature = 0;
+  EXPECT_EQ(f.draw(1), 1);
+  EXPECT_EQ(f.draw(2), 1);
+}
+
+TEST(Sampler, SameCounterSameTokenAndPositionsDrawIndependently) {
+  Fixture f{std::vector<float>(50, 0.0f)};  // uniform
+  std::set<int32_t> seen;
+  for (int pos = 0; pos < 40; ++pos) {
+    int32_t t = f.draw(7, pos);
+    EXPECT_EQ(t, f.draw(7, pos));
+    seen.insert(t);
+  }
+  EXPECT_GT(seen.size(), 20u);                // positions get fresh noise
+  EXPECT_NE(f.draw(7, 3, 0), f.draw(7, 3, 1) + 1000);  // streams are separate keys (smoke)
+  int differ = 0;
+  for (int pos = 0; pos < 40; ++pos) differ += f.draw(7, pos, 0) != f.draw(7, pos, 1);
+  EXPECT_GT(differ, 30);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
+  Fixture f{{0.0f, 1.0f, 2.0f, -1.0f, 0.5f}};
+  f.params.temperature = 0.8f;
+  const int n = 40000;
+  auto h = f.histogram(n);
+  double z = 0;
+  for (float v : f.logits) z += std::exp(v / 0.8);
+  double chi2 = 0;
+  for (int t = 0; t < 5; ++t) {
+    double expect = n * std::exp(f.logits[t] / 0.8) / z;
+    chi2 += (h[t] - expect) * (h[t] - expect) / expect;
+  }
+  EXPECT_LT(chi2, 18.5);  // 4 degrees of freedom, p ~ 0.001
+}
+
+TEST(Sampler, TopKTopPMinPKeepOnlyTheirCandidates) {
+  Fixture f{{5.0f, 4.0f, 3.0f, 2.0f, 1.0f, 0.0f, 4.0f}};
+  f.params.temperature = 1.0f;
+  f.params.top_k = 3;  // 0, then the 4.0 tie (1 and 6: lower index first), so {0, 1, 6}
+  for (auto [t, c] : f.histogram(3000)) EXPECT_TRUE(t == 0 || t == 1 || t == 6) << t;
+  f.params.top_k = 0;
+  f.params.top_p = 0.6f;  // p(0) ~ 0.51 < 0.6: the crossing token stays (1; its tie 6 does not)
+  auto h = f.histogram(3000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(0) && h.count(1));
+  f.params.top_p = 1.0f;
+  f.params.min_p = 0.3f;  // keep p >= 0.3 p_max: logits >= 5 + ln 0.3 = 3.8
+  for (auto [t, c] : f.histogram(3000)) EXPECT_TRUE(t == 0 || t == 1 || t == 6) << t;
+  f.params.top_k = 1;
+  f.params.min_p = 0;
+  EXPECT_EQ(f.histogram(200).size(), 1u);
+}
+
+TEST(Sampler, PenaltiesBiasAndMinTokens) {
+  Fixture f{{2.0f, 1.9f, -1.0f, -1.1f}};
+  f.params.temperature = 0;
+  EXPECT_EQ(f.draw(0), 0);
+  f.prompt = {0};
+  f.params.repetition_penalty = 1.1f;  // 2.0 / 1.1 < 1.9
+  EXPECT_EQ(f.draw(0), 1);
+  f.params.repetition_penalty = 1.0f;
+  f.logits = {-1.0f, -1.05f, -5.0f, -6.0f};
+  f.prompt = {0};
+  f.params.repetition_penalty = 1.1f;  // negative logits are multiplied: -1.1 < -1.05
+  EXPECT_EQ(f.draw(0), 1);
+  f.params.repetition_penalty = 1.0f;
+  f.output = {1, 1};
+  f.params.frequency_penalty = 0.01f;  // 1: -1.05 - 0.02 < -1.0 (0 stays best)
+  EXPECT_EQ(f.draw(0), 0);
+  f.output = {0};
+  f.params.frequency_penalty = 0;
+  f.params.presence_penalty = 0.1f;  // 0 seen once: -1.1 < -1.05
+  EXPECT_EQ(f.draw(0), 1);
+  f.params.presence_penalty = 0;
+  f.params.logit_bias = {{3, 10.0f}};
+  EXPECT_EQ(f.draw(0), 3);
+  f.eos = {3};
+  f.params.min_tokens = 2;  // one token generated so far: EOS masked
+  EXPECT_EQ(f.draw(0), 0);
+  f.params.stop_token_ids = {0};
+  EXPECT_EQ(f.draw(0), 1);
+  f.output = {2, 2};  // min_tokens reached
+  EXPECT_EQ(f.draw(0), 3);
+}
+
+TEST(Sampler, LogprobsAreOfTheRawDistributionWithRanks) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
+  auto lp = position_logprobs(logits, 2, 2);
+  double z = std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + std::exp(0.0));
+  ASSERT_EQ(lp.size(), 2u);  // the chosen token, then top-2 without duplicating it
+  EXPECT_EQ(lp[0].token_id, 2);
+  EXPECT_EQ(lp[0].rank, 2);
+  EXPECT_NEAR(lp[0].logprob, 2.0 - z, 1e-6);
+  EXPECT_EQ(lp[1].token_id, 1);
+  EXPECT_EQ(lp[1].rank, 1);
+  Fixture f{logits};
+  f.params.temperature = 0;
+  f.params.logprobs = 0;
+  SampleInput in;
+  in.logits = logits;
+  in.params = &f.params;
+  auto out = sample(in, f.scratch);
+  EXPECT_EQ(out.token, 1);
+  EXPECT_NEAR(out.logprob, 3.0 - z, 1e-6);
+  ASSERT_EQ(out.logprobs.size(), 1u);
+}
+
+TEST(Sampler, NanLogitsAndFullyMaskedRowsAreErrors) {
+  Fixture f{{0.0f, NAN}};
+  EXPECT_THROW(f.draw(0), Error);
+  Fixture g{{0.0f, 1.0f}};
+  std::vector<uint32_t> none = {0};
+  SampleInput in;
+  in.logits = g.logits;
+  in.params = &g.params;
+  in.allowed_bitmask = &none;
+  EXPECT_THROW(sample(in, g.scratch), Error);
+}
+
+TEST(SamplingParams, ValidateNamesTheField) {
+  auto msg = [](SamplingParams p) {
+    try {
+      p.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  SamplingParams p;
+  EXPECT_EQ(msg(p), "");
+  p.n = 0;
+  EXPECT_NE(msg(p).find("n must"), std::string::npos);
+  p = {};
+  p.max_tokens = 0;
+  EXPECT_NE(msg(p).find("max_tokens"), std::string::npos);
+  p = {};
+  p.min_tokens = 20;
+  EXPECT_NE(msg(p).find("min_tokens"), std::string::npos);
+  p = {};
+  p.repetition_penalty = 0;
+  EXPECT_NE(msg(p).find("repetition_penalty"), std::string::npos);
+  p = {};
+  p.stop = {""};
+  EXPECT_NE(msg(p).find("stop"), std::string::npos);
+  p = {};
+  p.so_args = "not json";
+  EXPECT_NE(msg(p).find("so_args"), std::string::npos);
+  p.so_args = R"({"schema_type": "json", "schema": {"type": "object"}})";
+  EXPECT_EQ(msg(p), "");
+}
+
+TEST(Env, EveryVariableHasAMeaningAndDefaultsApply) {
+  for (auto& v : env_vars()) {
+    EXPECT_EQ(std::string(v.name).rfind("DEEPINFER_", 0), 0u);
+    EXPECT_GT(std::string(v.meaning).size(), 10u);
+  }
+  EXPECT_EQ(env_int("DEEPINFER_USE_NEXTN_DECODE"), 5);
+  EXPECT_EQ(env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS"), 140);
+  setenv("DEEPINFER_ASYNC_SCHEDULING", "0", 1);
+  EXPECT_FALSE(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
+  setenv("DEEPINFER_ASYNC_SCHEDULING", "maybe", 1);
+  EXPECT_THROW(env_bool("DEEPINFER_ASYNC_SCHEDULING"), Error);
+  unsetenv("DEEPINFER_ASYNC_SCHEDULING");
+  EXPECT_TRUE(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
+  EXPECT_THROW(env_string("DEEPINFER_NOT_A_VARIABLE"), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer::sampling
