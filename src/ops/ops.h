@@ -57,6 +57,17 @@ class Backend {
   virtual void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
   // In-place FP4 e2m1 fake quantization with UE8M0 scales per `block` channels (fp4_act_quant).
   virtual void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
+  // In-place FP4 e2m1 fake quantization with E4M3 (non power of two) scales per `block` channels:
+  // s = e4m3(max(amax, 6*2^-9) / 6) (V4.1's compressed KV, block 16).
+  virtual void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
+  // In-place round to bf16 (RNE), to mimic a reference that computes in bf16.
+  virtual void round_bf16(float* x, int64_t n) = 0;
+  // sparse_attention as DeepSeek's V4.1 kernel computes it: an online softmax over blocks of `block`
+  // indices, the running max starting at -1e30 and excluding the sink, probabilities rounded to bf16
+  // (relative to the running max) before the P.V product, exp(sink - max) added to the denominator.
+  virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                                       const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                                       float* out) = 0;
 };
 
 Backend& cpu_backend();

@@ -212,6 +212,65 @@ void CpuBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t blo
     }
 }
 
+void CpuBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) {
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -9);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < dim; b += block) {
+      float* v = x + r * dim + b;
+      int64_t n = std::min(block, dim - b);
+      float amax = floor_amax;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+      float s = e4m3_to_float(float_to_e4m3(std::min(amax / kE2M1Max, kE4M3Max)));
+      for (int64_t i = 0; i < n; ++i) v[i] = e2m1_to_float(float_to_e2m1(std::clamp(v[i] / s, -kE2M1Max, kE2M1Max))) * s;
+    }
+}
+
+void CpuBackend::round_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
+void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
+                                         const float* pool, const int32_t* idx, int64_t k, const float* sink,
+                                         float scale, int64_t block, float* out) {
+  parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
+    std::vector<float> s(block), acc(dim);
+    for (int64_t a = a0; a < a1; ++a) {
+      const int64_t t = a / heads, h = a % heads;
+      const float* qv = q + a * dim;
+      const int32_t* it = idx + t * k;
+      float m = -1e30f, z = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j0 = 0; j0 < k; j0 += block) {
+        const int64_t n = std::min(block, k - j0);
+        float bm = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          const int32_t r = it[j0 + j];
+          s[j] = r >= 0 ? dot(qv, pool + static_cast<int64_t>(r) * dim, dim) * scale
+                        : -std::numeric_limits<float>::infinity();
+          bm = std::max(bm, s[j]);
+        }
+        const float m_new = std::max(m, bm), rescale = std::exp(m - m_new);
+        float psum = 0.0f;
+        for (int64_t c = 0; c < dim; ++c) acc[c] *= rescale;
+        for (int64_t j = 0; j < n; ++j) {
+          const int32_t r = it[j0 + j];
+          const float p = r >= 0 ? std::exp(s[j] - m_new) : 0.0f;
+          psum += p;
+          if (r < 0) continue;
+          const float pb = bf16_to_float(float_to_bf16(p));
+          const float* v = pool + static_cast<int64_t>(r) * dim;
+          for (int64_t c = 0; c < dim; ++c) acc[c] += pb * v[c];
+        }
+        z = z * rescale + psum;
+        m = m_new;
+      }
+      z += std::exp(sink[h] - m);
+      float* o = out + a * dim;
+      for (int64_t c = 0; c < dim; ++c) o[c] = acc[c] / z;
+    }
+  }, 4);
+}
+
 }  // namespace deepinfer::cpu
 
 namespace deepinfer::ops {

@@ -22,6 +22,11 @@ class CpuBackend final : public ops::Backend {
               float* h) override;
   void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  void round_bf16(float* x, int64_t n) override;
+  void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                               const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                               float* out) override;
 };
 
 // Dot product in a fixed order (8 interleaved partial sums, then a fixed tree), vectorizable.
