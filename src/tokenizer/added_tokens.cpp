@@ -49,7 +49,7 @@ uint32_t cp_after(std::string_view t, size_t i, uint32_t& len) {
   return s.cp;
 }
 bool is_space(uint32_t cp) { return char_class(cp) & kSpace; }
-bool is_word(uint32_t cp) { return cp == '_' || (char_class(cp) & kAlnum); }
+bool is_word(uint32_t cp) { return cp == '_' || (char_class(cp) & (kLetter | kNumber)); }
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 #include <oniguruma.h>
 
 #include <array>
-#include <atomic>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -64,39 +64,27 @@ bool Regex::search(std::string_view text, size_t from, size_t& match_begin, size
   return true;
 }
 
+#include "tokenizer/unicode_tables.inc"
+
 uint8_t char_class(uint32_t cp) {
-  // Code points are classified once per 256-block on first use; Oniguruma answers each query.
-  static const std::array<OnigCtype, 6> ctypes = [] {
-    init_onig();
-    std::array<OnigCtype, 6> t{};
-    const char* names[6] = {"L", "M", "N", "P", "S", "Alnum"};
-    for (int i = 0; i < 6; ++i) {
-      auto n = reinterpret_cast<const OnigUChar*>(names[i]);
-      t[i] = ONIGENC_PROPERTY_NAME_TO_CTYPE(ONIG_ENCODING_UTF8, const_cast<OnigUChar*>(n),
-                                            const_cast<OnigUChar*>(n + std::char_traits<char>::length(names[i])));
-    }
+  // One byte per code point (1.1 MB), filled once from the generated ranges of HF's Unicode data.
+  static const std::vector<uint8_t> table = [] {
+    std::vector<uint8_t> t(0x110000, 0);
+    auto fill = [&](const uint32_t (*r)[2], size_t n, uint8_t bit) {
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t c = r[i][0]; c <= r[i][1]; ++c) t[c] |= bit;
+    };
+#define DEEPINFER_FILL(name) fill(name##Ranges, std::size(name##Ranges), name)
+    DEEPINFER_FILL(kLetter);
+    DEEPINFER_FILL(kMark);
+    DEEPINFER_FILL(kNumber);
+    DEEPINFER_FILL(kPunct);
+    DEEPINFER_FILL(kSymbol);
+    DEEPINFER_FILL(kSpace);
+#undef DEEPINFER_FILL
     return t;
   }();
-  constexpr uint32_t kBlocks = 0x110000 / 256;
-  static std::array<std::atomic<const uint8_t*>, kBlocks> blocks{};
-  if (cp >= 0x110000) return 0;
-  const uint8_t* block = blocks[cp >> 8].load(std::memory_order_acquire);
-  if (!block) {
-    auto* b = new uint8_t[256];
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = (cp & ~0xFFu) | i;
-      uint8_t bits = 0;
-      const uint8_t flags[6] = {kLetter, kMark, kNumber, kPunct, kSymbol, kAlnum};
-      for (int k = 0; k < 6; ++k)
-        if (ONIGENC_IS_CODE_CTYPE(ONIG_ENCODING_UTF8, c, ctypes[k])) bits |= flags[k];
-      if (ONIGENC_IS_CODE_CTYPE(ONIG_ENCODING_UTF8, c, ONIGENC_CTYPE_SPACE)) bits |= kSpace;
-      b[i] = bits;
-    }
-    const uint8_t* expected = nullptr;
-    if (blocks[cp >> 8].compare_exchange_strong(expected, b)) block = b;
-    else delete[] b, block = expected;  // another thread won; use its table
-  }
-  return block[cp & 0xFF];
+  return cp < 0x110000 ? table[cp] : 0;
 }
 
 }  // namespace deepinfer::tokenizer

@@ -25,7 +25,7 @@ const char* kUsage =
     "       deepinfer tokenize --tokenizer PATH [--skip-special-tokens] --decode ID,ID,...\n"
     "       deepinfer tokenize --tokenizer PATH [--add-special-tokens] --jsonl < lines\n"
     "PATH is a tokenizer.json file or a folder holding one. --text - reads stdin.\n"
-    "--jsonl: each stdin line is a JSON string; prints {\"ids\":[...],\"text\":decode(ids)} per line.\n";
+    "--jsonl: each stdin line is a JSON string; prints {\"ids\":[...],\"text\":decode(ids),\"skip\":decode(ids, skip special)}.\n";
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -82,7 +82,7 @@ int run(const std::vector<std::string>& args) {
     while (std::getline(std::cin, line)) {
       std::string s = nlohmann::json::parse(line).get<std::string>();
       auto ids = tok.encode(s, add_special);
-      nlohmann::json o = {{"ids", ids}, {"text", tok.decode(ids, false)}};
+      nlohmann::json o = {{"ids", ids}, {"text", tok.decode(ids, false)}, {"skip", tok.decode(ids, true)}};
       std::string dumped = o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       std::fwrite(dumped.data(), 1, dumped.size(), stdout);
       std::fputc('\n', stdout);
