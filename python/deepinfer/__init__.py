@@ -1,0 +1,12 @@
+"""DeepInfer: an inference engine for DeepSeek V4 / V4.1, with vLLM's offline API.
+
+    from deepinfer import LLM, SamplingParams
+    llm = LLM(model="deepseek-ai/DeepSeek-V4.1-Flash-1017")
+    out = llm.generate("Hello", SamplingParams(max_tokens=32))
+    print(out[0].outputs[0].text)
+"""
+from .sampling_params import SamplingParams
+from .outputs import CompletionOutput, Logprob, RequestOutput
+from .llm import LLM, env_vars, resolve_model
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "env_vars", "resolve_model"]
