@@ -1,0 +1,112 @@
+// `deepinfer generate`: offline generation from the command line.
+//   deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3)... [--chat]
+//                      [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "core/error.h"
+#include "deepinfer/llm.h"
+
+namespace deepinfer::cli {
+namespace {
+
+const char* kUsage =
+    "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
+    "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
+    "                          [--ignore-eos] [--max-model-len N] [--json]\n"
+    "  --prompt / --prompt-ids may repeat: one output per prompt, in order.\n"
+    "  --temperature 0 is greedy. --json prints one object per prompt:\n"
+    "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\"}\n";
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    check(used == item.size(), "--prompt-ids: '", item, "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+int run_generate(const std::vector<std::string>& args) {
+  EngineConfig config;
+  SamplingParams params;
+  std::vector<Prompt> prompts;
+  bool chat = false, json = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (a == "--chat") { chat = true; continue; }
+    if (a == "--json") { json = true; continue; }
+    if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
+    check(i + 1 < args.size(), "option ", a, " needs a value (see deepinfer generate --help)");
+    const std::string& v = args[++i];
+    auto number = [&](auto parse) {
+      try {
+        return parse(v);
+      } catch (...) {
+        fail("option ", a, ": '", v, "' is not a number");
+      }
+    };
+    if (a == "--model") config.model = v;
+    else if (a == "--prompt") prompts.push_back(Prompt::from_text(v));
+    else if (a == "--prompt-ids") prompts.push_back(Prompt::from_ids(parse_ids(v)));
+    else if (a == "--max-tokens") params.max_tokens = number([](auto& s) { return std::stoi(s); });
+    else if (a == "--temperature") params.temperature = number([](auto& s) { return std::stof(s); });
+    else if (a == "--top-p") params.top_p = number([](auto& s) { return std::stof(s); });
+    else if (a == "--top-k") params.top_k = number([](auto& s) { return std::stoi(s); });
+    else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
+    else if (a == "--max-model-len") config.max_model_len = number([](auto& s) { return std::stoll(s); });
+    else fail("unknown option ", a, " (see deepinfer generate --help)");
+  }
+  check(!config.model.empty(), "--model is required (see deepinfer generate --help)");
+  check(!prompts.empty(), "give a prompt with --prompt TEXT or --prompt-ids 1,2,3");
+  LLM llm(config);
+  std::vector<RequestOutput> outs;
+  if (chat) {
+    std::vector<std::vector<ChatMessage>> convs;
+    for (auto& p : prompts) {
+      check(!p.text.empty(), "--chat takes --prompt TEXT (the user message)");
+      convs.push_back({{"user", p.text}});
+    }
+    outs = llm.chat(convs, {params});
+  } else {
+    outs = llm.generate(prompts, {params});
+  }
+  for (auto& o : outs) {
+    const CompletionOutput& c = o.outputs.at(0);
+    if (json) {
+      nlohmann::json j = {{"token_ids", c.token_ids}, {"text", c.text}, {"finish_reason", c.finish_reason}};
+      if (!o.error.empty()) j["error"] = o.error;
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (!c.text.empty()) {
+      std::cout << c.text << "\n";
+    } else {
+      for (size_t i = 0; i < c.token_ids.size(); ++i) std::cout << (i ? "," : "") << c.token_ids[i];
+      std::cout << "\n";
+    }
+    if (!o.error.empty()) std::cerr << "deepinfer generate: request " << o.request_id << " failed: " << o.error << "\n";
+  }
+  return 0;
+}
+
+const CommandRegistration registration({"generate", "generate text or token ids from prompts", run_generate});
+
+}  // namespace
+}  // namespace deepinfer::cli
