@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from deepinfer import LLM, CompletionOutput, RequestOutput, SamplingParams
-from helpers import GOLDENS, TOKENIZER, golden
+from engine_helpers import GOLDENS, TOKENIZER, golden
 
 
 def greedy(n, **kw):
