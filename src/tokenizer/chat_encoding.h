@@ -1,0 +1,77 @@
+// DeepSeek V4 / V4.1 chat prompt rendering and model-output parsing (DSML tool calls).
+// A port of DeepSeek's Python encoders (encoding_dsv4.py, V4.1 encoding.py); see docs/tokenizer.md.
+// Rendering produces text with special-token strings; encode it with add_special_tokens=false so
+// the ids come from the tokenizer file.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::tokenizer {
+
+enum class ChatFormat { kV4, kV41 };
+
+struct ToolCall {
+  std::string id;         // optional; orders the tool results that answer it
+  std::string name;
+  std::string arguments;  // JSON text of an object (OpenAI style)
+};
+
+struct Message {
+  // "system", "user", "assistant", "tool", "latest_reminder"; "developer" (V4 only).
+  std::string role;
+  std::string content;
+  std::string reasoning_content;       // assistant: the thinking text
+  std::vector<ToolCall> tool_calls;    // assistant
+  std::string tool_call_id;            // tool: which call this result answers
+  nlohmann::ordered_json tools;        // system/developer: OpenAI tool list ([{"type":"function","function":{...}}])
+  nlohmann::ordered_json response_format;  // system/developer: a JSON schema to answer in
+  std::optional<std::string> task;     // internal task tokens: action, query, authority, domain, title, read_url
+  bool wo_eos = false;                 // assistant: leave the turn open (no end-of-sentence)
+};
+
+struct ChatOptions {
+  bool thinking = false;               // thinking mode (<think>) vs chat mode (</think>)
+  bool drop_thinking = true;           // drop reasoning of turns before the last user turn (kept with tools)
+  bool add_bos = true;                 // BOS once, at the start
+  bool add_generation_prompt = true;   // the assistant header after the last user turn
+  // V4: "" / "high" (nothing) or "max" (the fixed paragraph). V4.1: "" (= "high"), "low", "high",
+  // "xhigh", "max" or a number "1".."100"; rendered in thinking mode only.
+  std::string reasoning_effort;
+};
+
+// The prompt text. Throws deepinfer::Error on messages the format cannot express.
+std::string render_v4(std::span<const Message> messages, const ChatOptions& options = {});
+std::string render_v41(std::span<const Message> messages, const ChatOptions& options = {});
+std::string render_chat(ChatFormat format, std::span<const Message> messages, const ChatOptions& options = {});
+
+// The special tokens of the chat format, with ids read from the tokenizer file.
+struct ChatTokens {
+  int32_t bos, eos, user, assistant, think_begin, think_end, dsml;
+  std::optional<int32_t> system;  // <｜System｜>, V4.1 only
+  static ChatTokens from(const Tokenizer& tok);  // throws when one is missing
+};
+
+// One assistant turn parsed from the model's output text (decoded without skipping special tokens).
+struct ParsedMessage {
+  std::string reasoning_content;  // text before </think> (thinking mode)
+  std::string content;            // the answer
+  std::vector<ToolCall> tool_calls;  // arguments: a JSON object text
+  bool ended = false;             // the text ended with <｜end▁of▁sentence｜>
+};
+
+// thinking: the prompt ended with <think>, so the output starts with reasoning. The trailing EOS
+// may be present or already stripped. Throws deepinfer::Error naming the problem on malformed markup.
+ParsedMessage parse_completion(std::string_view text, ChatFormat format, bool thinking);
+
+// json.dumps(value, ensure_ascii=False) of Python: the spacing DeepSeek's encoders produce.
+std::string python_json_dumps(const nlohmann::ordered_json& value);
+
+}  // namespace deepinfer::tokenizer
