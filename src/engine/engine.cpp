@@ -133,6 +133,17 @@ std::string Engine::add_request(const Prompt& prompt, const SamplingParams& para
   check(params.stop.empty() || codec_, "stop strings need a tokenizer, and this model has none");
   for (auto [t, b] : params.logit_bias) check(t < vocab, "logit_bias token id ", t, " is outside the vocabulary");
   req->params = params;
+  if (!params.so_args.empty()) {
+    check(codec_ != nullptr, "structured output (so_args) needs a tokenizer, and this model has none");
+    std::lock_guard<std::mutex> lock(grammar_mu_);
+    if (!grammar_) {
+      std::vector<std::string> bytes = codec_->token_bytes();
+      bytes.resize(vocab);  // the logit width; ids past the tokenizer are never text
+      grammar_ = make_grammar_compiler(std::move(bytes), options_.eos_token_ids);
+    }
+    check(grammar_ != nullptr, "this build has no structured-output library");
+    for (int i = 0; i < params.n; ++i) req->grammars.push_back(grammar_->make(params.so_args));
+  }
   std::lock_guard<std::mutex> lock(incoming_mu_);
   req->id = request_id.empty() ? std::to_string(id_counter_) : std::move(request_id);
   ++id_counter_;
@@ -177,6 +188,7 @@ void Engine::drain_incoming() {
       s->index = i;
       s->tokens = r->prompt;
       s->out.index = i;
+      if (!r->grammars.empty()) s->grammar = r->grammars[i];
       scheduler_.add(s.get());
       r->seqs.push_back(std::move(s));
     }
@@ -249,6 +261,7 @@ void Engine::run_job(Job& job) {
   job.samples.resize(job.chunks.size());
   job.sample_errors.resize(job.chunks.size());
   std::vector<float> scratch;
+  std::vector<uint32_t> mask;
   for (size_t r = 0; r < job.rows.size(); ++r) {
     const auto& row = job.rows[r];
     const Sequence& seq = *job.chunks[row.chunk].seq;
@@ -270,6 +283,10 @@ void Engine::run_job(Job& job) {
       in.seed = req.seed;
       in.stream = static_cast<uint64_t>(seq.index);
       in.position = row.position + 1;
+      if (seq.grammar) {  // its matcher has consumed every landed token (resolve runs first)
+        seq.grammar->fill_bitmask(mask, vocab);
+        in.allowed_bitmask = &mask;
+      }
       job.samples[row.chunk] = sampling::sample(in, scratch);
     } catch (const std::exception& e) {
       job.sample_errors[row.chunk] = e.what();
@@ -286,6 +303,10 @@ void Engine::resolve(Job& job) {
     --seq.pending;
     if (seq.finished() || !job.sample_errors[c].empty()) continue;  // errors finish in process()
     const auto& s = job.samples[c];
+    if (seq.grammar && !seq.grammar->accept(s.token)) {
+      job.sample_errors[c] = "structured output: the grammar rejected token " + std::to_string(s.token);
+      continue;
+    }
     seq.tokens.push_back(s.token);
     seq.out.cumulative_logprob += s.logprob;
     if (seq.request->params.logprobs) seq.out.logprobs.push_back(s.logprobs);
@@ -356,6 +377,8 @@ void Engine::process(Job& job) {
                               ? std::nullopt
                               : seq.text.find_stop(p.stop, p.include_stop_str_in_output)) {
       seq.out.stop_string = *hit;
+      finish(seq, "stop");
+    } else if (seq.grammar && seq.grammar->terminated()) {
       finish(seq, "stop");
     } else if (n_out >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
       finish(seq, "length");

@@ -13,6 +13,7 @@
 
 #include "cache/state_manager.h"
 #include "deepinfer/llm.h"
+#include "engine/grammar.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/text.h"
@@ -86,6 +87,8 @@ class Engine {
   Scheduler scheduler_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<Job> inflight_;
+  std::mutex grammar_mu_;
+  std::unique_ptr<GrammarCompiler> grammar_;  // built on the first so_args request
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished; freed when no job can see them

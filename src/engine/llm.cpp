@@ -33,7 +33,26 @@ class TokenizerCodec : public engine::TextCodec {
   explicit TokenizerCodec(tokenizer::Tokenizer tok) : tok_(std::move(tok)) {}
   std::vector<int32_t> encode(const std::string& text) const override { return tok_.encode(text, true); }
   std::string decode(std::span<const int32_t> ids, bool skip_special) const override { return tok_.decode(ids, skip_special); }
-  const tokenizer::Tokenizer& tokenizer() const { return tok_; }
+  std::vector<std::string> token_bytes() const override {
+    std::vector<std::string> out(tok_.vocab_size());
+    for (int32_t i = 0; i < static_cast<int32_t>(out.size()); ++i)
+      if (!tok_.is_special(i)) out[i] = tok_.token_bytes(i);
+    return out;
+  }
+#ifdef DEEPINFER_HAVE_CHAT_ENCODING
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const override {
+    std::vector<tokenizer::Message> msgs;
+    for (auto& m : messages) {
+      tokenizer::Message x;
+      x.role = m.role;
+      x.content = m.content;
+      msgs.push_back(std::move(x));
+    }
+    std::string text = tokenizer::render_chat(format_, msgs);
+    return tok_.encode(text, false);  // the rendered text carries BOS and the role tokens
+  }
+  tokenizer::ChatFormat format_ = tokenizer::ChatFormat::kV4;
+#endif
 
  private:
   tokenizer::Tokenizer tok_;
@@ -104,7 +123,11 @@ LLM::LLM(EngineConfig config) {
   if (fs::exists(tok_dir / "tokenizer.json") || fs::is_regular_file(tok_dir)) {
     auto tok = tokenizer::Tokenizer::load(tok_dir.string());
     if (config.eos_token_ids.empty() && eos_ids_of(cfg).empty() && tok.eos_id()) config.eos_token_ids = {*tok.eos_id()};
-    codec = std::make_unique<TokenizerCodec>(std::move(tok));
+    auto c = std::make_unique<TokenizerCodec>(std::move(tok));
+#ifdef DEEPINFER_HAVE_CHAT_ENCODING
+    if (cfg.value("model_type", std::string()) == "deepseek_v41") c->format_ = tokenizer::ChatFormat::kV41;
+#endif
+    codec = std::move(c);
   }
 #endif
   engine_ = make_engine(std::move(model), std::move(codec), config, cfg);

@@ -7,6 +7,7 @@
 
 #include "deepinfer/outputs.h"
 #include "deepinfer/sampling_params.h"
+#include "engine/grammar.h"
 #include "engine/text.h"
 
 namespace deepinfer::engine {
@@ -26,6 +27,7 @@ struct Sequence {
   bool isolate = false;                   // after a failed batch: runs alone until it succeeds
   int64_t prompt_logprobs_done = 1;       // prompt positions whose logprobs are recorded
   IncrementalText text;
+  std::shared_ptr<GrammarState> grammar;  // structured output (so_args); null when unconstrained
   CompletionOutput out;                   // finish fields, logprobs, cumulative logprob
 
   int64_t prompt_len() const;
@@ -42,6 +44,7 @@ struct Request {
   uint64_t seed = 0;
   std::vector<std::unique_ptr<Sequence>> seqs;
   std::vector<PositionLogprobs> prompt_logprobs;
+  std::vector<std::shared_ptr<GrammarState>> grammars;  // one per sample, until drained into seqs
   std::string error;
   bool changed = false;                   // has news for the next step's outputs
   bool reported_final = false;

@@ -213,3 +213,52 @@ def test_text_prompts_detokenize_and_stop_strings_cross_token_boundaries(with_to
     assert out.text == c.text[:at]
     out = llm.generate("a, b. c", greedy(30, stop=[stop], include_stop_str_in_output=True), use_tqdm=False)[0]
     assert out.outputs[0].text == c.text[:at + len(stop)]
+
+
+STRUCTURED = [
+    ({"schema_type": "regex", "schema": "[abc]{3,8}\\."}, r"[abc]{3,8}\."),
+    ({"schema_type": "choice", "schema": ["yes", "no way"]}, r"yes|no way"),
+]
+
+
+def test_structured_output_is_enforced(with_tokenizer):
+    import re
+
+    for so, pattern in STRUCTURED:
+        outs = with_tokenizer.generate(["a, b. c"] * 4, [SamplingParams(max_tokens=40, seed=i, so_args=so)
+                                                         for i in range(4)], use_tqdm=False)
+        for o in outs:
+            assert o.outputs[0].finish_reason == "stop"
+            assert re.fullmatch(pattern, o.outputs[0].text), o.outputs[0].text
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                               "b": {"type": "boolean"}}, "required": ["a", "b"]}
+    jsonschema = pytest.importorskip("jsonschema")
+    outs = with_tokenizer.generate(["a, b. c"] * 3, [SamplingParams(max_tokens=60, seed=i, so_args={
+        "schema_type": "json", "schema": schema}) for i in range(3)], use_tqdm=False)
+    for o in outs:
+        jsonschema.validate(__import__("json").loads(o.outputs[0].text), schema)
+    with pytest.raises(ValueError, match="so_args"):
+        with_tokenizer.generate("a", SamplingParams(so_args={"schema_type": "regex", "schema": "(unclosed"}),
+                                use_tqdm=False)
+
+
+def test_structured_output_same_with_async_on_and_off(with_tokenizer):
+    so = {"schema_type": "regex", "schema": "[abc]{3,8}\\."}
+    a = with_tokenizer.generate(["a, b. c"] * 3, [SamplingParams(max_tokens=40, seed=i, so_args=so) for i in range(3)],
+                                use_tqdm=False)
+    sync = LLM(with_tokenizer.model_dir, async_scheduling=False)
+    b = sync.generate(["a, b. c"] * 3, [SamplingParams(max_tokens=40, seed=i, so_args=so) for i in range(3)],
+                      use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in a] == [o.outputs[0].token_ids for o in b]
+
+
+def test_chat_renders_the_deepseek_prompt(with_tokenizer):
+    try:
+        with_tokenizer.chat([{"role": "user", "content": "a b"}], SamplingParams(max_tokens=3), use_tqdm=False)
+    except ValueError as e:
+        if "no chat encoding" in str(e):
+            pytest.skip("the tokenizer library has no chat encoding in this build")
+        # tiny-a's 1000-token vocabulary cannot hold the chat format's special tokens
+        assert "outside the vocabulary" in str(e)
+        return
+    pytest.fail("a 1000-token model accepted the chat special tokens")

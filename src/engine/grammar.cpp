@@ -1,0 +1,72 @@
+#include "engine/grammar.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+#ifdef DEEPINFER_HAVE_STRUCTURED
+#include "structured/structured.h"
+#endif
+
+namespace deepinfer::engine {
+
+#ifdef DEEPINFER_HAVE_STRUCTURED
+namespace {
+
+class MatcherState : public GrammarState {
+ public:
+  explicit MatcherState(std::shared_ptr<const structured::CompiledGrammar> g) : m_(std::move(g)) {}
+  void fill_bitmask(std::vector<uint32_t>& words, int64_t vocab) override {
+    words.assign((vocab + 31) / 32, 0u);
+    m_.fill_next_token_bitmask(words.data());
+  }
+  bool accept(int32_t token) override { return m_.accept_token(token); }
+  bool terminated() const override { return m_.is_terminated(); }
+
+ private:
+  structured::Matcher m_;
+};
+
+class Compiler : public GrammarCompiler {
+ public:
+  Compiler(std::vector<std::string> tokens, std::vector<int32_t> stops) : vocab_(std::move(tokens), std::move(stops)) {}
+  std::shared_ptr<GrammarState> make(const std::string& so_args) override {
+    std::lock_guard<std::mutex> lock(mu_);  // requests may be added from several threads
+    auto it = cache_.find(so_args);
+    if (it == cache_.end()) it = cache_.emplace(so_args, compile_args(so_args)).first;
+    return std::make_shared<MatcherState>(it->second);
+  }
+
+ private:
+  std::shared_ptr<const structured::CompiledGrammar> compile_args(const std::string& so_args) {
+    auto j = nlohmann::json::parse(so_args);
+    structured::SchemaArgs a;
+    a.schema_type = j.at("schema_type").get<std::string>();
+    if (a.schema_type == "json_schema") a.schema_type = "json";
+    if (a.schema_type == "grammar") a.schema_type = "ebnf";
+    if (j.contains("schema")) a.schema = j["schema"].is_string() ? j["schema"].get<std::string>() : j["schema"].dump();
+    a.strict_additional_properties = true;  // xgrammar's strict mode, as DeepInfer uses it
+    try {
+      return structured::compile(a, vocab_);
+    } catch (const Error& e) {
+      fail("so_args: ", e.what());
+    }
+  }
+  structured::TokenVocab vocab_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const structured::CompiledGrammar>> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<GrammarCompiler> make_grammar_compiler(std::vector<std::string> token_bytes, std::vector<int32_t> stops) {
+  return std::make_unique<Compiler>(std::move(token_bytes), std::move(stops));
+}
+#else
+std::unique_ptr<GrammarCompiler> make_grammar_compiler(std::vector<std::string>, std::vector<int32_t>) { return nullptr; }
+#endif
+
+}  // namespace deepinfer::engine
