@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <bitset>
+#include <map>
 #include <string_view>
 
 #include "structured/structured.h"
@@ -12,6 +13,41 @@ namespace {
 // accepted = consumed entirely inside the rule; uncertain = fails after the rule could complete
 // (the parent decides); otherwise rejected. Walks the sorted vocab reusing the parser's sets for
 // the common prefix with the previous token and skipping whole trie subtrees on failure.
+// Fast path: greedily look for one derivation of the whole token that stays inside the rule of
+// `node` (entering and leaving sub-rules, never completing the rule itself). Finding one proves
+// the token is accepted in any context; failing proves nothing (the Earley walk decides).
+bool greedy_accepts(const Automaton& a, uint32_t node, const std::string& tok) {
+  uint32_t stack[16];
+  int depth = 0;
+  for (size_t i = 0; i < tok.size();) {
+    const uint8_t b = static_cast<uint8_t>(tok[i]);
+    uint32_t t = a.step(node, b);
+    if (t != UINT32_MAX) {
+      node = t;
+      ++i;
+      continue;
+    }
+    const FsmNode& n = a.nodes[node];
+    bool entered = false;
+    for (uint32_t e = n.ref_begin; e < n.ref_end && depth < 16; ++e) {
+      const RefEdge& r = a.ref_edges[e];
+      if (a.step(a.rule_start[r.rule], b) != UINT32_MAX) {
+        stack[depth++] = r.target;
+        node = a.rule_start[r.rule];
+        entered = true;
+        break;
+      }
+    }
+    if (entered) continue;
+    if (n.accepting && depth > 0) {
+      node = stack[--depth];
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
 StateMask classify(const Automaton& a, const TokenVocab& vocab, uint32_t node, EarleyParser& p) {
   StateMask m;
   p.reset(node);
@@ -21,12 +57,6 @@ StateMask classify(const Automaton& a, const TokenVocab& vocab, uint32_t node, E
     for (uint32_t e = n.byte_begin; e < n.byte_end; ++e)
       for (int b = a.byte_edges[e].lo; b <= a.byte_edges[e].hi; ++b) first.set(b);
   }
-  std::bitset<256> loop;  // bytes on which the node stays in place: such tokens are accepted
-  const FsmNode& self = a.nodes[node];
-  for (uint32_t e = self.byte_begin; e < self.byte_end; ++e)
-    if (a.byte_edges[e].target == node)
-      for (int b = a.byte_edges[e].lo; b <= a.byte_edges[e].hi; ++b) loop.set(b);
-
   std::vector<int32_t> accepted;
   std::string cur;          // the bytes currently pushed on the parser
   std::string fail_prefix;  // bytes up to and including the last failing byte
@@ -36,9 +66,7 @@ StateMask classify(const Automaton& a, const TokenVocab& vocab, uint32_t node, E
     const int32_t end = vocab.first_byte_begin(b + 1);
     for (int32_t i = vocab.first_byte_begin(b); i < end;) {
       const std::string& tok = vocab.sorted_bytes(i);
-      bool in_loop = loop.any();
-      for (size_t k = 0; in_loop && k < tok.size(); ++k) in_loop = loop.test(static_cast<uint8_t>(tok[k]));
-      if (in_loop) {
+      if (greedy_accepts(a, node, tok)) {
         accepted.push_back(vocab.sorted_id(i++));
         continue;
       }
@@ -94,13 +122,45 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
   build_masks();
 }
 
+// Nodes with the same future (same accepting flag, same edges to equivalent nodes, any rule)
+// classify every token the same way: Moore partition refinement finds them so each distinct
+// node is classified once (e.g. the UTF-8 continuation states of every string in a schema).
+std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
+  const size_t n = a.nodes.size();
+  std::vector<uint32_t> cls(n);
+  for (size_t i = 0; i < n; ++i) cls[i] = a.nodes[i].accepting;
+  size_t num = 0;
+  while (true) {
+    std::map<std::vector<uint32_t>, uint32_t> ids;
+    std::vector<uint32_t> next(n);
+    for (size_t i = 0; i < n; ++i) {
+      const FsmNode& nd = a.nodes[i];
+      std::vector<uint32_t> sig{cls[i]};
+      for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) {
+        const ByteEdge& b = a.byte_edges[e];
+        sig.insert(sig.end(), {b.lo, b.hi, cls[b.target]});
+      }
+      sig.push_back(UINT32_MAX);
+      for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e)
+        sig.insert(sig.end(), {a.ref_edges[e].rule, cls[a.ref_edges[e].target]});
+      next[i] = ids.emplace(std::move(sig), static_cast<uint32_t>(ids.size())).first->second;
+    }
+    cls.swap(next);
+    if (ids.size() == num) return cls;
+    num = ids.size();
+  }
+}
+
 void CompiledGrammar::build_masks() {
   node_mask_.assign(automaton_.nodes.size(), -1);
+  std::vector<uint32_t> cls = equivalent_nodes(automaton_);
+  std::map<uint32_t, int32_t> mask_of_class;
   EarleyParser p(&automaton_);
   for (uint32_t n = 0; n < automaton_.nodes.size(); ++n) {
     if (!automaton_.nodes[n].has_bytes()) continue;
-    node_mask_[n] = static_cast<int32_t>(masks_.size());
-    masks_.push_back(classify(automaton_, vocab_, n, p));
+    auto [it, fresh] = mask_of_class.emplace(cls[n], static_cast<int32_t>(masks_.size()));
+    if (fresh) masks_.push_back(classify(automaton_, vocab_, n, p));
+    node_mask_[n] = it->second;
   }
 }
 

@@ -300,7 +300,10 @@ class Converter {
     std::vector<std::pair<std::string, int>> props;  // key literal (JSON-encoded), value expr
     std::vector<bool> required;
     std::set<std::string> req;
-    if (s.contains("required")) for (auto& r : s["required"]) req.insert(r.get<std::string>());
+    std::vector<std::string> req_order;
+    if (s.contains("required"))
+      for (auto& r : s["required"])
+        if (req.insert(r.get<std::string>()).second) req_order.push_back(r.get<std::string>());
     if (s.contains("properties")) {
       for (auto& [k, v] : s["properties"].items()) {
         if (v.is_boolean() && !v.get<bool>()) {
@@ -311,7 +314,7 @@ class Converter {
         required.push_back(req.count(k) > 0);
       }
     }
-    for (const std::string& r : req) {
+    for (const std::string& r : req_order) {
       bool declared = s.contains("properties") && s["properties"].contains(r);
       if (!declared) {  // a required key without a declared schema: any value
         props.push_back({Json(r).dump(), any_value()});
@@ -322,7 +325,9 @@ class Converter {
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
-      extra = g_.seq({string_expr(), ws(), g_.lit(":"), ws(), value});
+      std::vector<std::string> names;
+      for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
+      extra = g_.seq({names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
     }
     int sep = g_.seq({ws(), g_.lit(","), ws()});
     // tail_after[k]: members k.. when something was already emitted; tail_first[k]: when not.
@@ -343,6 +348,65 @@ class Converter {
       g_.define_rule(first[k], required[k] ? f : g_.alt({f, g_.ref(first[k + 1])}));
     }
     return g_.seq({g_.lit("{"), ws(), g_.ref(first[0]), ws(), g_.lit("}")});
+  }
+
+  // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
+  // quotes): a trie over the names where leaving the trie, or ending off a name, is allowed.
+  int key_not_in(const std::vector<std::string>& names) {
+    struct Node { std::map<std::string, int> kids; bool terminal = false; };
+    std::vector<Node> trie(1);
+    for (const std::string& n : names) {
+      int t = 0;
+      for (size_t i = 0; i < n.size();) {
+        size_t len = n[i] == '\\' ? (n[i + 1] == 'u' ? 6 : 2) : 1;
+        while (len == 1 && i + len < n.size() && (static_cast<unsigned char>(n[i + len]) & 0xC0) == 0x80) ++len;
+        std::string unit = n.substr(i, len);
+        i += len;
+        auto it = trie[t].kids.find(unit);
+        if (it == trie[t].kids.end()) {
+          trie.push_back({});
+          it = trie[t].kids.emplace(unit, static_cast<int>(trie.size()) - 1).first;
+        }
+        t = it->second;
+      }
+      trie[t].terminal = true;
+    }
+    if (key_rest_rule_ < 0) {  // shared by every trie node: one set of precomputed masks
+      key_rest_rule_ = g_.declare_rule("key_rest");
+      g_.define_rule(key_rest_rule_, g_.seq({g_.star(json_char()), g_.lit("\"")}));
+    }
+    int rest = g_.ref(key_rest_rule_);
+    int base = g_.num_rules();
+    for (size_t t = 0; t < trie.size(); ++t) g_.declare_rule("key" + std::to_string(base) + "_" + std::to_string(t));
+    for (size_t t = 0; t < trie.size(); ++t) {
+      std::vector<int> alts;
+      if (!trie[t].terminal) alts.push_back(g_.lit("\""));
+      CodepointRanges excluded{{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+      bool u_child = false;
+      std::set<char> esc_children;
+      for (auto& [unit, child] : trie[t].kids) {
+        alts.push_back(g_.seq({g_.lit(unit), g_.ref(base + child)}));
+        if (unit[0] == '\\') {
+          if (unit[1] == 'u') u_child = true; else esc_children.insert(unit[1]);
+        } else {
+          size_t pos = 0;
+          uint32_t cp = static_cast<unsigned char>(unit[0]);
+          if (cp >= 0x80) {  // decode the one codepoint of the unit
+            int n = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : 1;
+            cp &= 0x3F >> n;
+            for (pos = 1; pos <= static_cast<size_t>(n); ++pos) cp = (cp << 6) | (unit[pos] & 0x3F);
+          }
+          excluded.push_back({cp, cp});
+        }
+      }
+      std::vector<int> other{g_.cls(excluded, true)};
+      for (char e : std::string("\"\\/bfnrt"))
+        if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
+      if (!u_child) other.push_back(g_.seq({g_.lit("\\u"), g_.rep(g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}}), 4, 4)}));
+      alts.push_back(g_.seq({g_.alt(other), rest}));
+      g_.define_rule(base + static_cast<int>(t), g_.alt(alts));
+    }
+    return g_.seq({g_.lit("\""), g_.ref(base)});
   }
 
   int array_schema(const Json& s, const std::string& path) {
@@ -384,7 +448,7 @@ class Converter {
   SchemaArgs opts_;
   Grammar g_;
   std::map<std::string, int> refs_;
-  int value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
+  int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };
 
 }  // namespace

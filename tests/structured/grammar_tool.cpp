@@ -69,7 +69,7 @@ json handle(const json& req, const TokenVocab& vocab) {
   } catch (const deepinfer::Error& e) {
     return {{"error", e.what()}};
   }
-  if (cmd == "ebnf") return {{"ebnf", g->ebnf()}};
+  if (cmd == "ebnf") return {{"ebnf", g->ebnf()}, {"masks", g->num_masks()}, {"mem", g->memory_bytes()}, {"nodes", g->automaton().nodes.size()}};
   if (cmd == "sample")
     return {{"outputs", sample(g, req.value("seed", 1), req.value("runs", 10), req.value("max_tokens", 200))}};
   if (cmd == "check") {
