@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/deepseek_v4/v4_model.h"
+#include "model/deepseek_v41/v41_model.h"
 
 namespace deepinfer::model {
 
@@ -23,7 +24,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir) {
   }
   const std::string type = j.value("model_type", "");
   if (type == "deepseek_v4") return V4Model::load(dir);
-  fail(config_path, ": model_type '", type, "' is not supported (supported: deepseek_v4)");
+  if (type == "deepseek_v41") return V41Model::load(dir);
+  fail(config_path, ": model_type '", type, "' is not supported (supported: deepseek_v4, deepseek_v41)");
 }
 
 }  // namespace deepinfer::model

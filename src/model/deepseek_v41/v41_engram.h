@@ -1,0 +1,49 @@
+// DeepSeek-V4.1 Engram hashing (spec §5.3, DeepSeek's engram.py): the compressed token map, the
+// bucket primes and offsets, the per-layer multipliers, and the n-gram hash ids of each position.
+// Pure integer host work; exact equality with the reference is the requirement.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v41/v41_config.h"
+
+namespace deepinfer::model {
+
+// The engram.py key normalization of one decoded token: NFKC, NFD, strip accents, lowercase,
+// [ \t\r\n]+ -> " ", a text that is exactly " " kept, strip; an empty result falls back to the text.
+std::string engram_normalize(const std::string& text);
+
+// token id -> compressed id, in first-seen order of token id. decoded[i] is the single-token decode
+// (skip_special_tokens=False), raw[i] the vocabulary string (used when the decode holds U+FFFD).
+std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& decoded,
+                                                const std::vector<std::string>& raw, int64_t* compressed_size);
+
+// Odd int64 multipliers of numpy's default_rng(10007*layer) for a compressed vocab (generated table;
+// fails for a (vocab, layer) pair the table lacks).
+std::vector<int64_t> engram_multipliers(int64_t layer, int64_t compressed_vocab, int64_t max_ngram);
+
+class EngramHasher {
+ public:
+  static constexpr int64_t kDead = -1;
+  // token_map: from build_compressed_token_map; its size must equal the config's compressed vocab.
+  EngramHasher(const V41Config& c, std::vector<int64_t> token_map, int64_t compressed_size);
+
+  int64_t n_layers() const { return static_cast<int64_t>(layer_ids_.size()); }
+  int64_t cols() const { return (max_ngram_ - 1) * n_heads_; }  // ids per position per layer
+  int64_t compressed(int64_t token_id) const;                   // cmap[token]
+  // Hash ids [n, n_layers, cols] of positions start..start+n-1 given the full compressed history
+  // (hist[p] = cmap[token_p] or kDead), row ids with offsets included.
+  void hash(const std::vector<int64_t>& hist, int64_t start, int64_t n, int64_t* out) const;
+
+  const std::vector<int64_t>& token_map() const { return token_map_; }
+  const std::vector<int64_t>& primes() const { return primes_; }          // [layer][ngram-1][head]
+  const std::vector<int64_t>& offsets() const { return offsets_; }        // [layer][(ngram-1)*heads]
+  const std::vector<int64_t>& multipliers() const { return multipliers_; }  // [layer][max_ngram]
+
+ private:
+  std::vector<int64_t> layer_ids_, token_map_, primes_, offsets_, multipliers_;
+  int64_t max_ngram_, n_heads_, pad_;
+};
+
+}  // namespace deepinfer::model

@@ -1,0 +1,151 @@
+// The DeepSeek-V4.1 causal LM on the op interface (spec §5, §6): CSA2 layer roles (Full / Reuse /
+// Reindex / candidate source), ratio-2 and ratio-1 compressors, indexer with two-level top-k,
+// single-pass mHC, MoE with MXFP4 experts, Engram, and the DSpark draft head. Numerics follow
+// DeepSeek's reference inference/model.py under bf16: activations rounded to bf16 where the reference
+// holds them in bf16, FP8 activation quantization (block 32, UE8M0) before every FP8/FP4 GEMM, FP8
+// window KV, FP4 (E4M3 block-16 scales) compressed KV, FP4 (UE8M0 block 32) index keys/queries.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/causal_lm.h"
+#include "model/deepseek_v41/v41_config.h"
+#include "model/deepseek_v41/v41_engram.h"
+#include "model/rope.h"
+#include "ops/ops.h"
+
+namespace deepinfer::model {
+
+using V41Floats = std::vector<float>;
+
+struct V41Linear {  // [n, k] fp32 (dequantized); quant = stored FP8/FP4 -> activations FP8-quantized first
+  V41Floats w;
+  int64_t n = 0, k = 0;
+  bool quant = false;
+};
+
+struct V41Expert {
+  V41Linear w1, w2, w3;
+};
+
+struct V41Block {
+  V41Floats attn_norm, ffn_norm;
+  V41Floats hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  V41Linear wq_a, wq_b, wkv, wo_a, wo_b;
+  V41Floats q_norm, kv_norm, attn_sink;
+  // compressor (KV sources): ratio > 1 -> wkv/wgate run in fp32; ratio 1 -> bf16 wkv only
+  V41Linear c_wkv, c_wgate;
+  V41Floats c_norm;
+  // indexer (index sources); wk/k_norm on KV sources only
+  V41Linear i_wq_b, i_weights_proj, i_wk;
+  V41Floats i_k_norm;
+  // MoE
+  V41Floats gate, gate_bias;
+  std::vector<V41Expert> experts;
+  V41Expert shared;
+  // Engram (engram layers): wkv, q_weight*k_weight, and the memory-mapped table read row by row
+  V41Linear e_wkv;
+  V41Floats e_qk;
+  const uint8_t* e_table = nullptr;  // F8_E4M3 [rows, head_dim]
+  const uint8_t* e_scale = nullptr;  // F8_E8M0 [rows, head_dim / 32]
+  int64_t e_rows = 0;
+  // DSpark stage extras
+  V41Linear main_proj;
+  V41Floats main_norm, final_norm, markov_embed;
+  V41Linear markov_head, confidence;
+};
+
+// Per-sequence state (spec §6.1): a window ring per layer and DSpark stage, compressed rows + index
+// keys per KV source, the ratio-2 carry, the Engram history.
+class V41SequenceState final : public SequenceState {
+ public:
+  struct Source {
+    V41Floats ckv, ik;           // [rows, head_dim], [rows, index_head_dim]
+    V41Floats kv_carry, score_carry;  // ratio > 1: [ratio, head_dim] fp32 of the unfinished group
+    int64_t rows = 0;
+  };
+  V41SequenceState(int64_t blocks, int64_t window, int64_t head_dim);
+  int64_t length() const override { return length_; }
+  int64_t bytes() const override;
+  void reset() override;
+
+  int64_t length_ = 0;
+  std::vector<V41Floats> rings;     // [blocks][window * head_dim]
+  std::vector<Source> sources;      // indexed by layer (empty for non-sources)
+  std::vector<int64_t> engram_hist; // compressed ids (or DEAD)
+  std::vector<int64_t> ring_from;   // per ring: first position it holds (> 0 after a compact replay)
+  int64_t window_, head_dim_;
+};
+
+struct V41Draft {  // one DSpark draft block
+  std::vector<int32_t> tokens;     // [block]: drafts for positions p+2 .. p+1+block
+  std::vector<float> logits;       // [block, vocab] with the Markov bias added
+  std::vector<float> confidence;   // [block]
+};
+
+class V41Model final : public CausalLM {
+ public:
+  static std::unique_ptr<V41Model> load(const std::string& dir);
+  // token strings: decoded[i] (single-token decode) and raw[i] (vocabulary string) for the Engram map;
+  // when empty the model folder's tokenizer.json is not consulted and Engram needs set_engram_tokens().
+  void set_engram_tokens(const std::vector<std::string>& decoded, const std::vector<std::string>& raw);
+
+  int64_t vocab_size() const override { return c_.vocab_size; }
+  std::unique_ptr<SequenceState> new_sequence() const override;
+  void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+
+  // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
+  // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
+  V41Draft draft(V41SequenceState& state, int32_t anchor);
+
+  const V41Config& config() const { return c_; }
+  const EngramHasher* engram() const { return engram_.get(); }
+
+  // Test hooks. on_layer_input(layer, X [T,hc,D], pre_mix [T,hc]) runs at each backbone layer's input
+  // (after its Engram); it may overwrite both (teacher forcing). on_final(collapsed, normed).
+  std::function<void(int64_t, std::vector<float>&, std::vector<float>&)> on_layer_input;
+  std::function<void(const std::vector<float>&, const std::vector<float>&)> on_final;
+  std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;  // [T, n_engram_layers, cols]
+  // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
+  // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
+  bool replay_compact = false;
+  int64_t replay_keep = 140;
+
+  V41Model(V41Config c, ops::Backend& be);
+
+ private:
+  struct Seq;
+  void forward_seq(V41SequenceState& st, const int32_t* ids, int64_t n, std::vector<float>& normed_rows,
+                   const std::vector<int64_t>& want_rows);
+  void block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t n, std::vector<float>& X,
+                     std::vector<float>& pre_mix, const int64_t* pos, bool dspark);
+  void attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, const std::vector<float>& x,
+                 const int64_t* pos, std::vector<float>& out);
+  void dspark_attention(int64_t l, V41SequenceState& st, int64_t p, const std::vector<float>& x,
+                        std::vector<float>& out);
+  void moe(int64_t l, int64_t n, const std::vector<float>& x, std::vector<float>& out);
+  void engram_apply(int64_t l, int64_t n, const int64_t* ids, std::vector<float>& X);
+  void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
+  void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
+  void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
+  const ops::RopeFreqs rope_for(int64_t l) const;
+
+  V41Config c_;
+  ops::Backend& be_;
+  std::unique_ptr<io::Checkpoint> ckpt_;
+  V41Floats embed_, head_, norm_;
+  std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
+  RopeTableData rope_main_, rope_compress_;
+  std::unique_ptr<EngramHasher> engram_;
+
+  // per-forward shared results of sources (reference's shared_attn), for the sequence being run
+  std::vector<std::vector<int32_t>> selection_;  // per index source layer: [n, topk] raw positions or -1
+  std::vector<int64_t> selection_k_;             // per index source layer: topk of this forward
+  std::vector<uint8_t> candidates_;              // [n, width]
+  int64_t cand_width_ = 0;
+};
+
+}  // namespace deepinfer::model
