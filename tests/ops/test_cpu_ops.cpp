@@ -1,0 +1,144 @@
+// The CPU backend's ops against direct restatements of the spec's formulas (§2, §3.2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/dtype.h"
+#include "ops/ops.h"
+
+namespace deepinfer {
+namespace {
+
+ops::Backend& be() { return ops::cpu_backend(); }
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST(CpuOps, LinearMatchesDoublePrecision) {
+  const int64_t m = 7, k = 300, n = 37;
+  auto x = randn(m * k, 1), w = randn(n * k, 2);
+  std::vector<float> y(m * n, NAN);
+  be().linear(x.data(), m, k, w.data(), n, y.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t c = 0; c < k; ++c) ref += double(x[i * k + c]) * w[j * k + c];
+      EXPECT_NEAR(y[i * n + j], ref, 1e-4 * std::sqrt(double(k)));
+    }
+}
+
+TEST(CpuOps, SparseAttentionWithSink) {
+  const int64_t T = 3, H = 2, D = 16, N = 9, K = 5;
+  auto q = randn(T * H * D, 3), pool = randn(N * D, 4);
+  std::vector<float> sink = {0.5f, -1.0f};
+  std::vector<int32_t> idx = {0, 3, 3, -1, 8,  // duplicates attend twice; -1 is empty
+                              -1, -1, -1, -1, -1, 1, 2, 4, 5, 6};
+  std::vector<float> out(T * H * D, NAN);
+  const float scale = 0.25f;
+  be().sparse_attention(q.data(), T, H, D, pool.data(), idx.data(), K, sink.data(), scale, out.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double z = std::exp(double(sink[h]));
+      std::vector<double> ref(D, 0.0), e(K, 0.0);
+      for (int64_t j = 0; j < K; ++j) {
+        if (idx[t * K + j] < 0) continue;
+        double s = 0;
+        for (int64_t c = 0; c < D; ++c) s += double(q[(t * H + h) * D + c]) * pool[idx[t * K + j] * D + c];
+        z += (e[j] = std::exp(scale * s));
+      }
+      for (int64_t j = 0; j < K; ++j)
+        if (idx[t * K + j] >= 0)
+          for (int64_t c = 0; c < D; ++c) ref[c] += e[j] / z * pool[idx[t * K + j] * D + c];
+      for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(out[(t * H + h) * D + c], ref[c], 1e-5) << t << "," << h;
+    }
+  for (int64_t c = 0; c < H * D; ++c) EXPECT_EQ(out[1 * H * D + c], 0.0f);  // no valid index: zero
+}
+
+TEST(CpuOps, RopeInverseUndoesRotationAndLeavesNopeChannels) {
+  const int64_t rows = 4, heads = 3, dim = 24, rope_dim = 8;
+  std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f, 0.001f};
+  ops::RopeFreqs f{inv_freq.data(), rope_dim, 1.0f};
+  std::vector<int64_t> pos = {0, 5, 100, 7777};
+  auto x = randn(rows * heads * dim, 5), y = x;
+  be().rope(y.data(), rows, heads, dim, pos.data(), f, false);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* a = x.data() + (r * heads + h) * dim;
+      const float* b = y.data() + (r * heads + h) * dim;
+      for (int64_t c = 0; c < dim - rope_dim; ++c) EXPECT_EQ(a[c], b[c]);
+      // interleaved pair i turns by pos * inv_freq[i]
+      const float ang = pos[r] * inv_freq[1];
+      const float* ar = a + dim - rope_dim;
+      EXPECT_NEAR(b[dim - rope_dim + 2], ar[2] * std::cos(ang) - ar[3] * std::sin(ang), 1e-5);
+      EXPECT_NEAR(b[dim - rope_dim + 3], ar[3] * std::cos(ang) + ar[2] * std::sin(ang), 1e-5);
+    }
+  be().rope(y.data(), rows, heads, dim, pos.data(), f, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-5);
+}
+
+TEST(CpuOps, HyperConnectionCombIsDoublyStochastic) {
+  const int64_t rows = 3, hc = 4, dim = 8, outs = (2 + hc) * hc;
+  auto x = randn(rows * hc * dim, 6), fn = randn(outs * hc * dim, 7, 0.2f), base = randn(outs, 8);
+  std::vector<float> scale = {0.7f, 1.1f, 0.9f}, pre(rows * hc), post(rows * hc), comb(rows * hc * hc);
+  be().hc_weights(x.data(), rows, hc, dim, fn.data(), base.data(), scale.data(), 1e-6f, 1e-6f, 20, pre.data(),
+                  post.data(), comb.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < hc; ++i) {
+      EXPECT_GT(pre[r * hc + i], 0.0f);
+      EXPECT_LT(post[r * hc + i], 2.0f);
+      float row = 0, col = 0;
+      for (int64_t j = 0; j < hc; ++j) {
+        row += comb[(r * hc + i) * hc + j];
+        col += comb[(r * hc + j) * hc + i];
+      }
+      EXPECT_NEAR(row, 1.0f, 1e-3);
+      EXPECT_NEAR(col, 1.0f, 1e-5);  // the last Sinkhorn step normalizes columns
+    }
+  }
+}
+
+TEST(CpuOps, FakeQuantFp8MatchesTheFormula) {
+  std::vector<float> x = {0.1f, -3.0f, 200.0f, 1e-3f, 7.0f, -0.5f, 0.0f, 12.345f};
+  auto y = x;
+  be().fake_quant_fp8(y.data(), 1, 8, 4);  // blocks of 4: amax 200 and 12.345
+  for (int b = 0; b < 2; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 4; ++i) amax = std::max(amax, std::fabs(x[b * 4 + i]));
+    float s = std::exp2(std::ceil(std::log2(amax / 448.0f)));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(y[b * 4 + i], e4m3_to_float(float_to_e4m3(x[b * 4 + i] / s)) * s);
+  }
+  EXPECT_EQ(y[2], 192.0f);  // 200 / 0.5 = 400 lies halfway between 384 and 416: ties to the even 384
+}
+
+TEST(CpuOps, FakeQuantFp4RoundsToTheGrid) {
+  std::vector<float> x = {6.0f, 0.25f, 0.75f, -2.5f, 5.0f, 1.25f, -0.1f, 3.5f};
+  auto y = x;
+  be().fake_quant_fp4(y.data(), 1, 8, 8);  // amax 6 -> scale 1
+  std::vector<float> expected = {6.0f, 0.0f, 1.0f, -2.0f, 4.0f, 1.0f, -0.0f, 4.0f};  // ties to even
+  EXPECT_EQ(y, expected);
+}
+
+TEST(CpuOps, SoftmaxPoolIgnoresMinusInfinitySlots) {
+  const float ninf = -INFINITY;
+  std::vector<float> kv = {1, 10, 2, 20, 3, 30}, gate = {0, ninf, std::log(3.0f), 0, ninf, 0};
+  std::vector<float> z(2);
+  be().softmax_pool(kv.data(), gate.data(), 1, 3, 2, z.data());
+  EXPECT_NEAR(z[0], (1 * 1 + 2 * 3) / 4.0f, 1e-6);   // slots 0 and 1, weights 1:3
+  EXPECT_NEAR(z[1], (20 + 30) / 2.0f, 1e-6);         // slots 1 and 2
+}
+
+TEST(CpuOps, SwigluClampsGateAndUp) {
+  std::vector<float> g = {20.0f, -1.0f}, u = {-50.0f, 2.0f}, h(2), s = {2.0f};
+  be().swiglu(g.data(), u.data(), 1, 2, 10.0f, s.data(), h.data());
+  EXPECT_NEAR(h[0], 10.0f / (1 + std::exp(-10.0f)) * -10.0f * 2.0f, 1e-4);
+  EXPECT_NEAR(h[1], -1.0f / (1 + std::exp(1.0f)) * 2.0f * 2.0f, 1e-6);
+}
+
+}  // namespace
+}  // namespace deepinfer
