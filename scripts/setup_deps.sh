@@ -3,6 +3,8 @@ APT_PACKAGES=(cmake ninja-build g++ ccache nlohmann-json3-dev libgtest-dev libon
   pybind11-dev python3-dev libcurl4-openssl-dev libssl-dev)
 
 ensure_build_deps() {
+  # DEEPINFER_SKIP_DEPS=1: trust that the tools and libraries are already there (offline machines).
+  [[ "${DEEPINFER_SKIP_DEPS:-0}" == 1 ]] && return 0
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,698 @@
+// CUDA kernels for the op interface (src/ops/ops.h). Semantics follow the CPU reference
+// (src/backends/cpu/cpu_backend.cpp) op by op; fp32 throughout, fake-quant bit-exact with src/core/dtype.h.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/error.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in ", what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+}
+
+// After each launch: configuration errors show at once; execution errors show at synchronize().
+void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+void check_sizes(bool ok, const char* op) { check(ok, "cuda ", op, ": invalid sizes"); }
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = v < w ? w : v;
+  }
+  return v;
+}
+
+// Block-wide sum; every thread gets the result. `red` holds 32 floats. blockDim.x is a multiple of 32.
+__device__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < warps ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// ---------------------------------------------------------------- rms_norm
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
+                                float* y) {
+  __shared__ float red[32];
+  const float* xr = x + blockIdx.x * dim;
+  float* yr = y + blockIdx.x * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);  // ends in a barrier after every read of x: in-place (x == y) is safe
+  const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
+}
+
+// ---------------------------------------------------------------- rope
+// One block per row: the cos/sin table of the row's position in shared memory, then every head.
+__global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t rope_dim, float attention_factor, float sign) {
+  extern __shared__ float tab[];  // cs[pairs], sn[pairs]
+  const int64_t pairs = rope_dim / 2, r = blockIdx.x;
+  float* cs = tab;
+  float* sn = tab + pairs;
+  const float pos = static_cast<float>(positions[r]);
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const float angle = inv_freq[i] * pos;
+    cs[i] = cosf(angle) * attention_factor;
+    sn[i] = sinf(angle) * attention_factor * sign;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < heads * pairs; e += blockDim.x) {
+    const int64_t h = e / pairs, i = e % pairs;
+    float* v = x + (r * heads + h) * dim + (dim - rope_dim);
+    const float a = v[2 * i], b = v[2 * i + 1];
+    v[2 * i] = a * cs[i] - b * sn[i];
+    v[2 * i + 1] = b * cs[i] + a * sn[i];
+  }
+}
+
+// ---------------------------------------------------------------- sparse_attention
+// One block per (token, head); each warp runs an fp32 online softmax over its share of the k indices,
+// then the warps' partial states merge with the sink. The sink only enlarges the denominator.
+constexpr int kAttnWarps = 4;
+
+// Merges the warps' (m, l) and their accumulators acc[w][c] (in shared memory) into out.
+__device__ void attn_merge(const float* m_w, const float* l_w, const float* acc, int64_t acc_stride, float sink,
+                           int64_t dim, float* o) {
+  float M = sink;
+  for (int w = 0; w < kAttnWarps; ++w) M = M < m_w[w] ? m_w[w] : M;
+  float f[kAttnWarps];
+  float L = expf(sink - M);
+  for (int w = 0; w < kAttnWarps; ++w) {
+    f[w] = m_w[w] == -kInf ? 0.0f : expf(m_w[w] - M);
+    L += l_w[w] * f[w];
+  }
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    float s = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) s += f[w] * acc[w * acc_stride + c];
+    o[c] = s / L;
+  }
+}
+
+// Fast path: dim == 128 * NV (NV <= 8); each lane holds 4*NV channels of q, of the current row and of
+// its accumulator in registers, loaded as float4.
+template <int NV>
+__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_vec_kernel(
+    const float* __restrict__ q, int64_t heads, const float* __restrict__ pool, const int32_t* __restrict__ idx,
+    int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
+  constexpr int64_t dim = 128 * NV;
+  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  __shared__ __align__(16) float acc_s[kAttnWarps * dim];
+  const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float4* qv = reinterpret_cast<const float4*>(q + a * dim);
+  float4 qr[NV], acc[NV];
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    qr[i] = qv[lane + 32 * i];
+    acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const int32_t* it = idx + t * k;
+  float m = -kInf, l = 0.0f;
+  // Two rows per step (j and j + kAttnWarps) so that two gathers are in flight per warp.
+  for (int64_t j = warp; j < k; j += 2 * kAttnWarps) {
+    const int32_t row0 = it[j];
+    const int32_t row1 = j + kAttnWarps < k ? it[j + kAttnWarps] : -1;
+    if (row0 < 0 && row1 < 0) continue;  // uniform across the warp
+    const float4* p0 = reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row0 < 0 ? 0 : row0) * dim);
+    const float4* p1 = reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row1 < 0 ? 0 : row1) * dim);
+    float4 v0[NV], v1[NV];
+    float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      v0[i] = row0 >= 0 ? __ldg(p0 + lane + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v1[i] = row1 >= 0 ? __ldg(p1 + lane + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      d0 += qr[i].x * v0[i].x + qr[i].y * v0[i].y + qr[i].z * v0[i].z + qr[i].w * v0[i].w;
+      d1 += qr[i].x * v1[i].x + qr[i].y * v1[i].y + qr[i].z * v1[i].z + qr[i].w * v1[i].w;
+    }
+    d0 = warp_sum(d0);
+    d1 = warp_sum(d1);
+    const float s0 = row0 >= 0 ? scale * d0 : -kInf;
+    const float s1 = row1 >= 0 ? scale * d1 : -kInf;
+    float m_new = m < s0 ? s0 : m;
+    m_new = m_new < s1 ? s1 : m_new;  // finite: at least one row is valid
+    const float corr = expf(m - m_new);  // 0 while m = -inf
+    const float e0 = expf(s0 - m_new), e1 = expf(s1 - m_new);  // 0 for an invalid row
+    l = l * corr + e0 + e1;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      acc[i].x = acc[i].x * corr + e0 * v0[i].x + e1 * v1[i].x;
+      acc[i].y = acc[i].y * corr + e0 * v0[i].y + e1 * v1[i].y;
+      acc[i].z = acc[i].z * corr + e0 * v0[i].z + e1 * v1[i].z;
+      acc[i].w = acc[i].w * corr + e0 * v0[i].w + e1 * v1[i].w;
+    }
+    m = m_new;
+  }
+  float4* accw = reinterpret_cast<float4*>(acc_s + warp * dim);
+#pragma unroll
+  for (int i = 0; i < NV; ++i) accw[lane + 32 * i] = acc[i];
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+  __syncthreads();
+  attn_merge(m_s, l_s, acc_s, dim, sink[h], dim, out + a * dim);
+}
+
+// Any dim: q and the warps' accumulators in dynamic shared memory [(1 + warps) * dim].
+__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kernel(
+    const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
+    const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
+  extern __shared__ float sm[];
+  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* qs = sm;
+  float* accw = sm + dim + warp * dim;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) qs[c] = q[a * dim + c];
+  for (int64_t c = lane; c < dim; c += 32) accw[c] = 0.0f;
+  __syncthreads();
+  const int32_t* it = idx + t * k;
+  float m = -kInf, l = 0.0f;
+  for (int64_t j = warp; j < k; j += kAttnWarps) {
+    const int32_t row = it[j];
+    if (row < 0) continue;
+    const float* pv = pool + static_cast<int64_t>(row) * dim;
+    float d = 0.0f;
+    for (int64_t c = lane; c < dim; c += 32) d += qs[c] * pv[c];
+    const float s = scale * warp_sum(d);
+    const float m_new = m < s ? s : m;
+    const float corr = expf(m - m_new);
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+    for (int64_t c = lane; c < dim; c += 32) accw[c] = accw[c] * corr + p * pv[c];
+    m = m_new;
+  }
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+  __syncthreads();
+  attn_merge(m_s, l_s, sm + dim, dim, sink[h], dim, out + a * dim);
+}
+
+// ---------------------------------------------------------------- hc_weights
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// One block per row: the RMS of the hc*dim streams, the `outs` projections (one warp per output,
+// the normalized row recomputed on the fly), then one thread runs the small Sinkhorn tail as the CPU.
+__global__ void hc_weights_kernel(const float* __restrict__ x, int64_t hc, int64_t dim, const float* __restrict__ fn,
+                                  const float* __restrict__ base, const float* __restrict__ scale, float rms_eps,
+                                  float hc_eps, int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+  extern __shared__ float mv[];  // [outs]
+  __shared__ float red[32];
+  const int64_t width = hc * dim, r = blockIdx.x;
+  const int64_t outs = comb ? (2 + hc) * hc : hc;
+  const float* xr = x + r * width;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int64_t o = warp; o < outs; o += warps) {
+    const float* f = fn + o * width;
+    float d = 0.0f;
+    for (int64_t i = lane; i < width; i += 32) d += (xr[i] * r_inv) * f[i];
+    d = warp_sum(d);
+    if (lane == 0) mv[o] = d;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int64_t i = 0; i < hc; ++i) pre[r * hc + i] = sigmoidf_(mv[i] * scale[0] + base[i]) + hc_eps;
+  if (!comb) return;
+  for (int64_t i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoidf_(mv[hc + i] * scale[1] + base[hc + i]);
+  float* c = comb + r * hc * hc;
+  for (int64_t j = 0; j < hc; ++j) {
+    float mx = -kInf;
+    for (int64_t kk = 0; kk < hc; ++kk) {
+      c[j * hc + kk] = mv[2 * hc + j * hc + kk] * scale[2] + base[2 * hc + j * hc + kk];
+      mx = mx < c[j * hc + kk] ? c[j * hc + kk] : mx;
+    }
+    float z = 0.0f;
+    for (int64_t kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf(c[j * hc + kk] - mx));
+    for (int64_t kk = 0; kk < hc; ++kk) c[j * hc + kk] = c[j * hc + kk] / z + hc_eps;
+  }
+  auto normalize_columns = [&] {
+    for (int64_t kk = 0; kk < hc; ++kk) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) s += c[j * hc + kk];
+      for (int64_t j = 0; j < hc; ++j) c[j * hc + kk] /= (s + hc_eps);
+    }
+  };
+  normalize_columns();
+  for (int64_t it = 1; it < sinkhorn_iters; ++it) {
+    for (int64_t j = 0; j < hc; ++j) {
+      float s = 0.0f;
+      for (int64_t kk = 0; kk < hc; ++kk) s += c[j * hc + kk];
+      for (int64_t kk = 0; kk < hc; ++kk) c[j * hc + kk] /= (s + hc_eps);
+    }
+    normalize_columns();
+  }
+}
+
+// ---------------------------------------------------------------- softmax_pool
+__global__ void softmax_pool_kernel(const float* __restrict__ kv, const float* __restrict__ gate, int64_t windows,
+                                    int64_t slots, int64_t channels, float* __restrict__ z) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= windows * channels) return;
+  const int64_t w = e / channels, c = e % channels;
+  const float* g = gate + w * slots * channels + c;
+  const float* v = kv + w * slots * channels + c;
+  float mx = -kInf;
+  for (int64_t s = 0; s < slots; ++s) mx = mx < g[s * channels] ? g[s * channels] : mx;
+  float denom = 0.0f, acc = 0.0f;
+  for (int64_t s = 0; s < slots; ++s) {
+    const float gv = g[s * channels];
+    const float ex = (isinf(gv) && gv < 0) ? 0.0f : expf(gv - mx);
+    denom += ex;
+    acc += ex * v[s * channels];
+  }
+  z[e] = acc / denom;
+}
+
+// ---------------------------------------------------------------- swiglu
+__global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t rows, int64_t dim,
+                              float limit, const float* __restrict__ row_scale, float* __restrict__ h) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= rows * dim) return;
+  const float s = row_scale ? row_scale[e / dim] : 1.0f;
+  float gv = g[e], uv = u[e];
+  if (limit > 0) {
+    gv = limit < gv ? limit : gv;                                // std::min(gv, limit)
+    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);       // std::clamp(uv, -limit, limit)
+  }
+  h[e] = gv / (1.0f + expf(-gv)) * uv * s;
+}
+
+// ---------------------------------------------------------------- fake quantization
+// Device copies of src/core/dtype.cpp's bit recipes (RNE), so results match the CPU bit for bit.
+__device__ __forceinline__ float e4m3_to_float_d(uint32_t bits) {
+  if ((bits & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  const int e = (bits >> 3) & 0xf, m = bits & 7;
+  const float v = e == 0 ? ldexpf(static_cast<float>(m), -9) : ldexpf(8.0f + m, e - 10);
+  return (bits & 0x80) ? -v : v;
+}
+
+__device__ __forceinline__ uint32_t float_to_e4m3_d(float x) {
+  uint32_t u = __float_as_uint(x);
+  const uint32_t sign = (u >> 24) & 0x80;
+  u &= 0x7fffffffu;
+  if (u >= 0x43f00000u) return sign | 0x7f;
+  if (u < 0x3c800000u) {
+    const uint32_t r = __float_as_uint(__fadd_rn(__uint_as_float(u), 16384.0f)) - __float_as_uint(16384.0f);
+    return sign | (r & 0xff);
+  }
+  u += 0xc4000000u + 0x7ffff + ((u >> 20) & 1);
+  return (sign | (u >> 20)) & 0xff;
+}
+
+__device__ __forceinline__ float e8m0_to_float_d(uint32_t bits) {
+  if (bits == 0xff) return __int_as_float(0x7fc00000);
+  return __uint_as_float(bits == 0 ? 0x00400000u : bits << 23);
+}
+
+__device__ __forceinline__ uint32_t ue8m0_ceil_byte_d(float ratio) {
+  const uint32_t u = __float_as_uint(ratio) & 0x7fffffffu;
+  const uint32_t e = u >> 23, m = u & 0x7fffff;
+  if (e == 0) return m <= 0x00400000u ? 0 : 1;
+  if (e == 0xff || (e == 0xfe && m != 0)) return 0xff;
+  return e + (m != 0);
+}
+
+__device__ __forceinline__ float e2m1_to_float_d(uint32_t nibble) {
+  constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = kValues[nibble & 7];
+  return (nibble & 8) ? -v : v;
+}
+
+__device__ __forceinline__ uint32_t float_to_e2m1_d(float x) {
+  if (isnan(x)) return 0;
+  const uint32_t sign = signbit(x) ? 8 : 0;
+  const float a = fabsf(x);
+  constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint32_t code = 0;
+#pragma unroll
+  for (uint32_t i = 0; i < 7; ++i)
+    if (a > kMid[i] || (a == kMid[i] && (i & 1))) code = i + 1;
+  return sign | code;
+}
+
+__device__ __forceinline__ float clampf_(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
+
+// One warp per quantization block of `block` channels of one row. kFp8: e4m3 values (else e2m1);
+// kE4M3Scale: an e4m3 scale min(amax/qmax, 448) rounded to e4m3 (else a UE8M0 power of two).
+template <bool kFp8, bool kE4M3Scale = false>
+__global__ void fake_quant_kernel(float* x, int64_t rows, int64_t dim, int64_t block, int64_t blocks_per_row,
+                                  float floor_amax, float qmax) {
+  const int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (q >= rows * blocks_per_row) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = q / blocks_per_row, b = (q % blocks_per_row) * block;
+  float* v = x + r * dim + b;
+  const int64_t n = block < dim - b ? block : dim - b;
+  float amax = floor_amax;
+  for (int64_t i = lane; i < n; i += 32) {
+    const float a = fabsf(v[i]);
+    amax = amax < a ? a : amax;  // std::max(amax, a)
+  }
+  amax = warp_max(amax);  // max is exact: order does not matter
+  float s;
+  if (kE4M3Scale) {
+    const float ratio = __fdiv_rn(amax, qmax);
+    s = e4m3_to_float_d(float_to_e4m3_d(448.0f < ratio ? 448.0f : ratio));  // std::min(ratio, 448)
+  } else {
+    s = e8m0_to_float_d(ue8m0_ceil_byte_d(__fdiv_rn(amax, qmax)));
+  }
+  for (int64_t i = lane; i < n; i += 32) {
+    const float c = clampf_(__fdiv_rn(v[i], s), -qmax, qmax);
+    v[i] = kFp8 ? __fmul_rn(e4m3_to_float_d(float_to_e4m3_d(c)), s) : __fmul_rn(e2m1_to_float_d(float_to_e2m1_d(c)), s);
+  }
+}
+
+// ---------------------------------------------------------------- bf16 rounding
+__device__ __forceinline__ float round_bf16_d(float x) {  // float_to_bf16 then back, as dtype.cpp
+  if (isnan(x)) return __uint_as_float(0x7fc00000u);
+  uint32_t u = __float_as_uint(x);
+  u += 0x7fff + ((u >> 16) & 1);
+  return __uint_as_float(u & 0xffff0000u);
+}
+
+__global__ void round_bf16_kernel(float* x, int64_t n) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) x[e] = round_bf16_d(x[e]);
+}
+
+// ---------------------------------------------------------------- sparse_attention_online
+// V4.1 kernel numerics, exactly the CPU's block structure: indices in blocks of `block`; per block the
+// scores (warps split the indices), the block max, the running max m (from -1e30, sink excluded),
+// p = exp(s - m) summed in fp32 for the denominator and rounded to bf16 for the P.V product.
+// One block per (token, head); q, the per-warp accumulators and the block's scores in shared memory:
+// [dim] q, [kAttnWarps][dim] acc, [block] p.
+__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kernel(
+    const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
+    const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink, float scale, int64_t block,
+    float* __restrict__ out) {
+  extern __shared__ float sm[];
+  __shared__ float red[32];
+  const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* qs = sm;
+  float* acc_all = sm + dim;
+  float* accw = acc_all + warp * dim;
+  float* ps = acc_all + kAttnWarps * dim;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) qs[c] = q[a * dim + c];
+  for (int64_t c = lane; c < dim; c += 32) accw[c] = 0.0f;
+  __syncthreads();
+  const int32_t* it = idx + t * k;
+  float m = -1e30f, z = 0.0f;
+  for (int64_t j0 = 0; j0 < k; j0 += block) {
+    const int64_t n = block < k - j0 ? block : k - j0;
+    for (int64_t j = warp; j < n; j += kAttnWarps) {
+      const int32_t r = it[j0 + j];
+      float d = 0.0f;
+      if (r >= 0) {
+        const float* pv = pool + static_cast<int64_t>(r) * dim;
+        for (int64_t c = lane; c < dim; c += 32) d += qs[c] * pv[c];
+      }
+      d = warp_sum(d);
+      if (lane == 0) ps[j] = r >= 0 ? d * scale : -kInf;
+    }
+    __syncthreads();
+    float bm = -kInf;
+    for (int64_t j = lane; j < n; j += 32) bm = bm < ps[j] ? ps[j] : bm;
+    bm = warp_max(bm);  // every warp computes the same block max
+    const float m_new = m < bm ? bm : m;
+    const float rescale = expf(m - m_new);
+    __syncthreads();  // all warps have read the scores
+    float psum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float p = it[j0 + j] >= 0 ? expf(ps[j] - m_new) : 0.0f;
+      psum += p;
+      ps[j] = p;
+    }
+    psum = block_sum(psum, red);  // ends with a barrier: ps holds the probabilities
+    z = z * rescale + psum;
+    m = m_new;
+    for (int64_t c = lane; c < dim; c += 32) accw[c] *= rescale;
+    for (int64_t j = warp; j < n; j += kAttnWarps) {
+      const int32_t r = it[j0 + j];
+      if (r < 0) continue;
+      const float pb = round_bf16_d(ps[j]);
+      const float* pv = pool + static_cast<int64_t>(r) * dim;
+      for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * pv[c];
+    }
+    __syncthreads();  // ps is rewritten by the next block
+  }
+  z += expf(sink[h] - m);
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    float sacc = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) sacc += acc_all[w * dim + c];
+    out[a * dim + c] = sacc / z;
+  }
+}
+
+unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+// ================================================================ CudaBackend
+
+bool device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    return false;
+  }
+  return n > 0;
+}
+
+struct CudaBackend::Impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  int max_smem_optin = 48 * 1024;
+};
+
+CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&impl_->max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaStreamCreate(&impl_->stream), "cudaStreamCreate");
+  check_cublas(cublasCreate(&impl_->blas), "cublasCreate");
+  check_cublas(cublasSetStream(impl_->blas, impl_->stream), "cublasSetStream");
+  // fp32 math only: the default mode never takes TF32 for CUBLAS_COMPUTE_32F (only _FAST_TF32 or
+  // CUBLAS_TF32_TENSOR_OP_MATH would), so linear() stays a true fp32 GEMM.
+  check_cublas(cublasSetMathMode(impl_->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+}
+
+CudaBackend::~CudaBackend() {
+  if (impl_->blas) cublasDestroy(impl_->blas);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void* CudaBackend::stream() const { return impl_->stream; }
+void* CudaBackend::cublas_handle() const { return impl_->blas; }
+
+void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
+
+void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
+  check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear");
+  if (m == 0 || n == 0) return;
+  // Row-major y[m,n] = x[m,k] w[n,k]^T is column-major y^T[n,m] = (w^T)^T[n,k] x^T[k,m].
+  const float one = 1.0f, zero = 0.0f;
+  check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                            static_cast<int>(k), &one, w, CUDA_R_32F, static_cast<int>(k), x, CUDA_R_32F,
+                            static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "linear (cublasGemmEx fp32)");
+}
+
+void CudaBackend::linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y) {
+  check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear_bf16");
+  if (m == 0 || n == 0) return;
+  const float one = 1.0f, zero = 0.0f;
+  check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                            static_cast<int>(k), &one, w, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF,
+                            static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "linear_bf16 (cublasGemmEx bf16)");
+}
+
+void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+  check_sizes(rows >= 0 && dim > 0 && rows <= INT32_MAX, "rms_norm");
+  if (rows == 0) return;
+  const int threads = dim >= 1024 ? 512 : 128;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, impl_->stream>>>(x, weight, dim, eps, y);
+  check_launch("rms_norm_kernel");
+}
+
+void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
+                       const ops::RopeFreqs& f, bool inverse) {
+  check_sizes(rows >= 0 && heads >= 0 && f.rope_dim >= 0 && f.rope_dim % 2 == 0 && f.rope_dim <= dim &&
+                  rows <= INT32_MAX && f.rope_dim * sizeof(float) <= 48 * 1024,
+              "rope");
+  if (rows == 0 || heads == 0 || f.rope_dim == 0) return;
+  const size_t smem = static_cast<size_t>(f.rope_dim) * sizeof(float);
+  rope_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(x, heads, dim, positions, f.inv_freq,
+                                                                         f.rope_dim, f.attention_factor,
+                                                                         inverse ? -1.0f : 1.0f);
+  check_launch("rope_kernel");
+}
+
+void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                                   const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
+  check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && tokens * heads <= INT32_MAX, "sparse_attention");
+  const int64_t blocks = tokens * heads;
+  if (blocks == 0) return;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  const int threads = kAttnWarps * 32;
+  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = dim % 128 == 0 && dim <= 1024 && aligned16(q) && aligned16(pool);
+  if (vec) {
+    switch (dim / 128) {
+#define DEEPINFER_ATTN_CASE(NV)                                                                              \
+  case NV:                                                                                                   \
+    sparse_attention_vec_kernel<NV><<<grid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, \
+                                                                         out);                               \
+    break;
+      DEEPINFER_ATTN_CASE(1)
+      DEEPINFER_ATTN_CASE(2)
+      DEEPINFER_ATTN_CASE(3)
+      DEEPINFER_ATTN_CASE(4)
+      DEEPINFER_ATTN_CASE(5)
+      DEEPINFER_ATTN_CASE(6)
+      DEEPINFER_ATTN_CASE(7)
+      DEEPINFER_ATTN_CASE(8)
+#undef DEEPINFER_ATTN_CASE
+    }
+    check_launch("sparse_attention_vec_kernel");
+    return;
+  }
+  const size_t smem = static_cast<size_t>(1 + kAttnWarps) * dim * sizeof(float);
+  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention: dim ", dim,
+        " needs more shared memory than the device has");
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(sparse_attention_generic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "cudaFuncSetAttribute(sparse_attention_generic_kernel)");
+  sparse_attention_generic_kernel<<<grid, threads, smem, impl_->stream>>>(q, heads, dim, pool, idx, k, sink, scale,
+                                                                          out);
+  check_launch("sparse_attention_generic_kernel");
+}
+
+void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn, const float* base,
+                             const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters, float* pre,
+                             float* post, float* comb) {
+  check_sizes(rows >= 0 && hc > 0 && dim > 0 && rows <= INT32_MAX, "hc_weights");
+  check(!comb || post, "cuda hc_weights: comb needs post");
+  if (rows == 0) return;
+  const int64_t outs = comb ? (2 + hc) * hc : hc;
+  const size_t smem = static_cast<size_t>(outs) * sizeof(float);
+  check(smem <= 48 * 1024, "cuda hc_weights: hc ", hc, " too large");
+  hc_weights_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(
+      x, hc, dim, fn, base, scale, rms_eps, hc_eps, sinkhorn_iters, pre, post, comb);
+  check_launch("hc_weights_kernel");
+}
+
+void CudaBackend::softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
+                               float* z) {
+  check_sizes(windows >= 0 && slots >= 0 && channels >= 0, "softmax_pool");
+  const int64_t n = windows * channels;
+  if (n == 0) return;
+  softmax_pool_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(kv, gate, windows, slots, channels, z);
+  check_launch("softmax_pool_kernel");
+}
+
+void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
+                         const float* row_scale, float* h) {
+  check_sizes(rows >= 0 && dim >= 0, "swiglu");
+  const int64_t n = rows * dim;
+  if (n == 0) return;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(g, u, rows, dim, limit, row_scale, h);
+  check_launch("swiglu_kernel");
+}
+
+void CudaBackend::fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) {
+  check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp8");
+  const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
+  if (n == 0) return;
+  fake_quant_kernel<true><<<grid_for(n, 8), 256, 0, impl_->stream>>>(x, rows, dim, block, per_row, 1e-4f, 448.0f);
+  check_launch("fake_quant_kernel<fp8>");
+}
+
+void CudaBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) {
+  check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp4");
+  const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
+  if (n == 0) return;
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -126);
+  fake_quant_kernel<false><<<grid_for(n, 8), 256, 0, impl_->stream>>>(x, rows, dim, block, per_row, floor_amax, 6.0f);
+  check_launch("fake_quant_kernel<fp4>");
+}
+
+void CudaBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) {
+  check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp4_e4m3");
+  const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
+  if (n == 0) return;
+  const float floor_amax = 6.0f * std::ldexp(1.0f, -9);
+  fake_quant_kernel<false, true><<<grid_for(n, 8), 256, 0, impl_->stream>>>(x, rows, dim, block, per_row, floor_amax,
+                                                                            6.0f);
+  check_launch("fake_quant_kernel<fp4, e4m3 scale>");
+}
+
+void CudaBackend::round_bf16(float* x, int64_t n) {
+  check_sizes(n >= 0, "round_bf16");
+  if (n == 0) return;
+  round_bf16_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, n);
+  check_launch("round_bf16_kernel");
+}
+
+void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                                          const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                                          float* out) {
+  check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && block > 0 && tokens * heads <= INT32_MAX,
+              "sparse_attention_online");
+  const int64_t blocks = tokens * heads;
+  if (blocks == 0) return;
+  const size_t smem = (static_cast<size_t>(1 + kAttnWarps) * dim + block) * sizeof(float);
+  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention_online: dim ", dim, " block ",
+        block, " need more shared memory than the device has");
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(sparse_attention_online_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "cudaFuncSetAttribute(sparse_attention_online_kernel)");
+  sparse_attention_online_kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, smem, impl_->stream>>>(
+      q, heads, dim, pool, idx, k, sink, scale, block, out);
+  check_launch("sparse_attention_online_kernel");
+}
+
+}  // namespace deepinfer::cuda

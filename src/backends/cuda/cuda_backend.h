@@ -1,0 +1,61 @@
+// The CUDA backend: every op of ops::Backend on DEVICE pointers (all inputs and outputs live in
+// device memory; sizes and RopeFreqs travel by value). Ops are enqueued on the backend's stream and
+// return before the work finishes; synchronize() waits and reports any asynchronous failure.
+// Every CUDA/cuBLAS status and every launch is checked; failures throw deepinfer::Error.
+// This header needs no CUDA headers, so plain C++ code can hold a CudaBackend.
+#pragma once
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace deepinfer::cuda {
+
+// True when the CUDA runtime sees at least one device (never throws).
+bool device_available();
+
+class CudaBackend final : public ops::Backend {
+ public:
+  // Uses the current CUDA device; creates a blocking stream and a cuBLAS handle bound to it.
+  CudaBackend();
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  // fp32 GEMM through cuBLAS with fp32 compute (TF32 off). Not yet batch invariant: cuBLAS may pick a
+  // different kernel (so a different summation order) for a different m.
+  void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) override;
+  void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) override;
+  // freqs.inv_freq and positions are device pointers.
+  void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
+            const ops::RopeFreqs& freqs, bool inverse) override;
+  void sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                        const int32_t* idx, int64_t k, const float* sink, float scale, float* out) override;
+  void hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn, const float* base,
+                  const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters, float* pre, float* post,
+                  float* comb) override;
+  void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
+                    float* z) override;
+  void swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit, const float* row_scale,
+              float* h) override;
+  void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  void round_bf16(float* x, int64_t n) override;
+  void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
+                               const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                               float* out) override;
+
+  // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation.
+  void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
+
+  void synchronize();           // waits for the stream; throws on any pending asynchronous error
+  void* stream() const;         // the cudaStream_t ops run on
+  void* cublas_handle() const;  // the cublasHandle_t bound to stream()
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::cuda
