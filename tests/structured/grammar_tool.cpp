@@ -30,7 +30,7 @@ SchemaArgs args_of(const json& req) {
 
 bool bit(const std::vector<uint32_t>& w, int32_t id) { return (w[id >> 5] >> (id & 31)) & 1; }
 
-// Draws from the mask: half the time any allowed token, otherwise a short one (or the stop token),
+// Draws from the mask: a quarter of the time any allowed token, otherwise a short one (or the stop token),
 // which keeps random walks from growing forever.
 json sample(const std::shared_ptr<const CompiledGrammar>& g, uint64_t seed, int runs, int max_tokens) {
   const TokenVocab& v = g->vocab();
@@ -50,7 +50,7 @@ json sample(const std::shared_ptr<const CompiledGrammar>& g, uint64_t seed, int 
         if (v.is_stop(id) || v.bytes(id).size() <= 1) small.push_back(id);
       }
       if (all.empty()) throw std::runtime_error("empty mask before the grammar ended: " + text);
-      const auto& pool = (rng() % 2 == 0 || small.empty()) ? all : small;
+      const auto& pool = (rng() % 4 == 0 || small.empty()) ? all : small;
       int32_t id = pool[rng() % pool.size()];
       if (!m.accept_token(id)) throw std::runtime_error("mask allowed token " + std::to_string(id) + " that accept_token rejects");
       if (v.is_stop(id)) finished = true;
