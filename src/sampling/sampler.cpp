@@ -48,6 +48,36 @@ void apply_penalties(const SampleInput& in, std::vector<float>& x) {
   }
 }
 
+// Top-p: reorders idx[0, n) so that idx[0, k) is the smallest set of the highest-ranked tokens
+// (ByValueDesc order) whose probability mass reaches top_p; returns k. Quickselect on the mass,
+// O(n) expected instead of a full sort, and a pure function of the row (so deterministic).
+size_t nucleus_size(int32_t* idx, size_t n, const float* x, float best, float top_p) {
+  auto weight = [&](int32_t t) { return std::exp(static_cast<double>(x[t]) - best); };
+  double z = 0;
+  for (size_t i = 0; i < n; ++i) z += weight(idx[i]);
+  const double target = top_p * z;
+  double kept = 0;  // mass of idx[0, lo), all ranked above idx[lo, hi)
+  size_t lo = 0, hi = n;
+  while (hi - lo > 64) {
+    size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(idx + lo, idx + mid, idx + hi, ByValueDesc{x});
+    double m = 0;
+    for (size_t i = lo; i < mid; ++i) m += weight(idx[i]);
+    if (kept + m >= target) {
+      hi = mid;
+    } else {
+      kept += m;
+      lo = mid;
+    }
+  }
+  std::sort(idx + lo, idx + hi, ByValueDesc{x});
+  for (size_t i = lo; i < hi; ++i) {
+    kept += weight(idx[i]);
+    if (kept >= target) return i + 1;  // the token that crosses top_p stays
+  }
+  return hi;
+}
+
 int32_t argmax(const std::vector<float>& x) {
   return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());  // first max wins
 }
@@ -102,18 +132,12 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
     if ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f) {
       std::vector<int32_t> idx;
       for (int32_t t = 0; t < vocab; ++t) if (x[t] > kNegInf) idx.push_back(t);
-      size_t k = p.top_k > 0 ? std::min<size_t>(p.top_k, idx.size()) : idx.size();
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), ByValueDesc{x.data()});
-      size_t keep = k;
-      if (p.top_p < 1.0f) {  // minimal prefix whose mass reaches top_p; the crossing token stays
-        double z = 0, cum = 0;
-        for (size_t i = 0; i < k; ++i) z += std::exp(static_cast<double>(x[idx[i]]) - best);
-        for (keep = 0; keep < k;) {
-          cum += std::exp(static_cast<double>(x[idx[keep]]) - best) / z;
-          ++keep;
-          if (cum >= p.top_p) break;
-        }
+      size_t keep = idx.size();
+      if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
+        keep = p.top_k;
+        std::nth_element(idx.begin(), idx.begin() + keep, idx.end(), ByValueDesc{x.data()});
       }
+      if (p.top_p < 1.0f) keep = nucleus_size(idx.data(), keep, x.data(), best, p.top_p);
       for (size_t i = keep; i < idx.size(); ++i) x[idx[i]] = kNegInf;
     }
     // Gumbel-max: argmax(l_i + G_i), G_i = -log(-log U_i), U_i keyed by (seed, stream, position, i).
