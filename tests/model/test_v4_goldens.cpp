@@ -32,23 +32,6 @@ const io::Checkpoint& goldens_for(const std::string& name) {
   return it->second;
 }
 
-// Runs ids through one fresh sequence in steps cut at `cuts` (ascending, first 0, last S); all logits.
-std::vector<float> run_steps(model::V4Model& m, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts) {
-  auto state = m.new_sequence();
-  std::vector<float> all, part;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    model::ForwardBatch b;
-    b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
-    b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
-    b.states = {state.get()};
-    for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
-    m.forward(b, part);
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  EXPECT_EQ(state->length(), static_cast<int64_t>(ids.size()));
-  return all;
-}
-
 struct Case {
   std::string model;
   int seq_len;
@@ -64,20 +47,20 @@ TEST_P(V4Golden, PrefillDecodeAndChunkedMatchReference) {
   const std::vector<int32_t> ids = golden_ints(g, p + "input_ids");
   const int64_t S = static_cast<int64_t>(ids.size());
 
-  EXPECT_LE(max_abs_diff(run_steps(m, ids, {0, S}), golden_floats(g, p + "prefill_logits")), kTolerance) << "prefill";
+  EXPECT_LE(max_abs_diff(model::logits_in_steps(m, ids, {0, S}), golden_floats(g, p + "prefill_logits")), kTolerance) << "prefill";
   if (S < 5) return;  // the goldens hold decode and chunked logits for S >= 5
 
   const int64_t P = golden_ints(g, p + "decode_prefix_len")[0];
   std::vector<int64_t> decode_cuts{0};
   for (int64_t t = P; t < S; ++t) decode_cuts.push_back(t);
   decode_cuts.push_back(S);
-  EXPECT_LE(max_abs_diff(run_steps(m, ids, decode_cuts), golden_floats(g, p + "decode_logits")), kTolerance)
+  EXPECT_LE(max_abs_diff(model::logits_in_steps(m, ids, decode_cuts), golden_floats(g, p + "decode_logits")), kTolerance)
       << "decode after " << P;
 
   std::vector<int64_t> chunk_cuts;
   for (int64_t t = 0; t < S; t += 7) chunk_cuts.push_back(t);
   chunk_cuts.push_back(S);
-  EXPECT_LE(max_abs_diff(run_steps(m, ids, chunk_cuts), golden_floats(g, p + "chunk7_logits")), kTolerance)
+  EXPECT_LE(max_abs_diff(model::logits_in_steps(m, ids, chunk_cuts), golden_floats(g, p + "chunk7_logits")), kTolerance)
       << "chunks of 7";
 }
 

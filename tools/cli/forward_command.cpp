@@ -79,9 +79,7 @@ int run_forward(const std::vector<std::string>& args) {
   check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " input ids");
 
   auto lm = model::load_causal_lm(model_dir);
-  auto state = lm->new_sequence();
   const int64_t V = lm->vocab_size();
-  std::vector<float> all(S * V), part;
   // Step boundaries: one prefill, fixed chunks, or a prefix then single tokens.
   std::vector<int64_t> cuts{0};
   if (chunk) {
@@ -90,15 +88,7 @@ int run_forward(const std::vector<std::string>& args) {
     for (int64_t c = decode_after; c < S; ++c) cuts.push_back(c);
   }
   cuts.push_back(S);
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    model::ForwardBatch b;
-    b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
-    b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
-    b.states = {state.get()};
-    for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
-    lm->forward(b, part);
-    std::copy(part.begin(), part.end(), all.begin() + cuts[i] * V);
-  }
+  const std::vector<float> all = model::logits_in_steps(*lm, ids, cuts);
   io::write_safetensors(output, {{"logits", DType::F32, {S, V},
                                   {reinterpret_cast<const uint8_t*>(all.data()), all.size() * sizeof(float)}}});
   std::fprintf(stderr, "wrote logits [%lld, %lld] to %s\n", static_cast<long long>(S), static_cast<long long>(V),
