@@ -1,0 +1,22 @@
+"""examples/offline_inference.py: without the real model it says so in one line and runs the demo."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine_helpers import CLI, ROOT
+
+pytestmark = pytest.mark.skipif(not CLI.exists(), reason="build/tools/deepinfer not built")
+
+
+def test_example_falls_back_to_the_demo_model(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"), XDG_CACHE_HOME=str(tmp_path))
+    env.pop("DEEPINFER_HF_MODEL_DIR", None)
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "offline_inference.py"), "--max-tokens", "4"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    notice = [line for line in r.stderr.splitlines() if line.startswith("deepinfer: cannot use")]
+    assert len(notice) == 1 and "HF_HUB_OFFLINE" in notice[0] and "random" in notice[0]
+    assert r.stdout.count("Prompt: ") == 4 and "Chat: " in r.stdout and "JSON: {" in r.stdout
+    assert (tmp_path / "deepinfer" / "demo-model-v4" / "tokenizer.json").exists()
