@@ -117,6 +117,20 @@ TEST_P(V4GoldenModel, GreedyContinuationMatchesReference) {
   EXPECT_EQ(out, expected);
 }
 
+// Any chunk size, with boundaries anywhere inside the compression groups (CSA 4, HCA 16/32) and windows.
+TEST_P(V4GoldenModel, EveryChunkSizeMatchesPrefill) {
+  auto& m = model_for(GetParam());
+  const io::Checkpoint& g = goldens_for(GetParam());
+  const std::vector<int32_t> ids = golden_ints(g, "s64.input_ids");
+  const std::vector<float> expected = golden_floats(g, "s64.prefill_logits");
+  for (int64_t chunk : {1, 2, 3, 5, 6, 9, 15, 16, 17, 31, 33, 63}) {
+    std::vector<int64_t> cuts;
+    for (int64_t t = 0; t < 64; t += chunk) cuts.push_back(t);
+    cuts.push_back(64);
+    EXPECT_LE(max_abs_diff(model::logits_in_steps(m, ids, cuts), expected), kTolerance) << "chunk " << chunk;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, V4GoldenModel, ::testing::Values("tiny-a", "tiny-b"), [](const auto& info) {
   std::string n = info.param;
   n[4] = '_';
