@@ -1,0 +1,105 @@
+"""Structured output: deepinfer vs xgrammar on the same schemas, vocabulary and token sequences.
+
+    pip install -r bench/requirements.txt   # xgrammar (pulls torch); benchmark only
+    python3 bench/structured/bench_vs_xgrammar.py [--build build] [--repeats 3]
+
+Both engines get the V3 vocabulary as raw token bytes padded to 129,280 (added tokens as empty,
+i.e. never text, EOS = 1) and walk the same real token sequences (HF tokenizers encoding of each
+case's text). Prints compile time and per-token mask time (median, p99) and the ratios
+xgrammar / deepinfer (> 1 means deepinfer is faster).
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOKENIZER = ROOT / "tests/data/tokenizer/deepseek-v3/tokenizer.json"
+VOCAB = 129280
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p * len(values)))]
+
+
+def v3_vocab_bytes():
+    data = json.loads(TOKENIZER.read_text())
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:] + [256 + n for n in range(256 - len(bs))]
+    bs += [b for b in range(256) if b not in bs]
+    inv = {chr(c): b for b, c in zip(bs, cs)}
+    vocab = [b""] * VOCAB
+    for tok, i in data["model"]["vocab"].items():
+        vocab[i] = bytes(inv[ch] for ch in tok)
+    for a in data["added_tokens"]:
+        vocab[a["id"]] = b""
+    return vocab
+
+
+def bench_xgrammar(cases, repeats):
+    import torch  # noqa: F401  (xgrammar's bitmask type)
+    import tokenizers
+    import xgrammar as xgr
+    tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
+    info = xgr.TokenizerInfo(v3_vocab_bytes(), vocab_type=xgr.VocabType.RAW, vocab_size=VOCAB, stop_token_ids=[1])
+    results = {}
+    for c in cases:
+        compile_ms = []
+        for _ in range(repeats):
+            compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+            schema = c["schema"] if isinstance(c["schema"], str) else json.dumps(c["schema"])
+            t0 = time.perf_counter()
+            if c["schema_type"] == "json":
+                g = compiler.compile_json_schema(schema, any_whitespace=False, strict_mode=False)
+            elif c["schema_type"] == "json_object":
+                g = compiler.compile_builtin_json_grammar()
+            elif c["schema_type"] == "regex":
+                g = compiler.compile_regex(schema)
+            else:
+                g = compiler.compile_grammar(schema)
+            compile_ms.append((time.perf_counter() - t0) * 1e3)
+        ids = tok.encode(c["text"], add_special_tokens=False).ids
+        bitmask = xgr.allocate_token_bitmask(1, VOCAB)
+        mask_us = []
+        for _ in range(repeats):
+            m = xgr.GrammarMatcher(g)
+            for i in ids:
+                t0 = time.perf_counter()
+                m.fill_next_token_bitmask(bitmask)
+                mask_us.append((time.perf_counter() - t0) * 1e6)
+                assert m.accept_token(i), (c["name"], i)
+        results[c["name"]] = {"compile_ms": statistics.median(compile_ms), "mask_us_median": pct(mask_us, 0.5),
+                              "mask_us_p99": pct(mask_us, 0.99)}
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cases", default=str(ROOT / "bench/structured/cases.json"))
+    args = ap.parse_args()
+    cases = json.loads(pathlib.Path(args.cases).read_text())
+    exe = ROOT / args.build / "tests/structured/structured_bench"
+    out = subprocess.run([str(exe), args.cases, str(args.repeats)], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    ours = {r["name"]: r for r in map(json.loads, out.splitlines())}
+    try:
+        theirs = bench_xgrammar(cases, args.repeats)
+    except ImportError as e:
+        theirs = {}
+        print(f"xgrammar not available ({e}); deepinfer numbers only. pip install -r bench/requirements.txt")
+    print(f"{'case':18} {'compile ms':>22} {'mask median us':>24} {'mask p99 us':>24}")
+    print(f"{'':18} {'ours / xgr / ratio':>22} {'ours / xgr / ratio':>24} {'ours / xgr / ratio':>24}")
+    for name, o in ours.items():
+        x = theirs.get(name)
+        cols = []
+        for k in ("compile_ms", "mask_us_median", "mask_us_p99"):
+            cols.append(f"{o[k]:.1f} / {x[k]:.1f} / {x[k] / max(o[k], 1e-9):.2f}x" if x else f"{o[k]:.1f} / - / -")
+        print(f"{name:18} {cols[0]:>22} {cols[1]:>24} {cols[2]:>24}")
+
+
+if __name__ == "__main__":
+    main()
