@@ -208,6 +208,9 @@ V4Config V4Config::from_json(const json& j) {
       check(c.index_n_heads > 0 && c.index_head_dim >= c.rope_dim && c.index_topk > 0, "config: layer ", l,
             " is CSA but index_n_heads/index_head_dim/index_topk are not set");
     }
+    if (c.attention[l] == AttentionKind::kCSA && c.quant)
+      check((c.index_head_dim & (c.index_head_dim - 1)) == 0, "config: index_head_dim ", c.index_head_dim,
+            " must be a power of two for the quantized indexer's Hadamard rotation");
     check(c.attention[l] == AttentionKind::kSliding || c.compress_ratio[l] > 0, "config: layer ", l,
           " compresses with ratio ", c.compress_ratio[l]);
   }

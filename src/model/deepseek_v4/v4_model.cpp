@@ -22,6 +22,26 @@ struct V4Model::Step {
   std::vector<Seq> seqs;
 };
 
+namespace {
+// Orthonormal Walsh–Hadamard transform of each `dim`-vector (dim a power of two), scaled by dim^-1/2.
+// The V4 reference rotates the indexer's queries and keys with it before their FP4 rounding: the
+// scores are unchanged in exact arithmetic, only the quantization error is spread across channels.
+void hadamard_rows(float* x, int64_t rows, int64_t dim) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * dim;
+    for (int64_t h = 1; h < dim; h *= 2)
+      for (int64_t i = 0; i < dim; i += 2 * h)
+        for (int64_t j = i; j < i + h; ++j) {
+          float a = v[j], b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+    for (int64_t i = 0; i < dim; ++i) v[i] *= scale;
+  }
+}
+}  // namespace
+
 V4Model::V4Model(V4Config config, V4Weights weights, ops::Backend& backend, bool simulate_quant)
     : config_(std::move(config)), w_(std::move(weights)), be_(backend), simulate_quant_(simulate_quant) {
   rope_main_ = make_rope_table(config_.rope_main, config_.rope_dim);
@@ -83,7 +103,10 @@ void V4Model::compress(int64_t layer, const CompressorWeights& cw, CompressorSta
     const int64_t group_pos = p + 1 - ratio;
     be_.rope(z.data(), 1, 1, width, &group_pos, rope_compress_.freqs(), false);
     if (simulate_quant_) {
-      if (indexer_keys) be_.fake_quant_fp4(z.data(), 1, width, 32);
+      if (indexer_keys) {
+        hadamard_rows(z.data(), 1, width);
+        be_.fake_quant_fp4(z.data(), 1, width, 32);
+      }
       else be_.fake_quant_fp8(z.data(), 1, width - config_.rope_dim, 64);
     }
     st.rows.insert(st.rows.end(), z.begin(), z.end());
@@ -129,7 +152,10 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
     project(x, T, iw.compressor.wgate, 2 * id, D, igate, false);
     project(qr, T, iw.wq_b, ih * id, c.q_lora_rank, iq, quant);
     be_.rope(iq.data(), T, ih, id, s.pos.data(), rope_compress_.freqs(), false);
-    if (simulate_quant_) be_.fake_quant_fp4(iq.data(), T * ih, id, 32);
+    if (simulate_quant_) {
+      hadamard_rows(iq.data(), T * ih, id);
+      be_.fake_quant_fp4(iq.data(), T * ih, id, 32);
+    }
     project(x, T, iw.weights_proj, ih, D, iweights, false);
     const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
     for (float& v : iweights) v *= wscale;
