@@ -643,8 +643,9 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
   const int64_t NL = static_cast<int64_t>(c_.engram_layer_ids.size());
   if (NL) {
     check(engram_ != nullptr, "v41: the model has Engram layers but no token map (set_engram_tokens)");
-    for (int64_t i = 0; i < n; ++i)
-      st.engram_hist.push_back(ids[i] == c_.image_token_id ? EngramHasher::kDead : engram_->compressed(ids[i]));
+    // Text only: image spans (DEAD for Engram, bias_vl routing) come with the vision path, not from the
+    // token id alone (the reference marks them from token_types), so every token is hashed here.
+    for (int64_t i = 0; i < n; ++i) st.engram_hist.push_back(engram_->compressed(ids[i]));
     hash.resize(n * NL * engram_->cols());
     engram_->hash(st.engram_hist, P, n, hash.data());
     if (on_hash_ids) on_hash_ids(P, hash);
@@ -688,6 +689,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
       const int64_t ei = c_.engram_index(l), C = engram_->cols();
       std::vector<int64_t> lid(rows * C);
       for (int64_t t = 0; t < rows; ++t) std::copy_n(hash.data() + ((row0 + t) * NL + ei) * C, C, lid.data() + t * C);
+      if (on_engram_input) on_engram_input(l, X);
       engram_apply(l, rows, lid.data(), X);
     }
     if (on_layer_input) on_layer_input(l, X, pre_mix);
@@ -775,7 +777,7 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
   be_.linear(normed.data(), static_cast<int64_t>(batch.logit_rows.size()), D, head_.data(), V, logits.data());
 }
 
-V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor) {
+V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* force_tokens) {
   check(c_.dspark_block_size > 0 && c_.n_mtp_layers > 0, "dspark: the model has no draft head");
   check(st.length_ > 0, "dspark: draft needs at least one consumed token");
   const int64_t D = c_.dim, hc = c_.hc_mult, n = c_.dspark_block_size, V = c_.vocab_size, R = c_.dspark_markov_rank;
@@ -811,11 +813,12 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor) {
     float* lg = out.logits.data() + i * V;
     for (int64_t v = 0; v < V; ++v) lg[v] += bias[v];
     toks[i + 1] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+    out.tokens.push_back(toks[i + 1]);
+    if (force_tokens) toks[i + 1] = force_tokens[i];
     std::copy_n(y.data() + i * D, D, feat.data());
     std::copy_n(emb, R, feat.data() + D);
     be_.linear(feat.data(), 1, D + R, L.confidence.w.data(), 1, &out.confidence[i]);
   }
-  out.tokens.assign(toks.begin() + 1, toks.end());
   return out;
 }
 

@@ -99,7 +99,8 @@ class V41Model final : public CausalLM {
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
-  V41Draft draft(V41SequenceState& state, int32_t anchor);
+  // force_tokens (tests): feed these block tokens to the Markov chain instead of the sampled ones.
+  V41Draft draft(V41SequenceState& state, int32_t anchor, const int32_t* force_tokens = nullptr);
 
   const V41Config& config() const { return c_; }
   const EngramHasher* engram() const { return engram_.get(); }
@@ -108,6 +109,7 @@ class V41Model final : public CausalLM {
   // (after its Engram); it may overwrite both (teacher forcing). on_final(collapsed, normed).
   std::function<void(int64_t, std::vector<float>&, std::vector<float>&)> on_layer_input;
   std::function<void(const std::vector<float>&, const std::vector<float>&)> on_final;
+  std::function<void(int64_t, std::vector<float>&)> on_engram_input;  // streams before layer L's Engram
   std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;  // [T, n_engram_layers, cols]
   // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
   // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
