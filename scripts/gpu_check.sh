@@ -54,7 +54,7 @@ echo "== tests"
 test_rc=${PIPESTATUS[0]}
 if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck"
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin_test" >"$out/memcheck.log" 2>&1
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin_test" >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid' "$out/memcheck.log") invalid accesses)"; tail -3 "$out/memcheck.log"
 fi
 
