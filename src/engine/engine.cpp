@@ -310,7 +310,7 @@ void Engine::resolve(Job& job) {
     seq.tokens.push_back(s.token);
     seq.out.cumulative_logprob += s.logprob;
     if (seq.request->params.logprobs) seq.out.logprobs.push_back(s.logprobs);
-    seq.isolate = false;
+    scheduler_.end_isolation(&seq);
     job.landed[c] = true;
   }
   for (size_t i = 0; i < job.prompt_lps.size(); ++i) {
@@ -338,8 +338,7 @@ void Engine::recover_from_failure(Job& failed, Job* next) {
       finish(*s, "error");
       continue;
     }
-    scheduler_.preempt(s);  // recomputed from scratch; what it generated is kept
-    if (in_failed) s->isolate = true;
+    scheduler_.preempt(s, in_failed);  // recomputed from scratch; what it generated is kept
   }
 }
 
@@ -423,16 +422,23 @@ void Engine::collect(std::vector<RequestOutput>& outs, bool include_unfinished) 
   if (!inflight_) retired_.clear();
 }
 
+std::vector<ScheduledChunk> Engine::schedule() {
+  auto chunks = scheduler_.schedule();
+  // A sequence that outgrew the whole state budget ends as if it hit max_model_len.
+  for (Sequence* s : scheduler_.take_out_of_room()) finish(*s, "length");
+  return chunks;
+}
+
 std::vector<RequestOutput> Engine::step(bool include_unfinished) {
   std::vector<RequestOutput> outs;
   drain_incoming();
   if (!inflight_) {
-    auto chunks = scheduler_.schedule();
+    auto chunks = schedule();
     if (!chunks.empty()) launch(plan(std::move(chunks)));
   }
   std::unique_ptr<Job> next;
   if (inflight_ && options_.async_scheduling) {  // overlaps the forward of the in-flight step
-    auto chunks = scheduler_.schedule();
+    auto chunks = schedule();
     if (!chunks.empty()) next = plan(std::move(chunks));
   }
   if (inflight_) {

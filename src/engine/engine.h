@@ -70,6 +70,7 @@ class Engine {
   class Worker;
 
   void drain_incoming();
+  std::vector<ScheduledChunk> schedule();
   std::unique_ptr<Job> plan(std::vector<ScheduledChunk> chunks);
   void launch(std::unique_ptr<Job> job);
   void run_job(Job& job);                 // forward + sampling (worker thread)

@@ -13,9 +13,20 @@ void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   states_.release(seq->id);
+  end_isolation(seq);
 }
 
-void Scheduler::preempt(Sequence* seq) {
+void Scheduler::end_isolation(Sequence* seq) {
+  if (!seq->isolate) return;
+  seq->isolate = false;
+  --isolated_;
+}
+
+void Scheduler::preempt(Sequence* seq, bool isolate) {
+  if (isolate && !seq->isolate) {
+    seq->isolate = true;
+    ++isolated_;
+  }
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   states_.release(seq->id);
@@ -53,8 +64,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   };
 
   // A sequence whose batch failed runs alone, so a failure can be pinned on one request.
-  for (auto& list : {std::vector<Sequence*>(waiting_.begin(), waiting_.end()), running_}) {
-    for (Sequence* s : list) {
+  if (isolated_ > 0) {
+    std::vector<Sequence*> candidates(waiting_.begin(), waiting_.end());
+    candidates.insert(candidates.end(), running_.begin(), running_.end());
+    for (Sequence* s : candidates) {
       if (!s->isolate) continue;
       int32_t count = chunk_size(*s, budget);
       if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
@@ -74,6 +87,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     Sequence* s = running_[i];
     int32_t count = chunk_size(*s, budget);
     if (count == 0) continue;
+    if (!states_.can_ever_hold(s->num_computed + count)) {
+      out_of_room_.push_back(s);
+      continue;
+    }
     bool fits = true;
     while (!states_.reserve(s->id, s->num_computed + count)) {
       preempted = true;
@@ -92,6 +109,11 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
     Sequence* s = waiting_.front();
     int32_t count = chunk_size(*s, budget);
+    if (count > 0 && !states_.can_ever_hold(s->num_computed + count)) {
+      waiting_.pop_front();
+      out_of_room_.push_back(s);
+      continue;
+    }
     if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
     waiting_.pop_front();
     running_.push_back(s);

@@ -36,8 +36,12 @@ class Scheduler {
   void add(Sequence* seq);                // joins the waiting queue
   void remove(Sequence* seq);             // finished or aborted: leaves the queues, returns its state
   // preempt() from outside (a failed batch): back to the front of the waiting queue.
-  void preempt(Sequence* seq);
+  void preempt(Sequence* seq, bool isolate = false);
+  void end_isolation(Sequence* seq);      // its isolated run succeeded
   std::vector<ScheduledChunk> schedule();
+  // Sequences that outgrew the whole state budget in the last schedule(): the engine finishes
+  // them ("length") instead of letting them wait forever.
+  std::vector<Sequence*> take_out_of_room() { return std::move(out_of_room_); }
 
   bool empty() const { return waiting_.empty() && running_.empty(); }
   size_t num_running() const { return running_.size(); }
@@ -53,6 +57,8 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;        // priority order: earlier = admitted earlier
   int64_t preemptions_ = 0;
+  int isolated_ = 0;                      // sequences with isolate set
+  std::vector<Sequence*> out_of_room_;
 };
 
 }  // namespace deepinfer::engine

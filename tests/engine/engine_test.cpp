@@ -405,6 +405,23 @@ TEST(Engine, LogprobsAndPromptLogprobsMatchTheModel) {
   EXPECT_NEAR(c.cumulative_logprob, cum, 1e-4);
 }
 
+TEST(Engine, ASequenceOutgrowingTheWholeBudgetEndsWithLength) {
+  for (bool async : {false, true}) {
+    EngineOptions o = opts(async);
+    o.state_block_tokens = 4;
+    o.num_state_blocks = 10;  // 40 tokens in all
+    auto e = make(o);
+    e->add_request(Prompt::from_ids(prompt_of(1, 10)), greedy(100), "big");
+    e->add_request(Prompt::from_ids(prompt_of(2, 6)), greedy(5), "small");
+    auto out = run(*e);
+    auto& big = out.at("big").outputs[0];
+    EXPECT_EQ(big.finish_reason, "length");
+    EXPECT_GE(big.token_ids.size(), 20u);
+    EXPECT_LE(big.token_ids.size(), 31u);
+    EXPECT_EQ(out.at("small").outputs[0].token_ids.size(), 5u);
+  }
+}
+
 TEST(Engine, RequestsArriveWhileOthersRun) {
   auto e = make(opts());
   e->add_request(Prompt::from_ids(prompt_of(1, 9)), seeded(1, 20), "first");
