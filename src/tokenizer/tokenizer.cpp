@@ -117,7 +117,7 @@ WordCache& cache_for(uint64_t uid) {
 }
 
 constexpr size_t kMaxCachedWord = 64;       // longer pieces are rare and would bloat the cache
-constexpr size_t kMaxCacheEntries = 1 << 18;
+constexpr size_t kMaxCacheEntries = 1 << 16;  // ~5 MB per thread at most
 
 size_t first_invalid_utf8(std::string_view s) {
   auto p = reinterpret_cast<const unsigned char*>(s.data());
@@ -138,6 +138,11 @@ size_t first_invalid_utf8(std::string_view s) {
 }
 
 }  // namespace
+
+const TokenizerData& Tokenizer::data() const {
+  check(d_ != nullptr, "tokenizer: used before Tokenizer::load");
+  return *d_;
+}
 
 Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
@@ -269,7 +274,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
-  const TokenizerData& d = *d_;
+  const TokenizerData& d = data();
   check(text.size() < (size_t(1) << 32), "encode: text longer than 4 GiB");
   size_t bad = first_invalid_utf8(text);
   check(bad == std::string::npos, "encode: text is not valid UTF-8 (byte offset ", bad, ")");
@@ -323,7 +328,7 @@ void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std:
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-  const TokenizerData& d = *d_;
+  const TokenizerData& d = data();
   std::string raw;
   for (int32_t id : ids) {
     if (id < 0 || size_t(id) >= d.flags.size() || !(d.flags[id] & kHas)) continue;  // HF skips unknown ids
@@ -333,35 +338,35 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return utf8_lossy(raw);
 }
 
-int64_t Tokenizer::vocab_size() const { return int64_t(d_->flags.size()); }
+int64_t Tokenizer::vocab_size() const { return int64_t(data().flags.size()); }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
-  check(id >= 0 && size_t(id) < d_->bytes.size(), "token id ", id, " out of range [0, ", d_->bytes.size(), ")");
-  return d_->bytes[id];
+  check(id >= 0 && size_t(id) < data().bytes.size(), "token id ", id, " out of range [0, ", data().bytes.size(), ")");
+  return data().bytes[id];
 }
 
 const std::string& Tokenizer::token_string(int32_t id) const {
-  check(id >= 0 && size_t(id) < d_->strings.size(), "token id ", id, " out of range [0, ", d_->strings.size(), ")");
-  return d_->strings[id];
+  check(id >= 0 && size_t(id) < data().strings.size(), "token id ", id, " out of range [0, ", data().strings.size(), ")");
+  return data().strings[id];
 }
 
 bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && size_t(id) < d_->flags.size() && (d_->flags[id] & kSpecial);
+  return id >= 0 && size_t(id) < data().flags.size() && (data().flags[id] & kSpecial);
 }
 
 bool Tokenizer::is_added(int32_t id) const {
-  return id >= 0 && size_t(id) < d_->flags.size() && (d_->flags[id] & kAdded);
+  return id >= 0 && size_t(id) < data().flags.size() && (data().flags[id] & kAdded);
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  auto it = d_->by_string.find(std::string(token));
-  if (it == d_->by_string.end()) return std::nullopt;
+  auto it = data().by_string.find(std::string(token));
+  if (it == data().by_string.end()) return std::nullopt;
   return it->second;
 }
 
-std::optional<int32_t> Tokenizer::bos_id() const { return d_->bos; }
-std::optional<int32_t> Tokenizer::eos_id() const { return d_->eos; }
-bool Tokenizer::add_bos_token() const { return d_->add_bos; }
+std::optional<int32_t> Tokenizer::bos_id() const { return data().bos; }
+std::optional<int32_t> Tokenizer::eos_id() const { return data().eos; }
+bool Tokenizer::add_bos_token() const { return data().add_bos; }
 
 IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tok, bool skip_special_tokens)
     : tok_(std::move(tok)), skip_special_(skip_special_tokens) {}

@@ -39,6 +39,7 @@ class Tokenizer {
   bool add_bos_token() const;  // tokenizer_config.json's add_bos_token (false when absent)
 
  private:
+  const TokenizerData& data() const;  // throws when default-constructed
   std::shared_ptr<const TokenizerData> d_;
 };
 
