@@ -111,8 +111,7 @@ void CpuBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t di
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * width;
       float r_inv = 1.0f / std::sqrt(dot(xr, xr, width) / static_cast<float>(width) + rms_eps);
-      for (int64_t i = 0; i < width; ++i) normed[i] = xr[i] * r_inv;
-      for (int64_t o = 0; o < outs; ++o) m[o] = dot(normed.data(), fn + o * width, width);
+      for (int64_t o = 0; o < outs; ++o) m[o] = dot(xr, fn + o * width, width) * r_inv;
       for (int64_t i = 0; i < hc; ++i) pre[r * hc + i] = sigmoid(m[i] * scale[0] + base[i]) + hc_eps;
       if (!comb) continue;
       for (int64_t i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
@@ -223,6 +222,24 @@ void CpuBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_
       float s = e4m3_to_float(float_to_e4m3(std::min(amax / kE2M1Max, kE4M3Max)));
       for (int64_t i = 0; i < n; ++i) v[i] = e2m1_to_float(float_to_e2m1(std::clamp(v[i] / s, -kE2M1Max, kE2M1Max))) * s;
     }
+}
+
+void CpuBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
+                                 float* y) {
+  parallel_for(n, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = n0; j < n1; ++j) {
+        const float* xr = x + i * k;
+        const float* wr = w + j * k;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < k; b += block) {
+          float partial = 0.0f;
+          for (int64_t c = b; c < std::min(k, b + block); ++c) partial += xr[c] * wr[c];
+          acc += partial;
+        }
+        y[i * n + j] = acc;
+      }
+  }, 16);
 }
 
 void CpuBackend::round_bf16(float* x, int64_t n) {
