@@ -31,15 +31,15 @@ def v3_vocab_bytes():
     cs = bs[:] + [256 + n for n in range(256 - len(bs))]
     bs += [b for b in range(256) if b not in bs]
     inv = {chr(c): b for b, c in zip(bs, cs)}
+    added = {a["id"] for a in data["added_tokens"]}  # control tokens: empty = never text
     vocab = [b""] * VOCAB
     for tok, i in data["model"]["vocab"].items():
-        vocab[i] = bytes(inv[ch] for ch in tok)
-    for a in data["added_tokens"]:
-        vocab[a["id"]] = b""
+        if i not in added:
+            vocab[i] = bytes(inv[ch] for ch in tok)
     return vocab
 
 
-def bench_xgrammar(cases, repeats):
+def bench_xgrammar(cases, repeats, threads):
     import torch  # noqa: F401  (xgrammar's bitmask type)
     import tokenizers
     import xgrammar as xgr
@@ -49,11 +49,11 @@ def bench_xgrammar(cases, repeats):
     for c in cases:
         compile_ms = []
         for _ in range(repeats):
-            compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+            compiler = xgr.GrammarCompiler(info, max_threads=threads, cache_enabled=False)
             schema = c["schema"] if isinstance(c["schema"], str) else json.dumps(c["schema"])
             t0 = time.perf_counter()
             if c["schema_type"] == "json":
-                g = compiler.compile_json_schema(schema, any_whitespace=False, strict_mode=False)
+                g = compiler.compile_json_schema(schema, any_whitespace=False, separators=(",", ":"), strict_mode=False)
             elif c["schema_type"] == "json_object":
                 g = compiler.compile_builtin_json_grammar()
             elif c["schema_type"] == "regex":
@@ -66,11 +66,13 @@ def bench_xgrammar(cases, repeats):
         mask_us = []
         for _ in range(repeats):
             m = xgr.GrammarMatcher(g)
-            for i in ids:
+            for k, i in enumerate(ids):
                 t0 = time.perf_counter()
                 m.fill_next_token_bitmask(bitmask)
                 mask_us.append((time.perf_counter() - t0) * 1e6)
-                assert m.accept_token(i), (c["name"], i)
+                if not m.accept_token(i):
+                    print(f"xgrammar rejects {c['name']} at token {k} ({tok.decode(ids[:k + 1])!r}); timings cover the prefix")
+                    break
         results[c["name"]] = {"compile_ms": statistics.median(compile_ms), "mask_us_median": pct(mask_us, 0.5),
                               "mask_us_p99": pct(mask_us, 0.99)}
     return results
@@ -80,6 +82,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--xgr-threads", type=int, default=1, help="xgrammar compile threads (ours uses 1)")
     ap.add_argument("--cases", default=str(ROOT / "bench/structured/cases.json"))
     args = ap.parse_args()
     cases = json.loads(pathlib.Path(args.cases).read_text())
@@ -87,7 +90,7 @@ def main():
     out = subprocess.run([str(exe), args.cases, str(args.repeats)], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     ours = {r["name"]: r for r in map(json.loads, out.splitlines())}
     try:
-        theirs = bench_xgrammar(cases, args.repeats)
+        theirs = bench_xgrammar(cases, args.repeats, args.xgr_threads)
     except ImportError as e:
         theirs = {}
         print(f"xgrammar not available ({e}); deepinfer numbers only. pip install -r bench/requirements.txt")
