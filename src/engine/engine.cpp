@@ -431,6 +431,10 @@ std::vector<ScheduledChunk> Engine::schedule() {
 
 std::vector<RequestOutput> Engine::step(bool include_unfinished) {
   std::vector<RequestOutput> outs;
+  // Requests retired before this step may still be seen by the job in flight; this step waits
+  // for and processes that job, so they are freed when the step returns.
+  std::vector<std::unique_ptr<Request>> expired = std::move(retired_);
+  retired_.clear();
   drain_incoming();
   if (!inflight_) {
     auto chunks = schedule();
@@ -450,9 +454,8 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
     } else {
       resolve(*done);
     }
-    // Safe point: no forward in flight, so released states can be reset and old requests freed.
+    // Safe point: no forward in flight, so released states can be reset.
     states_.recycle();
-    retired_.clear();
     if (next) launch(std::move(next));
     if (!done->failed) process(*done);
   }

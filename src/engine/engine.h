@@ -92,7 +92,7 @@ class Engine {
   std::unique_ptr<GrammarCompiler> grammar_;  // built on the first so_args request
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
-  std::vector<std::unique_ptr<Request>> retired_;  // finished; freed when no job can see them
+  std::vector<std::unique_ptr<Request>> retired_;  // finished; freed once no job can see them
   int64_t next_seq_id_ = 0;
   EngineStats stats_;
 

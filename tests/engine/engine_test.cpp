@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <random>
 
 #include "core/error.h"
@@ -419,6 +421,30 @@ TEST(Engine, ASequenceOutgrowingTheWholeBudgetEndsWithLength) {
     EXPECT_GE(big.token_ids.size(), 20u);
     EXPECT_LE(big.token_ids.size(), 31u);
     EXPECT_EQ(out.at("small").outputs[0].token_ids.size(), 5u);
+  }
+}
+
+TEST(Engine, AddAndAbortFromAnotherThreadWhileStepping) {
+  auto e = make(opts());
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    for (int i = 0; i < 200; ++i) {
+      e->add_request(Prompt::from_ids(prompt_of(i, 1 + i % 17)), seeded(i, 1 + i % 9), "t" + std::to_string(i));
+      if (i % 10 == 5) e->abort("t" + std::to_string(i - 3));
+    }
+    done = true;
+  });
+  std::map<std::string, RequestOutput> out;
+  while (!done || e->has_unfinished())
+    for (auto& o : e->step()) out[o.request_id] = o;
+  producer.join();
+  for (auto& o : e->step()) out[o.request_id] = o;
+  ASSERT_EQ(out.size(), 200u);
+  for (auto& [id, r] : out) {
+    const auto& c = r.outputs[0];
+    int i = std::stoi(id.substr(1));
+    if (c.finish_reason == "length") EXPECT_EQ(c.token_ids.size(), static_cast<size_t>(1 + i % 9)) << id;
+    else EXPECT_EQ(c.finish_reason, "abort") << id;
   }
 }
 
