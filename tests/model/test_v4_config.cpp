@@ -65,6 +65,7 @@ TEST(V4Config, QuantizationConfig) {
   j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
                               {"weight_block_size", {128, 128}}};
   j["expert_dtype"] = "fp4";
+  j["index_head_dim"] = 32;  // the quantized indexer's Hadamard rotation needs a power of two
   V4Config c = V4Config::from_json(j);
   ASSERT_TRUE(c.quant.has_value());
   EXPECT_EQ(c.quant->block_n, 128);
@@ -116,6 +117,10 @@ TEST(V4Config, BadValuesAreNamed) {
   r = released_tiny_b();
   r["quantization_config"] = {{"quant_method", "awq"}};
   expect_error(r, "quant_method");
+
+  r = released_tiny_b();  // index_head_dim 24
+  r["quantization_config"] = {{"quant_method", "fp8"}};
+  expect_error(r, "index_head_dim");
 }
 
 }  // namespace
