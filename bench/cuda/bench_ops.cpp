@@ -150,6 +150,13 @@ int main(int argc, char** argv) try {
       t = time_ms(be, [&](int i) { be.linear_bf16(xh, m, kn.k, wh[i % copies], kn.n, y); }, reps);
       report("linear bf16 (cuBLAS)", shape, t, 2.0 * (m * kn.k + kn.k * kn.n) + 4.0 * m * kn.n, flops, bw, bf16_rate);
     }
+    if (kn.n == 1024) {
+      const int64_t m = 256;
+      std::string shape = "[256," + std::to_string(kn.k) + "]x[1024] b128";
+      double t = time_ms(be, [&](int i) { be.linear_kblocked(x, m, kn.k, w[i % copies], kn.n, 128, y); }, 10);
+      report("linear_kblocked fp32", shape, t, 4.0 * (m * kn.k + kn.k * kn.n + m * kn.n), 2.0 * m * kn.k * kn.n, bw,
+             fp32_rate);
+    }
     for (auto p : w) cudaFree(p);
     for (auto p : wh) cudaFree(p);
     cudaFree(x); cudaFree(xh); cudaFree(y);
@@ -174,13 +181,20 @@ int main(int argc, char** argv) try {
     int32_t* didx = nullptr;
     ck(cudaMalloc(&didx, idx.size() * 4), "cudaMalloc");
     ck(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    double t = time_ms(be, [&](int) {
-      be.sparse_attention(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, out);
-    }, reps);
     double bytes = 4.0 * (2 * tokens * heads * dim + unique * dim + tokens * k + heads);
     double flops = 4.0 * tokens * heads * k * dim;  // q.k and p.v, one FMA = 2 FLOPs each
     std::string shape = "t" + std::to_string(tokens) + " h64 d512 k640";
-    report("sparse_attention", shape, t, bytes, flops, bw, fp32_rate);
+    for (bool grouped : {false, true}) {
+      be.set_attention_head_groups(grouped);
+      double t = time_ms(be, [&](int) {
+        be.sparse_attention(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, out);
+      }, reps);
+      report(grouped ? "sparse_attn 8-head grp" : "sparse_attn per-head", shape, t, bytes, flops, bw, fp32_rate);
+    }
+    double t = time_ms(be, [&](int) {
+      be.sparse_attention_online(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, 64, out);
+    }, quick ? 3 : 10);
+    report("sparse_attn_online b64", shape, t, bytes, flops, bw, fp32_rate);
     cudaFree(q); cudaFree(out); cudaFree(didx);
   }
   cudaFree(pool); cudaFree(sink);

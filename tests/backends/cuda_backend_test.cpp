@@ -77,7 +77,8 @@ class CudaBackendTest : public ::testing::Test {
     }
     return den == 0 ? (num == 0 ? 0 : std::numeric_limits<double>::infinity()) : std::sqrt(num / den);
   }
-  void expect_close(const std::vector<float>& got, const std::vector<float>& ref, const char* what) {
+  void expect_close(const std::vector<float>& got, const std::vector<float>& ref, const char* what,
+                    double tol = 1e-5) {
     ASSERT_EQ(got.size(), ref.size());
     double e = rel_error(got, ref);
     double max_abs = 0, ref_max = 0;
@@ -86,7 +87,7 @@ class CudaBackendTest : public ::testing::Test {
       ref_max = std::max(ref_max, std::fabs(static_cast<double>(ref[i])));
     }
     std::printf("[ %-34s ] rel err %.3e  max |diff| %.3e (max |ref| %.3e)\n", what, e, max_abs, ref_max);
-    EXPECT_LE(e, 1e-5) << what << " (seed " << seed_ << ")";
+    EXPECT_LE(e, tol) << what << " (seed " << seed_ << ")";
   }
   ops::Backend& cpu() { return ops::cpu_backend(); }
 
@@ -105,6 +106,24 @@ TEST_F(CudaBackendTest, Linear) {
     gpu_->linear(dx.get(), s.m, s.k, dw.get(), s.n, dy.get());
     std::string what = "linear " + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
     expect_close(dy.host(), ref, what.c_str());
+  }
+}
+
+TEST_F(CudaBackendTest, LinearKBlocked) {
+  struct Shape { int64_t m, k, n, block; };
+  for (Shape s : {Shape{1, 4096, 200, 128}, Shape{19, 300, 129, 128}, Shape{40, 512, 64, 32}, Shape{3, 100, 70, 7}}) {
+    auto x = uniform(s.m * s.k), w = uniform(s.n * s.k);
+    std::vector<float> ref(s.m * s.n);
+    cpu().linear_kblocked(x.data(), s.m, s.k, w.data(), s.n, s.block, ref.data());
+    Dev<float> dx(x), dw(w), dy(s.m * s.n);
+    gpu_->linear_kblocked(dx.get(), s.m, s.k, dw.get(), s.n, s.block, dy.get());
+    auto got = dy.host();
+    std::string what = "linear_kblocked " + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
+                       std::to_string(s.n) + " b" + std::to_string(s.block);
+    expect_close(got, ref, what.c_str());
+    size_t same = 0;
+    for (size_t i = 0; i < ref.size(); ++i) same += std::memcmp(&got[i], &ref[i], 4) == 0;
+    std::printf("[ %-34s ] %zu of %zu bit-identical to the CPU\n", what.c_str(), same, ref.size());
   }
 }
 
@@ -142,7 +161,8 @@ TEST_F(CudaBackendTest, Rope) {
 TEST_F(CudaBackendTest, SparseAttention) {
   struct Case { int64_t tokens, heads, dim, pool_rows, k; };
   // dim 512 takes the vectorized kernel, 72 the generic one.
-  for (Case c : {Case{8, 4, 512, 300, 37}, Case{4, 64, 512, 2048, 640}, Case{6, 3, 72, 100, 21}}) {
+  for (Case c : {Case{8, 4, 512, 300, 37}, Case{4, 64, 512, 2048, 640}, Case{5, 16, 256, 500, 45},
+                 Case{6, 3, 72, 100, 21}}) {
     auto q = uniform(c.tokens * c.heads * c.dim), pool = uniform(c.pool_rows * c.dim), sink = uniform(c.heads);
     std::vector<int32_t> idx(c.tokens * c.k);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1));
@@ -153,15 +173,21 @@ TEST_F(CudaBackendTest, SparseAttention) {
     std::vector<float> ref(c.tokens * c.heads * c.dim);
     cpu().sparse_attention(q.data(), c.tokens, c.heads, c.dim, pool.data(), idx.data(), c.k, sink.data(), scale,
                            ref.data());
-    Dev<float> dq(q), dpool(pool), dsink(sink), dout(ref.size());
+    Dev<float> dq(q), dpool(pool), dsink(sink);
     Dev<int32_t> didx(idx);
-    gpu_->sparse_attention(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), didx.get(), c.k, dsink.get(), scale,
-                           dout.get());
-    auto got = dout.host();
-    for (int64_t i = (c.tokens - 1) * c.heads * c.dim; i < static_cast<int64_t>(got.size()); ++i)
-      ASSERT_EQ(got[i], 0.0f) << "a row with no valid index gives 0";
-    std::string what = "sparse_attention d" + std::to_string(c.dim) + " k" + std::to_string(c.k);
-    expect_close(got, ref, what.c_str());
+    for (bool grouped : {true, false}) {
+      Dev<float> dout(ref.size());
+      gpu_->set_attention_head_groups(grouped);
+      gpu_->sparse_attention(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), didx.get(), c.k, dsink.get(), scale,
+                             dout.get());
+      auto got = dout.host();
+      for (int64_t i = (c.tokens - 1) * c.heads * c.dim; i < static_cast<int64_t>(got.size()); ++i)
+        ASSERT_EQ(got[i], 0.0f) << "a row with no valid index gives 0";
+      std::string what = "sparse_attention h" + std::to_string(c.heads) + " d" + std::to_string(c.dim) + " k" +
+                         std::to_string(c.k) + (grouped ? "" : " per-head");
+      expect_close(got, ref, what.c_str());
+    }
+    gpu_->set_attention_head_groups(true);
   }
 }
 
@@ -304,7 +330,12 @@ TEST_F(CudaBackendTest, SparseAttentionOnline) {
     gpu_->sparse_attention_online(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), didx.get(), c.k, dsink.get(),
                                   scale, c.block, dout.get());
     std::string what = "sparse_attn_online d" + std::to_string(c.dim) + " k" + std::to_string(c.k);
-    expect_close(dout.host(), ref, what.c_str());
+    // This op rounds each probability to bf16 (steps of 2^-8 relative). Scores that differ from the
+    // CPU's in the last fp32 bit (another dot order, CUDA's expf vs glibc's) flip a few of those
+    // roundings, so the bound is looser than the 1e-5 of the pure fp32 ops (seen: 4.5e-5 at k 640).
+    // Without the bf16 rounding the error would be ~1e-3.
+    auto got = dout.host();
+    expect_close(got, ref, what.c_str(), 3e-4);
   }
 }
 

@@ -184,6 +184,99 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_vec_kernel(
   attn_merge(m_s, l_s, acc_s, dim, sink[h], dim, out + a * dim);
 }
 
+// Head-grouped path: one block per (token, 8 heads). All heads of a token gather the same rows, so the
+// block stages kAttnTileRows rows in shared memory once and each warp runs the online softmax of 2
+// heads over every row: 8x less L2 traffic than one block per head, and each shared-memory read of
+// a row feeds two heads. The max is raised lazily (rescale only when a score exceeds it).
+constexpr int kAttnTileRows = 16, kAttnHeadsPerWarp = 2, kAttnGroupHeads = kAttnWarps * kAttnHeadsPerWarp;
+
+template <int NV>
+__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kernel(
+    const float* __restrict__ q, int64_t heads, const float* __restrict__ pool, const int32_t* __restrict__ idx,
+    int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
+  constexpr int HPW = kAttnHeadsPerWarp, R = kAttnTileRows, V4 = 32 * NV;  // float4s per row
+  constexpr int64_t dim = 128 * NV;
+  __shared__ float4 tile[R][V4];
+  __shared__ int32_t rows_s[R];
+  const int64_t groups = heads / kAttnGroupHeads;
+  const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * kAttnGroupHeads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float4 qr[HPW][NV], acc[HPW][NV];
+  float m[HPW], l[HPW];
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const float4* qv = reinterpret_cast<const float4*>(q + ((t * heads) + h0 + warp * HPW + hh) * dim);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      qr[hh][i] = qv[lane + 32 * i];
+      acc[hh][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    m[hh] = -kInf;
+    l[hh] = 0.0f;
+  }
+  const int32_t* it = idx + t * k;
+  for (int64_t j0 = 0; j0 < k; j0 += R) {
+    if (threadIdx.x < R) rows_s[threadIdx.x] = j0 + threadIdx.x < k ? it[j0 + threadIdx.x] : -1;
+    for (int e = threadIdx.x; e < R * V4; e += blockDim.x) {
+      const int r = e / V4, c = e % V4;
+      const int32_t row = j0 + r < k ? it[j0 + r] : -1;
+      tile[r][c] = row >= 0 ? __ldg(reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row) * dim) + c)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    __syncthreads();
+    for (int r = 0; r < R; ++r) {
+      if (rows_s[r] < 0) continue;  // uniform across the block
+      float4 v[NV];
+#pragma unroll
+      for (int i = 0; i < NV; ++i) v[i] = tile[r][lane + 32 * i];
+#pragma unroll
+      for (int hh = 0; hh < HPW; ++hh) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; ++i)
+          d += qr[hh][i].x * v[i].x + qr[hh][i].y * v[i].y + qr[hh][i].z * v[i].z + qr[hh][i].w * v[i].w;
+        const float sc = scale * __shfl_sync(0xffffffffu, warp_sum(d), 0);  // identical in every lane
+        if (sc > m[hh]) {
+          const float corr = expf(m[hh] - sc);  // 0 on the first valid row
+          l[hh] *= corr;
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+            acc[hh][i].x *= corr;
+            acc[hh][i].y *= corr;
+            acc[hh][i].z *= corr;
+            acc[hh][i].w *= corr;
+          }
+          m[hh] = sc;
+        }
+        const float p = expf(sc - m[hh]);
+        l[hh] += p;
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+          acc[hh][i].x += p * v[i].x;
+          acc[hh][i].y += p * v[i].y;
+          acc[hh][i].z += p * v[i].z;
+          acc[hh][i].w += p * v[i].w;
+        }
+      }
+    }
+    __syncthreads();  // the tile is overwritten next
+  }
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const int64_t h = h0 + warp * HPW + hh;
+    const float sk = sink[h];
+    const float M = sk < m[hh] ? m[hh] : sk;
+    const float f = m[hh] == -kInf ? 0.0f : expf(m[hh] - M);
+    const float inv = 1.0f / (l[hh] * f + expf(sk - M));
+    float4* o = reinterpret_cast<float4*>(out + (t * heads + h) * dim);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const float g = f * inv;
+      o[lane + 32 * i] = make_float4(acc[hh][i].x * g, acc[hh][i].y * g, acc[hh][i].z * g, acc[hh][i].w * g);
+    }
+  }
+}
+
 // Any dim: q and the warps' accumulators in dynamic shared memory [(1 + warps) * dim].
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kernel(
     const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
@@ -225,7 +318,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // One block per row: the RMS of the hc*dim streams, the `outs` projections (one warp per output,
-// the normalized row recomputed on the fly), then one thread runs the small Sinkhorn tail as the CPU.
+// scaled by the row's rsqrt afterwards), then one thread runs the small Sinkhorn tail as the CPU.
 __global__ void hc_weights_kernel(const float* __restrict__ x, int64_t hc, int64_t dim, const float* __restrict__ fn,
                                   const float* __restrict__ base, const float* __restrict__ scale, float rms_eps,
                                   float hc_eps, int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
@@ -242,9 +335,9 @@ __global__ void hc_weights_kernel(const float* __restrict__ x, int64_t hc, int64
   for (int64_t o = warp; o < outs; o += warps) {
     const float* f = fn + o * width;
     float d = 0.0f;
-    for (int64_t i = lane; i < width; i += 32) d += (xr[i] * r_inv) * f[i];
+    for (int64_t i = lane; i < width; i += 32) d += xr[i] * f[i];
     d = warp_sum(d);
-    if (lane == 0) mv[o] = d;
+    if (lane == 0) mv[o] = d * r_inv;  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -399,6 +492,52 @@ __global__ void fake_quant_kernel(float* x, int64_t rows, int64_t dim, int64_t b
   }
 }
 
+// ---------------------------------------------------------------- linear_kblocked
+// y[i, j] = sum over K blocks (in order) of a sequential fp32 FMA sum within the block, as the CPU.
+// Tiles: 16 rows of x by 64 rows of w per 256-thread block; K streams through shared memory in chunks
+// of 32; each thread owns one output column j and 4 rows i, summing its k in order.
+constexpr int kKbTm = 16, kKbTn = 64, kKbTk = 32;
+
+__global__ void __launch_bounds__(256) linear_kblocked_kernel(const float* __restrict__ x, int64_t m, int64_t k,
+                                                              const float* __restrict__ w, int64_t n, int64_t block,
+                                                              float* __restrict__ y) {
+  __shared__ float xs[kKbTm][kKbTk];
+  __shared__ float ws[kKbTk][kKbTn + 1];
+  const int tx = threadIdx.x % kKbTn, ty = threadIdx.x / kKbTn;  // ty in 0..3: rows ty, ty+4, ...
+  const int64_t i0 = blockIdx.y * static_cast<int64_t>(kKbTm), j0 = blockIdx.x * static_cast<int64_t>(kKbTn);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f}, part[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t c0 = 0; c0 < k; c0 += kKbTk) {
+    for (int e = threadIdx.x; e < kKbTm * kKbTk; e += blockDim.x) {
+      const int r = e / kKbTk, c = e % kKbTk;
+      xs[r][c] = (i0 + r < m && c0 + c < k) ? x[(i0 + r) * k + c0 + c] : 0.0f;
+    }
+    for (int e = threadIdx.x; e < kKbTn * kKbTk; e += blockDim.x) {
+      const int r = e / kKbTk, c = e % kKbTk;
+      ws[c][r] = (j0 + r < n && c0 + c < k) ? w[(j0 + r) * k + c0 + c] : 0.0f;
+    }
+    __syncthreads();
+    const int cn = k - c0 < kKbTk ? static_cast<int>(k - c0) : kKbTk;
+    for (int c = 0; c < cn; ++c) {
+      const float wv = ws[c][tx];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) part[r] = fmaf(xs[ty + 4 * r][c], wv, part[r]);
+      const int64_t kk = c0 + c + 1;
+      if (kk % block == 0 || kk == k) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          acc[r] += part[r];
+          part[r] = 0.0f;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (j0 + tx >= n) return;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    if (i0 + ty + 4 * r < m) y[(i0 + ty + 4 * r) * n + j0 + tx] = acc[r];
+}
+
 // ---------------------------------------------------------------- bf16 rounding
 __device__ __forceinline__ float round_bf16_d(float x) {  // float_to_bf16 then back, as dtype.cpp
   if (isnan(x)) return __uint_as_float(0x7fc00000u);
@@ -500,6 +639,7 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   int max_smem_optin = 48 * 1024;
+  bool attention_head_groups = true;
 };
 
 CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
@@ -519,6 +659,8 @@ CudaBackend::~CudaBackend() {
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
+
+void CudaBackend::set_attention_head_groups(bool on) { impl_->attention_head_groups = on; }
 
 void* CudaBackend::stream() const { return impl_->stream; }
 void* CudaBackend::cublas_handle() const { return impl_->blas; }
@@ -577,7 +719,18 @@ void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads
   const unsigned grid = static_cast<unsigned>(blocks);
   const int threads = kAttnWarps * 32;
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = dim % 128 == 0 && dim <= 1024 && aligned16(q) && aligned16(pool);
+  const bool vec = dim % 128 == 0 && dim <= 1024 && aligned16(q) && aligned16(pool) && aligned16(out);
+  if (vec && impl_->attention_head_groups && heads % kAttnGroupHeads == 0 && dim <= 512) {
+    const unsigned ggrid = static_cast<unsigned>(tokens * (heads / kAttnGroupHeads));
+    switch (dim / 128) {
+      case 1: sparse_attention_grouped_kernel<1><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
+      case 2: sparse_attention_grouped_kernel<2><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
+      case 3: sparse_attention_grouped_kernel<3><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
+      case 4: sparse_attention_grouped_kernel<4><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
+    }
+    check_launch("sparse_attention_grouped_kernel");
+    return;
+  }
   if (vec) {
     switch (dim / 128) {
 #define DEEPINFER_ATTN_CASE(NV)                                                                              \
@@ -667,6 +820,15 @@ void CudaBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64
   fake_quant_kernel<false, true><<<grid_for(n, 8), 256, 0, impl_->stream>>>(x, rows, dim, block, per_row, floor_amax,
                                                                             6.0f);
   check_launch("fake_quant_kernel<fp4, e4m3 scale>");
+}
+
+void CudaBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
+                                  float* y) {
+  check_sizes(m >= 0 && k >= 0 && n >= 0 && block > 0 && (m + kKbTm - 1) / kKbTm <= 65535, "linear_kblocked");
+  if (m == 0 || n == 0) return;
+  const dim3 grid(static_cast<unsigned>((n + kKbTn - 1) / kKbTn), static_cast<unsigned>((m + kKbTm - 1) / kKbTm));
+  linear_kblocked_kernel<<<grid, 256, 0, impl_->stream>>>(x, m, k, w, n, block, y);
+  check_launch("linear_kblocked_kernel");
 }
 
 void CudaBackend::round_bf16(float* x, int64_t n) {

@@ -41,6 +41,10 @@ class CudaBackend final : public ops::Backend {
   void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) override;
+  // Exact order of the CPU (sequential FMA chain per K block, blocks added in order); a simple tiled
+  // kernel, not yet fast.
+  void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
+                       float* y) override;
   void round_bf16(float* x, int64_t n) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
@@ -48,6 +52,11 @@ class CudaBackend final : public ops::Backend {
 
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation.
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
+
+  // sparse_attention kernel choice (default on): one block per (token, 8 heads) sharing the gathered
+  // rows through shared memory, when heads % 8 == 0 and dim is 128..512 in steps of 128; off = one
+  // block per (token, head). For tests and benchmarks.
+  void set_attention_head_groups(bool on);
 
   void synchronize();           // waits for the stream; throws on any pending asynchronous error
   void* stream() const;         // the cudaStream_t ops run on
