@@ -60,6 +60,11 @@ class Backend {
   // In-place FP4 e2m1 fake quantization with E4M3 (non power of two) scales per `block` channels:
   // s = e4m3(max(amax, 6*2^-9) / 6) (V4.1's compressed KV, block 16).
   virtual void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
+  // y[m, n] = sum over K blocks b (in order) of (sum_{k in b} x[m,k] w[n,k], summed sequentially in k):
+  // the accumulation order of DeepSeek's block-scaled FP8/FP4 GEMM (fp32 partial per K block, added in
+  // K order). x and w are the dequantized values (power-of-two scales commute with the sums).
+  virtual void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
+                               float* y) = 0;
   // In-place round to bf16 (RNE), to mimic a reference that computes in bf16.
   virtual void round_bf16(float* x, int64_t n) = 0;
   // sparse_attention as DeepSeek's V4.1 kernel computes it: an online softmax over blocks of `block`

@@ -24,6 +24,8 @@ class CpuBackend final : public ops::Backend {
   void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void round_bf16(float* x, int64_t n) override;
+  void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
+                       float* y) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
