@@ -19,6 +19,30 @@ constexpr int64_t kAttnBlock = 64;  // the reference kernel's online-softmax blo
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold 20
 float rb(float x) { return bf16_to_float(float_to_bf16(x)); }
 
+// torch.topk(largest=True) on CPU, reproduced with its tie behaviour: (value, index) pairs in index
+// order, compared by value only; std::partial_sort when k * 64 <= n, else std::nth_element at k-1
+// (then, when sorted, std::sort of the first k-1). Exact ties (e.g. bf16 index scores) are thereby
+// broken the way the reference's libstdc++ build breaks them. Returns the first k indices.
+std::vector<int64_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted) {
+  using elem = std::pair<float, int64_t>;
+  std::vector<elem> q(n);
+  for (int64_t j = 0; j < n; ++j) q[j] = {v[j], j};
+  auto cmp = [](const elem& x, const elem& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+  };
+  if (k > 0 && k < n + 1) {
+    if (k * 64 <= n) {
+      std::partial_sort(q.begin(), q.begin() + k, q.end(), cmp);
+    } else {
+      std::nth_element(q.begin(), q.begin() + (k - 1), q.end(), cmp);
+      if (sorted) std::sort(q.begin(), q.begin() + (k - 1), cmp);
+    }
+  }
+  std::vector<int64_t> out(k);
+  for (int64_t j = 0; j < k; ++j) out[j] = q[j].second;
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -43,6 +67,7 @@ void V41SequenceState::reset() {
   for (auto& r : rings) V41Floats().swap(r);
   for (auto& s : sources) s = Source{};
   std::fill(ring_from.begin(), ring_from.end(), 0);
+  last_ik_owner = -1;
   std::vector<int64_t>().swap(engram_hist);
 }
 
@@ -186,7 +211,7 @@ void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool
   if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per 32) then the block-scaled GEMM
     std::vector<float> xq(x, x + m * W.k);
     be_.fake_quant_fp8(xq.data(), m, W.k, c_.fp8_block);
-    be_.linear(xq.data(), m, W.k, W.w.data(), W.n, y);
+    be_.linear_kblocked(xq.data(), m, W.k, W.w.data(), W.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
   } else {
     be_.linear(x, m, W.k, W.w.data(), W.n, y);
   }
@@ -282,6 +307,7 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
         be_.fake_quant_fp4(k.data(), ng, id, 32);
         S.ik.insert(S.ik.end(), k.begin(), k.end());
       }
+      if (c_.is_kv_source[l] && ng) st.last_ik_owner = l;  // the reference's shared_attn.index_k
       const int64_t width = end_pos / ratio;
       check(static_cast<int64_t>(S.ik.size()) == width * id, "v41: index keys of layer ", src, " are out of step");
       topk = std::min(c_.index_topk, width);
@@ -298,7 +324,15 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
         std::vector<float> score(n * width);
         // score[t,w] = sum_h bf16(relu(bf16(<q_th, k_w>)) * w_th), summed in fp32, rounded to bf16
         std::vector<float> dots(n * ih * width);
-        be_.linear(iq.data(), n * ih, id, S.ik.data(), width, dots.data());
+        const float* keys = S.ik.data();
+        if (emulate_reference_stale_index_keys && st.last_ik_owner >= 0) {
+          // DeepSeek's model.py re-publishes shared_attn.index_k only when a key owner produced a
+          // latent; a ratio-2 source on a step that completes no group reads the last owner's cache.
+          const V41Floats& stale = st.sources[st.last_ik_owner].ik;
+          check(static_cast<int64_t>(stale.size()) >= width * id, "v41: stale index keys too short");
+          keys = stale.data();
+        }
+        be_.linear(iq.data(), n * ih, id, keys, width, dots.data());
         for (int64_t t = 0; t < n; ++t) {
           const int64_t visible = (pos[t] + 1) / ratio;
           for (int64_t w = 0; w < width; ++w) {
@@ -321,13 +355,11 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
               blk[b] = {b == last ? std::numeric_limits<float>::infinity() : m, b};
             }
             const int64_t kb = std::min(c_.candidate_topk_blocks, nb);
-            std::partial_sort(blk.begin(), blk.begin() + kb, blk.end(), [](auto& a2, auto& b2) {
-              return a2.first > b2.first || (a2.first == b2.first && a2.second < b2.second);
-            });
-            for (int64_t j = 0; j < kb; ++j) {
-              if (!(blk[j].first > kNegInf)) continue;
-              for (int64_t w = blk[j].second * bs; w < std::min(width, (blk[j].second + 1) * bs); ++w)
-                candidates_[t * width + w] = 1;
+            std::vector<float> bv(nb);
+            for (int64_t b = 0; b < nb; ++b) bv[b] = blk[b].first;
+            for (int64_t b : torch_topk(bv.data(), nb, kb, true)) {
+              if (!(bv[b] > kNegInf)) continue;
+              for (int64_t w = b * bs; w < std::min(width, (b + 1) * bs); ++w) candidates_[t * width + w] = 1;
             }
           }
         } else if (c_.candidate_source_layer >= 0 && c_.candidate_source_layer < l) {
@@ -335,14 +367,9 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
           for (int64_t i = 0; i < n * width; ++i)
             if (!candidates_[i]) score[i] = kNegInf;
         }
-        std::vector<int64_t> order(width);
         for (int64_t t = 0; t < n; ++t) {
-          const float* sc = score.data() + t * width;
-          std::iota(order.begin(), order.end(), 0);
-          std::partial_sort(order.begin(), order.begin() + topk, order.end(), [&](int64_t a2, int64_t b2) {
-            return sc[a2] > sc[b2] || (sc[a2] == sc[b2] && a2 < b2);
-          });
-          std::sort(order.begin(), order.begin() + topk);
+          std::vector<int64_t> order = torch_topk(score.data() + t * width, width, topk, false);
+          std::sort(order.begin(), order.end());
           const int64_t visible = (pos[t] + 1) / ratio;
           for (int64_t j = 0; j < topk; ++j) sel[t * topk + j] = order[j] < visible ? static_cast<int32_t>(order[j]) : -1;
         }
@@ -483,11 +510,10 @@ void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vecto
         sc[e] = c_.score_func == "sigmoid" ? 1.0f / (1.0f + std::exp(-v)) : std::sqrt(softplus(v));
       }
     }
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      const float va = sc[a] + B.gate_bias[a], vb = sc[b] + B.gate_bias[b];
-      return va > vb || (va == vb && a < b);
-    });
+    std::vector<float> biased(E);
+    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + B.gate_bias[e];
+    std::vector<int64_t> top = torch_topk(biased.data(), E, k, true);
+    for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int32_t>(top[j]);
     float sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       sel[t * k + j] = order[j];

@@ -77,6 +77,7 @@ class V41SequenceState final : public SequenceState {
   std::vector<Source> sources;      // indexed by layer (empty for non-sources)
   std::vector<int64_t> engram_hist; // compressed ids (or DEAD)
   std::vector<int64_t> ring_from;   // per ring: first position it holds (> 0 after a compact replay)
+  int64_t last_ik_owner = -1;       // last KV source that wrote index keys (reference emulation only)
   int64_t window_, head_dim_;
 };
 
@@ -114,6 +115,11 @@ class V41Model final : public CausalLM {
   // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
   // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
   bool replay_compact = false;
+  // Reproduces a quirk of DeepSeek's model.py (off by default): its shared index-key pointer is only
+  // re-published by a KV source that produced a latent this step, so during decode a ratio-2 index
+  // source on a step that completes no group scores against the last publisher's keys (the ratio-1
+  // source's cache). On for verification against the reference's decode goldens only.
+  bool emulate_reference_stale_index_keys = false;
   int64_t replay_keep = 140;
 
   V41Model(V41Config c, ops::Backend& be);
