@@ -44,6 +44,12 @@ struct ChatMessage {
   std::string content;
 };
 
+struct ChatOptions {
+  bool thinking = false;                  // DeepSeek thinking mode: the answer starts with reasoning
+  std::string reasoning_effort;           // V4.1: "low", "high", "xhigh", "max", "1".."100" (thinking)
+  bool add_generation_prompt = true;      // end with the assistant header
+};
+
 // Called after every engine step for each request that changed (outputs are cumulative).
 using StreamCallback = std::function<void(const RequestOutput&)>;
 
@@ -63,8 +69,9 @@ class LLM {
   std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
                                       const std::vector<SamplingParams>& params,
                                       const StreamCallback& on_update = {});
+  // Renders each conversation with the model's DeepSeek chat encoding, then generates.
   std::vector<RequestOutput> chat(const std::vector<std::vector<ChatMessage>>& conversations,
-                                  const std::vector<SamplingParams>& params,
+                                  const std::vector<SamplingParams>& params, const ChatOptions& options = {},
                                   const StreamCallback& on_update = {});
 
   engine::Engine& engine();               // the request-level API (add, abort, step)

@@ -67,13 +67,21 @@ class LLM:
 
     def chat(self, messages: Union[list[dict], list[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-             use_tqdm: bool = True, add_generation_prompt: bool = True, **kwargs: Any) -> list[RequestOutput]:
-        """messages: one conversation (a list of {"role", "content"} dicts) or a list of them."""
+             use_tqdm: bool = True, add_generation_prompt: bool = True,
+             chat_template_kwargs: Optional[dict[str, Any]] = None) -> list[RequestOutput]:
+        """messages: one conversation (a list of {"role", "content"} dicts) or a list of them.
+        chat_template_kwargs: {"thinking": bool} (or "enable_thinking") and {"reasoning_effort": str}."""
+        kw = dict(chat_template_kwargs or {})
+        thinking = bool(kw.pop("thinking", kw.pop("enable_thinking", False)))
+        effort = str(kw.pop("reasoning_effort", "") or "")
+        if kw:
+            raise ValueError(f"chat_template_kwargs: unknown keys {sorted(kw)} (thinking, reasoning_effort)")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts = []
         for conv in conversations:
             pairs = [(str(m["role"]), str(m.get("content") or "")) for m in conv]
-            prompts.append({"prompt_token_ids": self._engine.encode_chat(pairs)})
+            ids = self._engine.encode_chat(pairs, thinking, effort, add_generation_prompt)
+            prompts.append({"prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def encode(self, text: str) -> list[int]:

@@ -40,7 +40,7 @@ class TokenizerCodec : public engine::TextCodec {
     return out;
   }
 #ifdef DEEPINFER_HAVE_CHAT_ENCODING
-  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const override {
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& o) const override {
     std::vector<tokenizer::Message> msgs;
     for (auto& m : messages) {
       tokenizer::Message x;
@@ -48,7 +48,11 @@ class TokenizerCodec : public engine::TextCodec {
       x.content = m.content;
       msgs.push_back(std::move(x));
     }
-    std::string text = tokenizer::render_chat(format_, msgs);
+    tokenizer::ChatOptions opts;
+    opts.thinking = o.thinking;
+    opts.reasoning_effort = o.reasoning_effort;
+    opts.add_generation_prompt = o.add_generation_prompt;
+    std::string text = tokenizer::render_chat(format_, msgs, opts);
     return tok_.encode(text, false);  // the rendered text carries BOS and the role tokens
   }
   tokenizer::ChatFormat format_ = tokenizer::ChatFormat::kV4;
@@ -179,10 +183,11 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
 }
 
 std::vector<RequestOutput> LLM::chat(const std::vector<std::vector<ChatMessage>>& conversations,
-                                     const std::vector<SamplingParams>& params, const StreamCallback& on_update) {
+                                     const std::vector<SamplingParams>& params, const ChatOptions& options,
+                                     const StreamCallback& on_update) {
   check(engine_->codec() != nullptr, "chat needs a tokenizer, and this model has none");
   std::vector<Prompt> prompts;
-  for (auto& conv : conversations) prompts.push_back(Prompt::from_ids(engine_->codec()->encode_chat(conv)));
+  for (auto& conv : conversations) prompts.push_back(Prompt::from_ids(engine_->codec()->encode_chat(conv, options)));
   return generate(prompts, params, on_update);
 }
 

@@ -6,7 +6,7 @@
 
 namespace deepinfer::engine {
 
-std::vector<int32_t> TextCodec::encode_chat(const std::vector<ChatMessage>&) const {
+std::vector<int32_t> TextCodec::encode_chat(const std::vector<ChatMessage>&, const ChatOptions&) const {
   fail("this model's tokenizer has no chat encoding");
 }
 

@@ -17,7 +17,7 @@ class TextCodec {
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
   // The chat prompt's token ids (with the generation prompt appended).
-  virtual std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
+  virtual std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
   // Raw bytes of every token id ("" for special ids), for structured output; empty: unsupported.
   virtual std::vector<std::string> token_bytes() const { return {}; }
 };

@@ -152,12 +152,15 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("ids"), py::arg("skip_special_tokens") = true)
       .def("encode_chat",
-           [](LLM& llm, const std::vector<std::pair<std::string, std::string>>& messages) {
+           [](LLM& llm, const std::vector<std::pair<std::string, std::string>>& messages, bool thinking,
+              const std::string& reasoning_effort, bool add_generation_prompt) {
              check(llm.engine().codec(), "chat needs a tokenizer, and this model has none");
              std::vector<ChatMessage> msgs;
              for (auto& [role, content] : messages) msgs.push_back({role, content});
-             return llm.engine().codec()->encode_chat(msgs);
-           })
+             return llm.engine().codec()->encode_chat(msgs, {thinking, reasoning_effort, add_generation_prompt});
+           },
+           py::arg("messages"), py::arg("thinking") = false, py::arg("reasoning_effort") = "",
+           py::arg("add_generation_prompt") = true)
       .def("vocab_size", [](LLM& llm) { return llm.engine().model().vocab_size(); })
       .def("max_model_len", [](LLM& llm) { return llm.engine().options().max_model_len; })
       .def("model_dir", &LLM::model_dir)

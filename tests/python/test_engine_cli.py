@@ -43,3 +43,12 @@ def test_errors():
     r = run("--model", str(GOLDENS / "tiny-a"), "--prompt-ids", "1", "--bogus", "1")
     assert r.returncode != 0 and "unknown option" in r.stderr
     assert run("--help").returncode == 0
+
+
+def test_chat_on_the_demo_model(demo_model):
+    r = run("--model", demo_model, "--prompt", "Hello!", "--chat", "--max-tokens", "4", "--seed", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert 1 <= len(out["token_ids"]) <= 4 and out["finish_reason"] in ("length", "stop")
+    r = run("--model", demo_model, "--prompt", "Hello!", "--max-tokens", "3", "--temperature", "0")
+    assert r.returncode == 0 and r.stdout.strip()  # plain text output

@@ -262,3 +262,22 @@ def test_chat_renders_the_deepseek_prompt(with_tokenizer):
         assert "outside the vocabulary" in str(e)
         return
     pytest.fail("a 1000-token model accepted the chat special tokens")
+
+
+def test_chat_prompts_follow_the_deepseek_format(demo_model):
+    llm = LLM(demo_model)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    try:
+        plain, think = (llm.chat(msgs, SamplingParams(max_tokens=3, seed=1), use_tqdm=False,
+                                 chat_template_kwargs=kw)[0] for kw in ({}, {"thinking": True}))
+    except ValueError as e:
+        if "no chat encoding" in str(e):
+            pytest.skip("the tokenizer library has no chat encoding in this build")
+        raise
+    text = llm.decode(plain.prompt_token_ids, skip_special_tokens=False)
+    assert text.startswith("<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi there<｜Assistant｜>")
+    assert text.endswith("</think>")
+    assert llm.decode(think.prompt_token_ids, skip_special_tokens=False).endswith("<think>")
+    assert len(plain.outputs[0].token_ids) <= 3
+    with pytest.raises(ValueError, match="unknown keys"):
+        llm.chat(msgs, use_tqdm=False, chat_template_kwargs={"temperature": 1})

@@ -17,8 +17,9 @@ namespace {
 const char* kUsage =
     "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
     "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
-    "                          [--ignore-eos] [--max-model-len N] [--json]\n"
+    "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "  --prompt / --prompt-ids may repeat: one output per prompt, in order.\n"
+    "  --chat renders each --prompt as a user message (DeepSeek chat format); --thinking: thinking mode.\n"
     "  --temperature 0 is greedy. --json prints one object per prompt:\n"
     "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\"}\n";
 
@@ -46,6 +47,7 @@ int run_generate(const std::vector<std::string>& args) {
   SamplingParams params;
   std::vector<Prompt> prompts;
   bool chat = false, json = false;
+  ChatOptions chat_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -54,6 +56,7 @@ int run_generate(const std::vector<std::string>& args) {
     }
     if (a == "--chat") { chat = true; continue; }
     if (a == "--json") { json = true; continue; }
+    if (a == "--thinking") { chat_options.thinking = true; continue; }
     if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
     check(i + 1 < args.size(), "option ", a, " needs a value (see deepinfer generate --help)");
     const std::string& v = args[++i];
@@ -85,7 +88,7 @@ int run_generate(const std::vector<std::string>& args) {
       check(!p.text.empty(), "--chat takes --prompt TEXT (the user message)");
       convs.push_back({{"user", p.text}});
     }
-    outs = llm.chat(convs, {params});
+    outs = llm.chat(convs, {params}, chat_options);
   } else {
     outs = llm.generate(prompts, {params});
   }
