@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "golden_reader.h"
 #include "model/deepseek_v41/v41_model.h"
+#include "model/load.h"
 
 namespace deepinfer {
 namespace {
@@ -115,6 +116,24 @@ std::vector<float> run_chunks(model::V41Model& m, model::SequenceState& st, cons
 }
 
 class V41Case : public ::testing::TestWithParam<std::string> {};
+
+TEST(V41Load, LoadCausalLmDispatchesAndNamesMissingTokenizer) {
+  auto lm = model::load_causal_lm(kRoot + "tiny-a");
+  EXPECT_EQ(lm->vocab_size(), 512);
+  auto st = lm->new_sequence();
+  model::ForwardBatch b;
+  b.token_ids = {5, 6};
+  b.seq_start = {0, 2};
+  b.states = {st.get()};
+  b.logit_rows = {1};
+  std::vector<float> out;
+  try {
+    lm->forward(b, out);
+    ADD_FAILURE() << "expected an error about the Engram token map";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+}
 
 TEST_P(V41Case, ConfigSpellingsAgree) {
   const std::string c = GetParam();
@@ -403,6 +422,17 @@ TEST_P(V41Case, SwaBoundedReplay) {
   bad.logit_rows = {149};
   std::vector<float> out;
   EXPECT_THROW(m.forward(bad, out), Error);  // KEEP < window + draft lookback is a clear error
+  // Asking for every row under compact gives the exact full prefill (the replay applies to tail rows only).
+  m.replay_keep = 140;
+  auto st_all = m.new_sequence();
+  model::ForwardBatch all;
+  all.token_ids = ids;
+  all.seq_start = {0, 150};
+  all.states = {st_all.get()};
+  for (int32_t r = 0; r < 150; ++r) all.logit_rows.push_back(r);
+  m.forward(all, out);
+  std::vector<float> out_last(out.end() - V, out.end());
+  EXPECT_EQ(out_last, off);
   m.replay_compact = false;
 }
 

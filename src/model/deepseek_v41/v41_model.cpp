@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <span>
 #include <limits>
 #include <numeric>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/weight_loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
 namespace {
@@ -189,6 +192,20 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir) {
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
   for (int64_t l = 0; l < nb; ++l) load_block(m->c_, w, *m->ckpt_, l, m->blocks_[l]);
+  // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
+  // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
+  const std::string tok_path = dir + "/tokenizer.json";
+  if (!c.engram_layer_ids.empty() && std::ifstream(tok_path).good()) {
+    tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
+    const int64_t V = tok.vocab_size();
+    std::vector<std::string> decoded(V), raw(V);
+    for (int64_t id = 0; id < V; ++id) {
+      const int32_t one = static_cast<int32_t>(id);
+      decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
+      raw[id] = tok.token_string(one);
+    }
+    m->set_engram_tokens(decoded, raw);
+  }
   return m;
 }
 
@@ -668,7 +685,8 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
   std::vector<int64_t> hash;
   const int64_t NL = static_cast<int64_t>(c_.engram_layer_ids.size());
   if (NL) {
-    check(engram_ != nullptr, "v41: the model has Engram layers but no token map (set_engram_tokens)");
+    check(engram_ != nullptr, "v41: the model has Engram layers but no token map: put the model's tokenizer.json "
+          "in its folder (or call V41Model::set_engram_tokens)");
     // Text only: image spans (DEAD for Engram, bias_vl routing) come with the vision path, not from the
     // token id alone (the reference marks them from token_types), so every token is hashed here.
     for (int64_t i = 0; i < n; ++i) st.engram_hist.push_back(engram_->compressed(ids[i]));
@@ -689,10 +707,14 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
   // SWA bounded replay: a prefill from 0 longer than KEEP runs the layers after the last KV source on
   // its last KEEP tokens only.
   int64_t cut = 0;  // rows dropped before the layers after the last KV source
-  if (replay_compact && P == 0 && c_.last_kv_source >= 0 && n > replay_keep) {
+  if (replay_compact)
     check(replay_keep >= W + (has_dspark ? c_.dspark_block_size : 0), "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=",
           replay_keep, " is smaller than the window (", W, ") plus the maximum draft lookback (",
           has_dspark ? c_.dspark_block_size : 0, ")");
+  // Only when every requested logit row lies in the kept tail (an engine asks for the last row): a
+  // caller that wants earlier rows gets the exact full prefill.
+  const bool tail_only = std::all_of(want_rows.begin(), want_rows.end(), [&](int64_t r) { return r >= n - replay_keep; });
+  if (replay_compact && tail_only && P == 0 && c_.last_kv_source >= 0 && n > replay_keep) {
     for (int64_t l = c_.last_kv_source + 1; l < c_.n_layers; ++l)
       check(!c_.has_engram(l), "SWA bounded replay: Engram layer ", l, " after the last KV source");
     cut = n - replay_keep;
@@ -743,8 +765,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
   normed_rows.resize(want_rows.size() * D);
   for (size_t i = 0; i < want_rows.size(); ++i) {
     const int64_t r = want_rows[i] - row0;
-    check(r >= 0 && r < rows, "forward: logits of row ", want_rows[i], " were requested but SWA bounded replay (",
-          "DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact) only runs the last ", rows, " rows");
+    check(r >= 0 && r < rows, "forward: internal error: logit row ", want_rows[i], " outside the kept tail");
     std::copy_n(yn.data() + r * D, D, normed_rows.data() + i * D);
   }
 
