@@ -184,11 +184,26 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_vec_kernel(
   attn_merge(m_s, l_s, acc_s, dim, sink[h], dim, out + a * dim);
 }
 
-// Head-grouped path: one block per (token, 8 heads). All heads of a token gather the same rows, so the
-// block stages kAttnTileRows rows in shared memory once and each warp runs the online softmax of 2
-// heads over every row: 8x less L2 traffic than one block per head, and each shared-memory read of
-// a row feeds two heads. The max is raised lazily (rescale only when a score exceeds it).
+// Head-grouped path: one block per (token, 8 heads); all heads of a token gather the same rows, so
+// the block stages kAttnTileRows rows in shared memory once and each warp serves 2 heads. Per tile a
+// lane computes 32 partial dots (16 rows x 2 heads) with independent FMA chains, one transposing
+// butterfly (31 shuffles) leaves lane L with the full score of (head L / 16, row L % 16), the softmax
+// runs once per tile (one expf per lane), and the P.V update broadcasts each p by one shuffle.
+// (Run 2 showed the one-score-at-a-time form latency-bound on its shuffle/expf chain.)
 constexpr int kAttnTileRows = 16, kAttnHeadsPerWarp = 2, kAttnGroupHeads = kAttnWarps * kAttnHeadsPerWarp;
+static_assert(kAttnTileRows * kAttnHeadsPerWarp == 32 && kAttnHeadsPerWarp == 2, "one score per lane per tile");
+
+// One butterfly stage of the transposing reduction over d[0 .. 2*OFF).
+template <int OFF>
+__device__ __forceinline__ void transpose_reduce_stage(float (&d)[32], int lane) {
+  const bool upper = lane & OFF;
+#pragma unroll
+  for (int i = 0; i < OFF; ++i) {
+    const float send = upper ? d[i] : d[i + OFF];
+    const float keep = upper ? d[i + OFF] : d[i];
+    d[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+  }
+}
 
 template <int NV>
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kernel(
@@ -196,27 +211,28 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kern
     int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
   constexpr int HPW = kAttnHeadsPerWarp, R = kAttnTileRows, V4 = 32 * NV;  // float4s per row
   constexpr int64_t dim = 128 * NV;
-  __shared__ float4 tile[R][V4];
-  __shared__ int32_t rows_s[R];
+  __shared__ float4 tile[R][V4];  // with q_s exactly 48 KB at dim 512 (the static limit)
   const int64_t groups = heads / kAttnGroupHeads;
   const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * kAttnGroupHeads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float4 qr[HPW][NV], acc[HPW][NV];
-  float m[HPW], l[HPW];
+  const int my_h = lane / R, my_r = lane % R;  // the (head, row) whose score this lane ends up holding
+  __shared__ float4 q_s[kAttnWarps][HPW][V4];  // q in shared memory keeps registers for the 32 scores
+  float4 acc[HPW][NV];
+  float m[HPW], l[HPW];  // identical in every lane
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const float4* qv = reinterpret_cast<const float4*>(q + ((t * heads) + h0 + warp * HPW + hh) * dim);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
-      qr[hh][i] = qv[lane + 32 * i];
+      q_s[warp][hh][lane + 32 * i] = qv[lane + 32 * i];
       acc[hh][i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     m[hh] = -kInf;
     l[hh] = 0.0f;
   }
+  __syncwarp();
   const int32_t* it = idx + t * k;
   for (int64_t j0 = 0; j0 < k; j0 += R) {
-    if (threadIdx.x < R) rows_s[threadIdx.x] = j0 + threadIdx.x < k ? it[j0 + threadIdx.x] : -1;
     for (int e = threadIdx.x; e < R * V4; e += blockDim.x) {
       const int r = e / V4, c = e % V4;
       const int32_t row = j0 + r < k ? it[j0 + r] : -1;
@@ -224,38 +240,71 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kern
                             : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     __syncthreads();
+    float d[32];  // d[hh * R + r]: this lane's partial of <q_hh, row r>
+#pragma unroll
+    for (int e = 0; e < 32; ++e) d[e] = 0.0f;
+#pragma unroll 1
+    for (int i = 0; i < NV; ++i) {
+      const float4 q0 = q_s[warp][0][lane + 32 * i], q1 = q_s[warp][1][lane + 32 * i];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 v = tile[r][lane + 32 * i];
+        d[r] = fmaf(q0.x, v.x, fmaf(q0.y, v.y, fmaf(q0.z, v.z, fmaf(q0.w, v.w, d[r]))));
+        d[R + r] = fmaf(q1.x, v.x, fmaf(q1.y, v.y, fmaf(q1.z, v.z, fmaf(q1.w, v.w, d[R + r]))));
+      }
+    }
+    transpose_reduce_stage<16>(d, lane);
+    transpose_reduce_stage<8>(d, lane);
+    transpose_reduce_stage<4>(d, lane);
+    transpose_reduce_stage<2>(d, lane);
+    transpose_reduce_stage<1>(d, lane);
+    const bool valid = j0 + my_r < k && it[j0 + my_r] >= 0;
+    const float sc = valid ? scale * d[0] : -kInf;
+    float tm = sc;  // the tile's max per head, over the 16 lanes of that head
+#pragma unroll
+    for (int o = R / 2; o > 0; o >>= 1) {
+      const float w = __shfl_xor_sync(0xffffffffu, tm, o);
+      tm = tm < w ? w : tm;
+    }
+    float corr[HPW], mine = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) {
+      const float th = __shfl_sync(0xffffffffu, tm, hh * R);
+      const float mn = m[hh] < th ? th : m[hh];
+      corr[hh] = mn == -kInf ? 1.0f : expf(m[hh] - mn);  // nothing valid yet: keep the zeros
+      m[hh] = mn;
+      if (hh == my_h) mine = mn;
+    }
+    const float p = valid ? expf(sc - mine) : 0.0f;
+    float ps = p;
+#pragma unroll
+    for (int o = R / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) {
+      l[hh] = l[hh] * corr[hh] + __shfl_sync(0xffffffffu, ps, hh * R);
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        acc[hh][i].x *= corr[hh];
+        acc[hh][i].y *= corr[hh];
+        acc[hh][i].z *= corr[hh];
+        acc[hh][i].w *= corr[hh];
+      }
+    }
+#pragma unroll 2
     for (int r = 0; r < R; ++r) {
-      if (rows_s[r] < 0) continue;  // uniform across the block
+      if (j0 + r >= k || it[j0 + r] < 0) continue;  // uniform across the block
       float4 v[NV];
 #pragma unroll
       for (int i = 0; i < NV; ++i) v[i] = tile[r][lane + 32 * i];
 #pragma unroll
       for (int hh = 0; hh < HPW; ++hh) {
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NV; ++i)
-          d += qr[hh][i].x * v[i].x + qr[hh][i].y * v[i].y + qr[hh][i].z * v[i].z + qr[hh][i].w * v[i].w;
-        const float sc = scale * __shfl_sync(0xffffffffu, warp_sum(d), 0);  // identical in every lane
-        if (sc > m[hh]) {
-          const float corr = expf(m[hh] - sc);  // 0 on the first valid row
-          l[hh] *= corr;
-#pragma unroll
-          for (int i = 0; i < NV; ++i) {
-            acc[hh][i].x *= corr;
-            acc[hh][i].y *= corr;
-            acc[hh][i].z *= corr;
-            acc[hh][i].w *= corr;
-          }
-          m[hh] = sc;
-        }
-        const float p = expf(sc - m[hh]);
-        l[hh] += p;
+        const float pr = __shfl_sync(0xffffffffu, p, hh * R + r);
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
-          acc[hh][i].x += p * v[i].x;
-          acc[hh][i].y += p * v[i].y;
-          acc[hh][i].z += p * v[i].z;
-          acc[hh][i].w += p * v[i].w;
+          acc[hh][i].x = fmaf(pr, v[i].x, acc[hh][i].x);
+          acc[hh][i].y = fmaf(pr, v[i].y, acc[hh][i].y);
+          acc[hh][i].z = fmaf(pr, v[i].z, acc[hh][i].z);
+          acc[hh][i].w = fmaf(pr, v[i].w, acc[hh][i].w);
         }
       }
     }
@@ -267,13 +316,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kern
     const float sk = sink[h];
     const float M = sk < m[hh] ? m[hh] : sk;
     const float f = m[hh] == -kInf ? 0.0f : expf(m[hh] - M);
-    const float inv = 1.0f / (l[hh] * f + expf(sk - M));
+    const float g = f / (l[hh] * f + expf(sk - M));
     float4* o = reinterpret_cast<float4*>(out + (t * heads + h) * dim);
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const float g = f * inv;
+    for (int i = 0; i < NV; ++i)
       o[lane + 32 * i] = make_float4(acc[hh][i].x * g, acc[hh][i].y * g, acc[hh][i].z * g, acc[hh][i].w * g);
-    }
   }
 }
 
