@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,7 @@ class LLM {
  private:
   std::unique_ptr<engine::Engine> engine_;
   std::string model_dir_;
+  std::unique_ptr<std::mutex> generate_mu_ = std::make_unique<std::mutex>();  // one generate() at a time
 };
 
 }  // namespace deepinfer

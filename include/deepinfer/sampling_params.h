@@ -28,6 +28,7 @@ struct SamplingParams {
   std::optional<int> logprobs;            // top-N logprobs per generated token (+ the sampled one)
   std::optional<int> prompt_logprobs;     // top-N logprobs per prompt token
   bool skip_special_tokens = true;
+  bool detokenize = true;                 // false: no text (and so no stop strings)
   std::string so_args;                    // structured output: JSON {"schema_type": ..., "schema": ...}
 
   // Throws deepinfer::Error naming the first invalid field.

@@ -1,6 +1,7 @@
 """LLM: offline generation over DeepInfer's C++ engine (continuous batching, async scheduling)."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
@@ -50,6 +51,7 @@ class LLM:
                       num_state_blocks=num_state_blocks, state_block_tokens=state_block_tokens)
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})
         self._next_id = 0
+        self._lock = threading.Lock()  # one generate() at a time: step() serves every request
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -132,6 +134,11 @@ class LLM:
 
     def _run(self, prompts: list[tuple[str, list[int]]], params: list[SamplingParams],
              use_tqdm: bool) -> list[RequestOutput]:
+        with self._lock:
+            return self._run_locked(prompts, params, use_tqdm)
+
+    def _run_locked(self, prompts: list[tuple[str, list[int]]], params: list[SamplingParams],
+                    use_tqdm: bool) -> list[RequestOutput]:
         ids: list[str] = []
         try:
             for (text, token_ids), sp in zip(prompts, params):
@@ -162,6 +169,12 @@ class LLM:
         finally:
             if bar is not None:
                 bar.close()
+            if self._engine.has_unfinished():  # interrupted (e.g. KeyboardInterrupt): withdraw the rest
+                for rid, res in zip(ids, results):
+                    if res is None:
+                        self._engine.abort(rid)
+                while self._engine.has_unfinished():
+                    self._engine.step()
         return results  # type: ignore[return-value]
 
     def _token_text(self, token_id: int) -> str:

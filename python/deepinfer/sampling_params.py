@@ -64,6 +64,6 @@ class SamplingParams:
             d["so_args"] = json.dumps(so)
         else:
             d["so_args"] = ""
-        for key in ("seq_seed", "extra_args", "detokenize"):
+        for key in ("seq_seed", "extra_args"):
             d.pop(key)
         return d

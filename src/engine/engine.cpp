@@ -105,7 +105,7 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
       options_(std::move(options)),
       states_(*model_, options_.num_state_blocks, options_.state_block_tokens),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
-                  options_.batch_invariant, std::max(options_.state_block_tokens, 64)},
+                  options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
                  states_),
       worker_(std::make_unique<Worker>(options_.async_scheduling)) {}
 
@@ -364,7 +364,7 @@ void Engine::process(Job& job) {
     const SamplingParams& p = req.params;
     const int32_t tok = seq.tokens.back();
     const int64_t n_out = seq.num_output();
-    if (codec_)
+    if (codec_ && p.detokenize)
       seq.text.update(*codec_, std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len()), p.skip_special_tokens);
     const auto& eos = options_.eos_token_ids;
     if (!p.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
@@ -430,6 +430,7 @@ std::vector<ScheduledChunk> Engine::schedule() {
 }
 
 std::vector<RequestOutput> Engine::step(bool include_unfinished) {
+  std::lock_guard<std::mutex> one_stepper(step_mu_);
   std::vector<RequestOutput> outs;
   // Requests retired before this step may still be seen by the job in flight; this step waits
   // for and processes that job, so they are freed when the step returns.

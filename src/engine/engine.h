@@ -96,6 +96,7 @@ class Engine {
   int64_t next_seq_id_ = 0;
   EngineStats stats_;
 
+  std::mutex step_mu_;                    // step() is driven by one thread at a time
   mutable std::mutex incoming_mu_;        // guards the two queues below and id_counter_
   std::vector<std::unique_ptr<Request>> incoming_;
   std::vector<std::string> aborts_;

@@ -158,6 +158,7 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
                                          const StreamCallback& on_update) {
   check(params.size() == 1 || params.size() == prompts.size(), "generate: got ", params.size(),
         " SamplingParams for ", prompts.size(), " prompts (give one, or one per prompt)");
+  std::lock_guard<std::mutex> lock(*generate_mu_);  // step() outputs belong to this call's requests
   // Validate everything before anything runs, so bad input never half-runs a batch.
   for (auto& p : params) p.validate();
   std::vector<std::string> ids;

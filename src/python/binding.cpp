@@ -40,6 +40,7 @@ SamplingParams params_from_dict(const py::dict& d) {
   if (d.contains("logprobs") && !d["logprobs"].is_none()) p.logprobs = d["logprobs"].cast<int>();
   if (d.contains("prompt_logprobs") && !d["prompt_logprobs"].is_none()) p.prompt_logprobs = d["prompt_logprobs"].cast<int>();
   get(d, "skip_special_tokens", p.skip_special_tokens);
+  get(d, "detokenize", p.detokenize);
   get(d, "so_args", p.so_args);
   return p;
 }

@@ -21,6 +21,7 @@ void SamplingParams::validate() const {
   check(max_tokens >= 1, "SamplingParams.max_tokens must be at least 1, got ", max_tokens);
   check(min_tokens >= 0 && min_tokens <= max_tokens, "SamplingParams.min_tokens must be in [0, max_tokens], got ", min_tokens);
   for (const auto& s : stop) check(!s.empty(), "SamplingParams.stop must not contain an empty string");
+  check(detokenize || stop.empty(), "SamplingParams.stop needs detokenize=True (stop strings are matched in the text)");
   if (logprobs) check(*logprobs >= 0, "SamplingParams.logprobs must be >= 0, got ", *logprobs);
   if (prompt_logprobs) check(*prompt_logprobs >= 0, "SamplingParams.prompt_logprobs must be >= 0, got ", *prompt_logprobs);
   for (auto [t, b] : logit_bias) {

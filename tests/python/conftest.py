@@ -1,4 +1,5 @@
 # Puts python/ (where ./build.sh writes the extension next to the package) on sys.path.
+import os
 import pathlib
 import sys
 
@@ -14,7 +15,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory):
     """A random-weight V4 model with the full DeepSeek tokenizer (deepinfer make-demo-model)."""
-    cli = ROOT / "build" / "tools" / "deepinfer"
+    cli = ROOT / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer"
     if not cli.exists():
         pytest.skip("build/tools/deepinfer not built")
     path = tmp_path_factory.mktemp("demo") / "model"

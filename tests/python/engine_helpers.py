@@ -1,4 +1,5 @@
 """Shared fixtures data for the Python tests: the golden tiny models and their greedy outputs."""
+import os
 import pathlib
 
 import safetensors.numpy
@@ -6,7 +7,7 @@ import safetensors.numpy
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDENS = ROOT / "tests" / "data" / "goldens" / "v4"
 TOKENIZER = ROOT / "tests" / "data" / "tokenizer" / "deepseek-v3"
-CLI = ROOT / "build" / "tools" / "deepinfer"
+CLI = ROOT / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer"
 
 
 def golden(case: str):

@@ -281,3 +281,32 @@ def test_chat_prompts_follow_the_deepseek_format(demo_model):
     assert len(plain.outputs[0].token_ids) <= 3
     with pytest.raises(ValueError, match="unknown keys"):
         llm.chat(msgs, use_tqdm=False, chat_template_kwargs={"temperature": 1})
+
+
+def test_concurrent_generate_calls_each_get_their_own_results(tiny_a):
+    results = {}
+
+    def worker(k):
+        prompts = [{"prompt_token_ids": [k, k + 1, k + 2 + i]} for i in range(5)]
+        results[k] = tiny_a.generate(prompts, SamplingParams(max_tokens=6, seed=k, ignore_eos=True), use_tqdm=False)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (10, 20, 30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, outs in results.items():
+        assert [o.prompt_token_ids[0] for o in outs] == [k] * 5
+        alone = tiny_a.generate(outs[0].prompt_token_ids and {"prompt_token_ids": outs[0].prompt_token_ids},
+                                SamplingParams(max_tokens=6, seed=k, ignore_eos=True), use_tqdm=False)
+        assert alone[0].outputs[0].token_ids == outs[0].outputs[0].token_ids
+
+
+def test_detokenize_off_and_batch_invariant_with_a_small_budget(with_tokenizer):
+    out = with_tokenizer.generate("a, b. c", SamplingParams(max_tokens=4, seed=1, detokenize=False), use_tqdm=False)
+    assert out[0].outputs[0].text == "" and len(out[0].outputs[0].token_ids) == 4
+    with pytest.raises(ValueError, match="detokenize"):
+        SamplingParams(stop=["x"], detokenize=False)
+    llm = LLM(str(GOLDENS / "tiny-a"), batch_invariant=True, max_num_batched_tokens=16)
+    outs = llm.generate([{"prompt_token_ids": list(range(100))}] * 2, greedy(3), use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [3, 3]
