@@ -280,7 +280,7 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
   m.on_engram_input = nullptr;
   for (auto [l, d] : engram_d) std::printf("[v41] %s teacher-forced -> engram_in.%lld: mean|d|=%.2e\n", c.c_str(), (long long)l, d);
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
-    std::printf("[v41] %s teacher-forced layer %lld (-1 = embedding) -> hidden_in.%lld: mean|d|=%.2e max|d|=%.2e\n", c.c_str(),
+    std::printf("[v41] %s teacher-forced block %lld (-1: embedding+Engram) -> hidden_in.%lld: mean|d|=%.2e max|d|=%.2e\n", c.c_str(),
                 (long long)l - 1, (long long)l, mean_d[l], max_d[l]);
     EXPECT_LE(mean_d[l], 2e-3) << "layer " << l - 1;
   }
