@@ -228,6 +228,22 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
   return job;
 }
 
+// A plan made while the previous step ran assumed each of its samples would land; one that failed
+// (sampling error, grammar rejection) leaves nothing to feed: drop that sequence's chunk (it
+// finishes with an error in process()).
+std::unique_ptr<Engine::Job> Engine::drop_unresolvable(std::unique_ptr<Job> job) {
+  std::vector<ScheduledChunk> keep;
+  for (auto& ch : job->chunks) {
+    if (!ch.seq->finished() && ch.start + ch.count <= static_cast<int64_t>(ch.seq->tokens.size())) {
+      keep.push_back(ch);
+    } else if (ch.sample) {
+      --ch.seq->pending;
+    }
+  }
+  if (keep.size() == job->chunks.size()) return job;
+  return keep.empty() ? nullptr : plan(std::move(keep));
+}
+
 void Engine::launch(std::unique_ptr<Job> job) {
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
@@ -457,6 +473,7 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
     }
     // Safe point: no forward in flight, so released states can be reset.
     states_.recycle();
+    if (next) next = drop_unresolvable(std::move(next));
     if (next) launch(std::move(next));
     if (!done->failed) process(*done);
   }

@@ -72,6 +72,7 @@ class Engine {
   void drain_incoming();
   std::vector<ScheduledChunk> schedule();
   std::unique_ptr<Job> plan(std::vector<ScheduledChunk> chunks);
+  std::unique_ptr<Job> drop_unresolvable(std::unique_ptr<Job> job);
   void launch(std::unique_ptr<Job> job);
   void run_job(Job& job);                 // forward + sampling (worker thread)
   void resolve(Job& job);                 // lands sampled tokens (no job in flight)

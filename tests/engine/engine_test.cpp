@@ -370,6 +370,22 @@ TEST(Engine, ARequestFailingInsideTheModelFailsAloneAndOthersAreUnharmed) {
   }
 }
 
+TEST(Engine, ASamplingFailureFailsOnlyItsSequence) {
+  for (bool async : {false, true}) {
+    auto e = std::make_unique<Engine>(std::make_unique<HashLM>(97, -1, /*nan_after=*/87), nullptr, opts(async));
+    for (int i = 0; i < 3; ++i) e->add_request(Prompt::from_ids(prompt_of(i, 12)), greedy(6), "ok" + std::to_string(i));
+    e->add_request(Prompt::from_ids({5, 6, 87}), greedy(6), "nan");
+    auto out = run(*e);
+    EXPECT_EQ(out.at("nan").outputs[0].finish_reason, "error");
+    EXPECT_NE(out.at("nan").error.find("NaN"), std::string::npos);
+    auto clean = make(opts(async));
+    for (int i = 0; i < 3; ++i) clean->add_request(Prompt::from_ids(prompt_of(i, 12)), greedy(6), "ok" + std::to_string(i));
+    auto ref = run(*clean);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(out.at("ok" + std::to_string(i)).outputs[0].token_ids, ref.at("ok" + std::to_string(i)).outputs[0].token_ids);
+  }
+}
+
 TEST(Engine, LogprobsAndPromptLogprobsMatchTheModel) {
   HashLM ref;
   EngineOptions o = opts();

@@ -30,7 +30,9 @@ class HashState : public model::SequenceState {
 
 class HashLM : public model::CausalLM {
  public:
-  explicit HashLM(int64_t vocab = 97, int32_t poison = -1) : vocab_(vocab), poison_(poison) {}
+  // poison: a token that makes forward() throw; nan_after: a token after which the logits are NaN.
+  explicit HashLM(int64_t vocab = 97, int32_t poison = -1, int32_t nan_after = -1)
+      : vocab_(vocab), poison_(poison), nan_after_(nan_after) {}
   int64_t vocab_size() const override { return vocab_; }
   std::unique_ptr<model::SequenceState> new_sequence() const override { return std::make_unique<HashState>(); }
 
@@ -53,7 +55,8 @@ class HashLM : public model::CausalLM {
         st->hash = next_hash(st->hash, b.token_ids[i]);
         ++st->chunks_total;
         while (row < b.logit_rows.size() && b.logit_rows[row] == i) {
-          for (int64_t v = 0; v < vocab_; ++v) logits[row * vocab_ + v] = logit(st->hash, v);
+          for (int64_t v = 0; v < vocab_; ++v)
+            logits[row * vocab_ + v] = b.token_ids[i] == nan_after_ ? NAN : logit(st->hash, v);
           ++row;
         }
       }
@@ -75,6 +78,7 @@ class HashLM : public model::CausalLM {
  private:
   int64_t vocab_;
   int32_t poison_;
+  int32_t nan_after_;
 };
 
 // Token t is 1-3 lowercase letters; tokens 90/91 are the two halves of "é" (a UTF-8 split).
