@@ -427,6 +427,41 @@ TEST_P(V41Case, GreedyContinuationAndDSparkRings) {
   }
 }
 
+TEST_P(V41Case, FlatBatchOfSequencesEqualsSeparateRuns) {
+  const std::string c = GetParam();
+  auto& m = model_for(c);
+  const auto& g = goldens_for(c);
+  auto a = golden_ints(g, "s17.input_ids"), b = golden_ints(g, "s64.input_ids");
+  // Separately: a prefilled in full; b prefilled 40 then 3 decode steps.
+  auto sa = m.new_sequence(), sb = m.new_sequence();
+  auto la = run_chunks(m, *sa, a, {0, 17});
+  auto lb = run_chunks(m, *sb, b, {0, 40, 41, 42, 43});
+  // Together: one flat batch [a(0..16), b(0..39)], then batches of b's single decode tokens with a's.
+  auto ta = m.new_sequence(), tb = m.new_sequence(), tc = m.new_sequence();
+  model::ForwardBatch fb;
+  fb.token_ids.assign(a.begin(), a.end());
+  fb.token_ids.insert(fb.token_ids.end(), b.begin(), b.begin() + 40);
+  fb.seq_start = {0, 17, 57};
+  fb.states = {ta.get(), tb.get()};
+  fb.logit_rows = {16, 56};
+  std::vector<float> out;
+  m.forward(fb, out);
+  const int64_t V = m.vocab_size();
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + V), std::vector<float>(la.end() - V, la.end()));
+  EXPECT_EQ(std::vector<float>(out.begin() + V, out.end()), std::vector<float>(lb.begin() + 39 * V, lb.begin() + 40 * V));
+  for (int step = 0; step < 3; ++step) {
+    model::ForwardBatch d;
+    d.token_ids = {b[40 + step], a[step]};
+    d.seq_start = {0, 1, 2};
+    d.states = {tb.get(), tc.get()};
+    d.logit_rows = {0};
+    m.forward(d, out);
+    EXPECT_EQ(out, std::vector<float>(lb.begin() + (40 + step) * V, lb.begin() + (41 + step) * V)) << "step " << step;
+  }
+  EXPECT_EQ(tb->length(), 43);
+  EXPECT_EQ(tc->length(), 3);
+}
+
 TEST_P(V41Case, SwaBoundedReplay) {
   const std::string c = GetParam();
   auto& m = model_for(c);

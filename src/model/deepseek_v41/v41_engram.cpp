@@ -154,14 +154,19 @@ int64_t EngramHasher::compressed(int64_t token_id) const {
   return token_map_[token_id];
 }
 
-void EngramHasher::hash(const std::vector<int64_t>& hist, int64_t start, int64_t n, int64_t* out) const {
+void EngramHasher::hash(const std::vector<int64_t>& hist, int64_t start, int64_t n, int64_t* out,
+                        int64_t base) const {
+  check(base >= 0 && start >= base && (base == 0 || start - base >= max_ngram_ - 1) &&
+            start + n - base <= static_cast<int64_t>(hist.size()),
+        "engram: the history does not cover positions ", start, "..", start + n - 1);
   const int64_t NL = n_layers(), C = cols();
   std::vector<int64_t> tok(max_ngram_);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = start + i;
     bool blocked = false;
     for (int64_t s = 0; s < max_ngram_; ++s) {
-      const int64_t src = hist[std::max<int64_t>(p - s, 0)];
+      const int64_t q = p - s;  // before position 0 the lookback is blocked (pad)
+      const int64_t src = q < 0 ? pad_ : hist[q - base];
       blocked = blocked || p < s || src == kDead;
       tok[s] = blocked ? pad_ : src;
     }

@@ -32,9 +32,11 @@ class EngramHasher {
   int64_t n_layers() const { return static_cast<int64_t>(layer_ids_.size()); }
   int64_t cols() const { return (max_ngram_ - 1) * n_heads_; }  // ids per position per layer
   int64_t compressed(int64_t token_id) const;                   // cmap[token]
-  // Hash ids [n, n_layers, cols] of positions start..start+n-1 given the full compressed history
-  // (hist[p] = cmap[token_p] or kDead), row ids with offsets included.
-  void hash(const std::vector<int64_t>& hist, int64_t start, int64_t n, int64_t* out) const;
+  // Hash ids [n, n_layers, cols] of positions start..start+n-1 given the compressed history
+  // (hist[i] = cmap[token at position base + i] or kDead), row ids with offsets included. The history
+  // must reach back max_ngram-1 positions before `start` (or to position 0).
+  void hash(const std::vector<int64_t>& hist, int64_t start, int64_t n, int64_t* out, int64_t base = 0) const;
+  int64_t max_ngram() const { return max_ngram_; }
 
   const std::vector<int64_t>& token_map() const { return token_map_; }
   const std::vector<int64_t>& primes() const { return primes_; }          // [layer][ngram-1][head]

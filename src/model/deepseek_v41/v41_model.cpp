@@ -689,9 +689,14 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
           "in its folder (or call V41Model::set_engram_tokens)");
     // Text only: image spans (DEAD for Engram, bias_vl routing) come with the vision path, not from the
     // token id alone (the reference marks them from token_types), so every token is hashed here.
-    for (int64_t i = 0; i < n; ++i) st.engram_hist.push_back(engram_->compressed(ids[i]));
+    // The state keeps only the last max_ngram-1 compressed ids (all a lookback reads).
+    std::vector<int64_t> hist = st.engram_hist;
+    const int64_t base = P - static_cast<int64_t>(hist.size());
+    for (int64_t i = 0; i < n; ++i) hist.push_back(engram_->compressed(ids[i]));
     hash.resize(n * NL * engram_->cols());
-    engram_->hash(st.engram_hist, P, n, hash.data());
+    engram_->hash(hist, P, n, hash.data(), base);
+    const int64_t keep = std::min<int64_t>(engram_->max_ngram() - 1, static_cast<int64_t>(hist.size()));
+    st.engram_hist.assign(hist.end() - keep, hist.end());
     if (on_hash_ids) on_hash_ids(P, hash);
   }
 

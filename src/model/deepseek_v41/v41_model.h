@@ -75,7 +75,7 @@ class V41SequenceState final : public SequenceState {
   int64_t length_ = 0;
   std::vector<V41Floats> rings;     // [blocks][window * head_dim]
   std::vector<Source> sources;      // indexed by layer (empty for non-sources)
-  std::vector<int64_t> engram_hist; // compressed ids (or DEAD)
+  std::vector<int64_t> engram_hist; // compressed ids (or DEAD) of the last max_ngram-1 positions
   std::vector<int64_t> ring_from;   // per ring: first position it holds (> 0 after a compact replay)
   int64_t last_ik_owner = -1;       // last KV source that wrote index keys (reference emulation only)
   int64_t window_, head_dim_;
