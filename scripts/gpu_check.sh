@@ -6,7 +6,11 @@
 #   GPU_CHECK_SANITIZE=1       also run the tests under compute-sanitizer memcheck
 #   GPU_CHECK_BENCH_ARGS=...   arguments for bench_cuda_ops (e.g. --quick)
 # Offline machines without the -dev packages: put their .deb files in .gpu_deps/ (nlohmann-json3-dev,
-# libgtest-dev, libonig-dev, libonig5); they are unpacked under /tmp, never into /.
+# libgtest-dev, libonig-dev, libonig5); they are unpacked under /tmp, never into /. The lent H200 image
+# lacks at least one of them (seen 2026-11-29); fetch them on a networked machine with
+#   mkdir -p .gpu_deps && (cd .gpu_deps && apt-get download nlohmann-json3-dev libgtest-dev libonig-dev libonig5)
+# and carry .gpu_deps (git-ignored via .git/info/exclude). If the build there fails, binaries copied
+# into .gpu_prebuilt/ (backends_cuda_test, bench_cuda_ops) are run instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_check_out}"
