@@ -16,7 +16,7 @@ static void print_help() {
   auto commands = deepinfer::cli::command_registry();
   std::sort(commands.begin(), commands.end(), [](auto& a, auto& b) { return a.name < b.name; });
   std::printf("usage: deepinfer <command> [options]\n\ncommands:\n");
-  for (auto& c : commands) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+  for (auto& c : commands) std::printf("  %-16s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf("\n`deepinfer <command> --help` describes a command's options.\n");
 }
 
