@@ -496,13 +496,41 @@ TEST_P(V41Case, SwaBoundedReplay) {
               s140.mean, s140.max, s140.argmax);
   EXPECT_LE(so.mean, 0.05);
   // The global state (compressed KV, index keys) is exact under compact: identical to off.
+  std::vector<float> out_a_, out_b_;
   auto* a = dynamic_cast<model::V41SequenceState*>(st_off.get());
   auto* b = dynamic_cast<model::V41SequenceState*>(st_cmp.get());
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
     EXPECT_EQ(a->sources[l].ckv, b->sources[l].ckv) << "layer " << l;
     EXPECT_EQ(a->sources[l].ik, b->sources[l].ik) << "layer " << l;
   }
-  // Decoding after a compact prefill continues from the kept state.
+  // Decoding (and drafting) continues from a compact prefill's state; measured against off.
+  {
+    const auto ids2 = golden_ints(g, "s64.input_ids");
+    std::vector<float> la, lb;
+    for (int step = 0; step < 4; ++step) {
+      model::ForwardBatch d;
+      d.token_ids = {ids2[step]};
+      d.seq_start = {0, 1};
+      d.logit_rows = {0};
+      d.states = {st_off.get()};
+      m.forward(d, out_a_);
+      d.states = {st_cmp.get()};
+      m.forward(d, out_b_);
+      la.insert(la.end(), out_a_.begin(), out_a_.end());
+      lb.insert(lb.end(), out_b_.begin(), out_b_.end());
+    }
+    Stats sd = compare(lb, la, V);
+    std::printf("[v41] %s replay compact KEEP=%lld then 4 decode steps vs off: mean|d|=%.5f max|d|=%.5f argmax=%.2f\n",
+                c.c_str(), (long long)keep, sd.mean, sd.max, sd.argmax);
+    EXPECT_LE(sd.mean, 0.05);
+    if (m.config().dspark_block_size > 0) {
+      auto da = m.draft(*a, 7), db = m.draft(*b, 7);
+      Stats sq = compare(db.logits, da.logits, V);
+      std::printf("[v41] %s replay compact KEEP=%lld draft vs off: mean|d|=%.5f\n", c.c_str(), (long long)keep, sq.mean);
+      EXPECT_LE(sq.mean, 0.05);
+    }
+  }
+  // KEEP below the window plus the draft lookback.
   m.replay_compact = true;
   m.replay_keep = 3;
   auto st_bad = m.new_sequence();

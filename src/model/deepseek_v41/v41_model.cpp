@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "model/weight_loader.h"
 #include "tokenizer/tokenizer.h"
@@ -169,16 +170,11 @@ void load_block(const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, i
 V41Model::V41Model(V41Config c, ops::Backend& be) : c_(std::move(c)), be_(be) {
   rope_main_ = make_rope_table(c_.rope_main, c_.rope_head_dim);
   rope_compress_ = make_rope_table(c_.rope_compress, c_.rope_head_dim);
-  // SWA bounded replay settings. src/core/env.h registers DEEPINFER_* names centrally and throws on
-  // unregistered ones, so these two are read with std::getenv (owner of env.cpp may register them).
-  const char* mode = std::getenv("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
-  replay_compact = mode == nullptr || std::string(mode) == "compact";
-  if (const char* keep = std::getenv("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS")) {
-    char* end = nullptr;
-    long long v = std::strtoll(keep, &end, 10);
-    check(end && *end == '\0' && v > 0, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS: '", keep, "' is not a positive integer");
-    replay_keep = v;
-  }
+  // SWA bounded replay settings (registered in src/core/env.cpp): compact unless set to another mode.
+  const std::string mode = env_string("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
+  replay_compact = mode.empty() || mode == "compact";
+  replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
+  check(replay_keep > 0, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS must be positive, got ", replay_keep);
 }
 
 std::unique_ptr<V41Model> V41Model::load(const std::string& dir) {
