@@ -14,6 +14,7 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_BUILD_TYPE", "Release", "CMake build type used by build.sh"},
       {"DEEPINFER_BUILD_DIR", "build", "build folder used by build.sh and test.sh"},
       {"DEEPINFER_BUILD_JOBS", "", "parallel compile jobs for build.sh (default: nproc)"},
+      {"DEEPINFER_SKIP_DEPS", "0", "1: build.sh/test.sh skip installing apt/pip dependencies (offline machines)"},
       // Runtime: engine.
       {"DEEPINFER_CPU_THREADS", "", "worker threads of the CPU backend (default: hardware concurrency)"},
       {"DEEPINFER_ASYNC_SCHEDULING", "1", "1: prepare step N+1 while step N's forward runs; 0: one step at a time"},
