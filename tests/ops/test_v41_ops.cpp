@@ -1,0 +1,110 @@
+// The CPU ops added for DeepSeek-V4.1's reference numerics, against direct restatements of the
+// reference kernels (kernel_cpu.py semantics, spec §2.2, §2.3, §2.5).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/dtype.h"
+#include "ops/ops.h"
+
+namespace deepinfer {
+namespace {
+
+ops::Backend& be() { return ops::cpu_backend(); }
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST(V41Ops, RoundBf16IsRoundToNearestEven) {
+  std::vector<float> x = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -2.5f, 0.0f};
+  be().round_bf16(x.data(), 4);
+  EXPECT_EQ(x[0], 1.0f);                                // tie -> even
+  EXPECT_EQ(x[1], 1.0f + std::ldexp(1.0f, -6));         // tie -> even (up)
+  EXPECT_EQ(x[2], -2.5f);
+  EXPECT_EQ(x[3], 0.0f);
+}
+
+TEST(V41Ops, Fp4WithE4m3ScalesPerBlock16) {
+  auto x = randn(2 * 64, 3, 2.0f);
+  x[5] = 0;  // keep a zero
+  for (int i = 16; i < 32; ++i) x[i] = 0;  // an all-zero block keeps the floor scale
+  auto y = x;
+  be().fake_quant_fp4_e4m3(y.data(), 2, 64, 16);
+  for (int64_t b = 0; b < 2 * 64; b += 16) {
+    float amax = 6.0f * std::ldexp(1.0f, -9);
+    for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const float s = e4m3_to_float(float_to_e4m3(amax / 6.0f));
+    for (int i = 0; i < 16; ++i) {
+      const float want = e2m1_to_float(float_to_e2m1(std::clamp(x[b + i] / s, -6.0f, 6.0f))) * s;
+      EXPECT_EQ(y[b + i], want) << b + i;
+    }
+  }
+  EXPECT_EQ(y[5], 0.0f);
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(y[i], 0.0f);
+}
+
+TEST(V41Ops, LinearKBlockedSumsBlocksInOrder) {
+  const int64_t m = 3, k = 96, n = 5;
+  auto x = randn(m * k, 4), w = randn(n * k, 5);
+  std::vector<float> y(m * n);
+  be().linear_kblocked(x.data(), m, k, w.data(), n, 32, y.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int64_t b = 0; b < k; b += 32) {
+        float part = 0;
+        for (int64_t c = b; c < b + 32; ++c) part += x[i * k + c] * w[j * k + c];
+        acc += part;
+      }
+      EXPECT_NEAR(y[i * n + j], acc, 1e-5f * (1 + std::fabs(acc)));  // FMA contraction may differ
+    }
+}
+
+// Double-precision softmax with the sink in the denominator, probabilities unrounded.
+std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& pool,
+                                  const std::vector<int32_t>& idx, float sink, float scale, int64_t dim) {
+  double m = -1e300;
+  std::vector<double> s(idx.size());
+  for (size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] < 0) continue;
+    double d = 0;
+    for (int64_t c = 0; c < dim; ++c) d += static_cast<double>(q[c]) * pool[idx[j] * dim + c];
+    s[j] = d * scale;
+    m = std::max(m, s[j]);
+  }
+  double z = std::exp(sink - m);
+  std::vector<double> o(dim, 0.0);
+  for (size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] < 0) continue;
+    const double p = std::exp(s[j] - m);
+    z += p;
+    for (int64_t c = 0; c < dim; ++c) o[c] += p * pool[idx[j] * dim + c];
+  }
+  for (double& v : o) v /= z;
+  return o;
+}
+
+TEST(V41Ops, OnlineSparseAttentionMatchesSoftmaxWithSink) {
+  const int64_t dim = 32, rows = 150, K = 150;  // K > 64: three online blocks
+  auto q = randn(dim, 6, 0.3f), pool = randn(rows * dim, 7);
+  std::vector<int32_t> idx(K);
+  for (int64_t j = 0; j < K; ++j) idx[j] = j % 7 == 3 ? -1 : static_cast<int32_t>((j * 37) % rows);
+  const float sink = 0.7f, scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> out(dim);
+  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), idx.data(), K, &sink, scale, 64, out.data());
+  auto ref = attention_ref(q, pool, idx, sink, scale, dim);
+  for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(out[c], ref[c], 4e-3 * (1 + std::fabs(ref[c]))) << c;  // bf16 p
+  // No valid index: the sink takes everything, the output is 0.
+  std::vector<int32_t> none(K, -1);
+  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), none.data(), K, &sink, scale, 64, out.data());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+}  // namespace
+}  // namespace deepinfer
