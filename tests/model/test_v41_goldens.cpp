@@ -189,6 +189,16 @@ TEST_P(V41Case, EngramTablesAndHashIdsExact) {
     }
     EXPECT_EQ(all, golden_i64(g, "s" + std::to_string(S) + ".engram_hash_ids")) << "decode S=" << S;
   }
+  // The forward's own hash ids (state keeps only the last max_ngram-1 ids) over chunks and decode steps.
+  {
+    auto ids = golden_ints(g, "s17.input_ids");
+    std::vector<int64_t> got;
+    m.on_hash_ids = [&](int64_t, const std::vector<int64_t>& h) { got.insert(got.end(), h.begin(), h.end()); };
+    auto st = m.new_sequence();
+    run_chunks(m, *st, ids, {0, 2, 3, 8, 9, 10, 17});
+    m.on_hash_ids = nullptr;
+    EXPECT_EQ(got, golden_i64(g, "s17.engram_hash_ids"));
+  }
   for (const char* v : {"a", "b", "c"})
     EXPECT_EQ(hash_of(golden_ints(g, std::string("engram.variant_") + v + "_ids")),
               golden_i64(g, std::string("engram.variant_") + v + "_hash_ids"));

@@ -246,7 +246,7 @@ const ops::RopeFreqs V41Model::rope_for(int64_t l) const {
 void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, const std::vector<float>& x,
                          const int64_t* pos, std::vector<float>& out) {
   const V41Block& B = blocks_[l];
-  const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, rd = c_.rope_head_dim, W = c_.window_size;
+  const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window_size;
   const ops::RopeFreqs rope = rope_for(l);
   std::vector<float> qr(n * c_.q_lora_rank), q(n * H * hd), kv(n * hd);
   lin(x.data(), n, B.wq_a, qr.data());
@@ -433,7 +433,6 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
   for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, ring.data() + ((P + i) % W) * hd);
   be_.rope(o.data(), n, H, hd, pos, rope, true);
   bf16(o);
-  (void)rd;
   // grouped output projection: wo_a per group (bf16, no act quant), then wo_b
   const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
   std::vector<float> og(n * gin), ug(n * R), u(n * G * R);

@@ -111,7 +111,8 @@ class V41Model final : public CausalLM {
   std::function<void(int64_t, std::vector<float>&, std::vector<float>&)> on_layer_input;
   std::function<void(const std::vector<float>&, const std::vector<float>&)> on_final;
   std::function<void(int64_t, std::vector<float>&)> on_engram_input;  // streams before layer L's Engram
-  std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;  // [T, n_engram_layers, cols]
+  // on_hash_ids(first position, ids [T, n_engram_layers, cols]) for every forward's Engram hash ids.
+  std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;
   // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
   // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
   bool replay_compact = false;
@@ -125,7 +126,6 @@ class V41Model final : public CausalLM {
   V41Model(V41Config c, ops::Backend& be);
 
  private:
-  struct Seq;
   void forward_seq(V41SequenceState& st, const int32_t* ids, int64_t n, std::vector<float>& normed_rows,
                    const std::vector<int64_t>& want_rows);
   void block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t n, std::vector<float>& X,
