@@ -2,6 +2,7 @@
 //   deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3)... [--chat]
 //                      [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -18,6 +19,8 @@ const char* kUsage =
     "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
     "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
+    "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
+    "  --json-schema / --regex / --grammar (EBNF) constrain the output (structured output).\n"
     "  --prompt / --prompt-ids may repeat: one output per prompt, in order.\n"
     "  --chat renders each --prompt as a user message (DeepSeek chat format); --thinking: thinking mode.\n"
     "  --temperature 0 is greedy. --json prints one object per prompt:\n"
@@ -40,6 +43,34 @@ std::vector<int32_t> parse_ids(const std::string& s) {
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
+}
+
+std::string read_file(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  check(in.good(), flag, ": cannot read '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// --json-schema FILE, --regex R, --grammar FILE: one output constraint, passed on as so_args.
+void set_constraint(SamplingParams& params, const std::string& flag, const std::string& value) {
+  check(params.so_args.empty(), "only one of --json-schema, --regex and --grammar may be given");
+  nlohmann::json so;
+  if (flag == "--regex") {
+    so = {{"schema_type", "regex"}, {"schema", value}};
+  } else if (flag == "--grammar") {
+    so = {{"schema_type", "ebnf"}, {"schema", read_file(flag, value)}};
+  } else {
+    nlohmann::json schema;
+    try {
+      schema = nlohmann::json::parse(read_file(flag, value));
+    } catch (const nlohmann::json::exception& e) {
+      fail(flag, ": '", value, "' is not valid JSON (", e.what(), ")");
+    }
+    so = {{"schema_type", "json"}, {"schema", schema}};
+  }
+  params.so_args = so.dump();
 }
 
 int run_generate(const std::vector<std::string>& args) {
@@ -75,6 +106,7 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--top-p") params.top_p = number([](auto& s) { return std::stof(s); });
     else if (a == "--top-k") params.top_k = number([](auto& s) { return std::stoi(s); });
     else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
+    else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
     else if (a == "--max-model-len") config.max_model_len = number([](auto& s) { return std::stoll(s); });
     else fail("unknown option ", a, " (see deepinfer generate --help)");
   }
