@@ -137,6 +137,59 @@ TEST(V41Load, LoadCausalLmDispatchesAndNamesMissingTokenizer) {
   }
 }
 
+// The released V4.1-Flash text_config (spec §1.4): roles, state footprint, Engram primes and offsets.
+TEST(V41Config, ReleasedFlashConfig) {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "image_token_id": 129264,
+    "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                            "scale_fmt": "ue8m0", "expert_dtype": "fp4"},
+    "text_config": {"vocab_size": 129280, "hidden_size": 5120, "moe_intermediate_size": 2304, "num_hidden_layers": 40,
+      "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1280,
+      "o_lora_rank": 1024, "o_groups": 8, "swiglu_limit": 10.0, "rms_norm_eps": 1e-20, "rope_theta": 10000,
+      "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
+                       "original_max_position_embeddings": 65536},
+      "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
+      "norm_topk_prob": true, "routed_scaling_factor": 1.5, "sliding_window": 128,
+      "compress_ratios": [0,0,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0,0],
+      "compress_rope_theta": 160000, "kv_source_layer_ids": [2,8,14,20],
+      "index_source_layer_ids": [2,8,14,20,24,28,32,36], "index_n_heads": 32, "index_head_dim": 128,
+      "index_topk": 512, "candidate_source_layer_id": 20, "candidate_topk_blocks": 2048, "candidate_block_size": 8,
+      "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "engram_layer_ids": [1,14],
+      "engram_num_embeddings": [384006168, 384016682], "engram_max_ngram_size": 4, "engram_vocab_size": 16000000,
+      "engram_n_heads": 8, "engram_head_dim": 256, "engram_pad_token_id": 2, "engram_compressed_vocab_size": 99092,
+      "num_nextn_predict_layers": 3, "dspark_block_size": 5, "dspark_noise_token_id": 128799,
+      "dspark_target_layer_ids": [37,38,39], "dspark_markov_rank": 256, "dspark_n_routed_experts": 128,
+      "dspark_num_experts_per_tok": 3}})");
+  auto c = model::V41Config::from_json(j);
+  EXPECT_EQ(c.image_token_id, 129264);
+  EXPECT_EQ(c.fp8_block, 32);
+  EXPECT_TRUE(c.rope_compress.yarn);
+  EXPECT_EQ(c.rope_compress.original_max_position, 65536);
+  EXPECT_FALSE(c.rope_main.yarn);
+  for (int64_t l : {2, 8, 14, 20}) EXPECT_TRUE(c.is_kv_source[l]) << l;
+  for (int64_t l : {24, 28, 32, 36}) EXPECT_TRUE(c.is_index_source[l] && !c.is_kv_source[l]) << l;
+  EXPECT_EQ(c.kv_source_of[7], 2);
+  EXPECT_EQ(c.kv_source_of[19], 14);
+  EXPECT_EQ(c.kv_source_of[39], 20);
+  EXPECT_EQ(c.index_source_of[23], 20);
+  EXPECT_EQ(c.index_source_of[27], 24);
+  EXPECT_EQ(c.index_source_of[39], 36);
+  EXPECT_EQ(c.last_kv_source, 20);
+  EXPECT_EQ(c.experts_for(41), 128);
+  EXPECT_EQ(c.active_for(41), 3);
+  EXPECT_EQ(c.active_for(39), 6);
+  EXPECT_DOUBLE_EQ(c.packed_bytes_per_token(), 890.0);
+  EXPECT_EQ(c.packed_ring_bytes(), 2906112);
+  // Engram layout of the release: 24 primes per layer from 15,999,999 summing to the table rows.
+  std::vector<int64_t> identity(99092);
+  for (int64_t i = 0; i < 99092; ++i) identity[i] = i;
+  model::EngramHasher h(c, identity, 99092);  // throws if a layer's primes do not sum to its rows
+  EXPECT_EQ(h.primes().size(), 48u);
+  EXPECT_GT(h.primes().front(), 15999999);
+  EXPECT_EQ(h.multipliers().size(), 8u);
+  for (int64_t m : h.multipliers()) EXPECT_EQ(m % 2, 1);
+}
+
 TEST_P(V41Case, ConfigSpellingsAgree) {
   const std::string c = GetParam();
   auto a = model::V41Config::from_file(kRoot + c + "/config.json");

@@ -64,6 +64,19 @@ std::string V41Config::role(int64_t l) const {
   return r;
 }
 
+double V41Config::packed_bytes_per_token() const {
+  const double ckv_row = head_dim / 2.0 + head_dim / 16.0;               // FP4 nibbles + E4M3 per 16
+  const double ik_row = index_head_dim / 2.0 + index_head_dim / 32.0;   // FP4 nibbles + UE8M0 per 32
+  double b = 0;
+  for (int64_t s : kv_source_layers) b += (ckv_row + ik_row) / static_cast<double>(compress_ratios[s]);
+  return b;
+}
+
+int64_t V41Config::packed_ring_bytes() const {
+  const int64_t rings = n_layers + (dspark_block_size > 0 ? n_mtp_layers : 0);
+  return rings * window_size * (head_dim + head_dim / 32);  // e4m3 + UE8M0 per 32
+}
+
 V41Config V41Config::from_json(const json& root) {
   // Composite: {"text_config": {...}, "quantization_config": {...}, "image_token_id": ...}; flat otherwise.
   const bool composite = root.contains("text_config");

@@ -47,6 +47,11 @@ struct V41Config {
   int64_t experts_for(int64_t layer) const { return layer < n_layers ? n_routed_experts : (dspark_n_routed_experts ? dspark_n_routed_experts : n_routed_experts); }
   int64_t active_for(int64_t layer) const { return layer < n_layers ? n_activated_experts : (dspark_n_activated_experts ? dspark_n_activated_experts : n_activated_experts); }
   std::string role(int64_t l) const;  // human-readable layer role
+  // Packed per-sequence state (spec §6.1): global bytes per token (compressed KV rows FP4 + E4M3 per 16,
+  // index keys FP4 + UE8M0 per 32, at KV sources), and the fixed window rings (FP8 + UE8M0 per 32) of
+  // every layer and DSpark stage. 890 B/token and 2,906,112 B for the release.
+  double packed_bytes_per_token() const;
+  int64_t packed_ring_bytes() const;
 
   static V41Config from_json(const nlohmann::json& j);  // either spelling (composite or flat)
   static V41Config from_file(const std::string& path);
