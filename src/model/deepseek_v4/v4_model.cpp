@@ -68,7 +68,7 @@ void V4Model::project(const std::vector<float>& x, int64_t rows, const std::vect
 
 // Feeds `tokens` new (kv, gate) rows of one sequence into a compressor; every group of `ratio`
 // completed emits one compressed row (softmax pool per channel, norm, RoPE at the group's first position).
-void V4Model::compress(int64_t layer, const CompressorWeights& cw, CompressorState& st, const float* kv,
+void V4Model::compress(const CompressorWeights& cw, CompressorState& st, const float* kv,
                        const float* gate, int64_t first_pos, int64_t tokens, bool indexer_keys) {
   const int64_t width = cw.width, ratio = cw.ratio, row = cw.copies * width;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -115,7 +115,6 @@ void V4Model::compress(int64_t layer, const CompressorWeights& cw, CompressorSta
     st.pending_kv.clear();
     st.pending_gate.clear();
   }
-  (void)layer;
 }
 
 void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
@@ -167,9 +166,9 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
     const int64_t n = seq.end - seq.begin, P = seq.start_pos, b = seq.begin;
     if (compressed) {
       const int64_t row = L.compressor.copies * hd;
-      compress(l, L.compressor, ls.kv, ckv.data() + b * row, cgate.data() + b * row, P, n, false);
+      compress(L.compressor, ls.kv, ckv.data() + b * row, cgate.data() + b * row, P, n, false);
     }
-    if (csa) compress(l, L.indexer.compressor, ls.index, ikv.data() + b * 2 * id, igate.data() + b * 2 * id, P, n, true);
+    if (csa) compress(L.indexer.compressor, ls.index, ikv.data() + b * 2 * id, igate.data() + b * 2 * id, P, n, true);
 
     // Pool: the window rows before this chunk (from the ring), the chunk's rows, the compressed rows.
     const int64_t nprev = std::min<int64_t>(P, W - 1), n_rows = ls.kv.n_rows;

@@ -43,7 +43,7 @@ class V4Model final : public CausalLM {
   void moe(int64_t layer, Step& s, const std::vector<float>& x, std::vector<float>& out);
   void project(const std::vector<float>& x, int64_t rows, const std::vector<float>& w, int64_t n, int64_t k,
                std::vector<float>& y, bool quantized_weight);
-  void compress(int64_t layer, const CompressorWeights& cw, CompressorState& st, const float* kv, const float* gate,
+  void compress(const CompressorWeights& cw, CompressorState& st, const float* kv, const float* gate,
                 int64_t first_pos, int64_t tokens, bool indexer_keys);
 
   V4Config config_;
