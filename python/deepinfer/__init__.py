@@ -7,6 +7,7 @@
 """
 from .sampling_params import SamplingParams
 from .outputs import CompletionOutput, Logprob, RequestOutput
+from .engine import LLMEngine
 from .llm import LLM, env_vars, resolve_model
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "env_vars", "resolve_model"]
+__all__ = ["LLM", "LLMEngine", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "env_vars", "resolve_model"]

@@ -5,6 +5,7 @@ import threading
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
+from .engine import LLMEngine
 from .outputs import RequestOutput, _from_core
 from .sampling_params import SamplingParams
 
@@ -50,6 +51,7 @@ class LLM:
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
                       num_state_blocks=num_state_blocks, state_block_tokens=state_block_tokens)
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})
+        self.llm_engine = LLMEngine(self._engine)  # request-level API (add_request, abort_request, step)
         self._next_id = 0
         self._lock = threading.Lock()  # one generate() at a time: step() serves every request
 
@@ -142,7 +144,7 @@ class LLM:
         ids: list[str] = []
         try:
             for (text, token_ids), sp in zip(prompts, params):
-                rid = str(self._next_id)
+                rid = f"generate-{self._next_id}"
                 self._next_id += 1
                 self._engine.add_request(text, token_ids, sp._to_core(), rid)
                 ids.append(rid)

@@ -310,3 +310,47 @@ def test_detokenize_off_and_batch_invariant_with_a_small_budget(with_tokenizer):
     llm = LLM(str(GOLDENS / "tiny-a"), batch_invariant=True, max_num_batched_tokens=16)
     outs = llm.generate([{"prompt_token_ids": list(range(100))}] * 2, greedy(3), use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outs] == [3, 3]
+
+
+def test_state_memory_budget_in_bytes(monkeypatch):
+    prompts = [{"prompt_token_ids": list(range(1 + i, 60))} for i in range(6)]
+    ref = LLM(str(GOLDENS / "tiny-a")).generate(prompts, greedy(20), use_tqdm=False)
+    small = LLM(str(GOLDENS / "tiny-a"), state_memory_bytes=200_000)  # room for one or two sequences
+    blocks = small.engine_options()["num_state_blocks"]
+    assert 0 < blocks < 20
+    outs = small.generate(prompts, greedy(20), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in ref]
+    monkeypatch.setenv("DEEPINFER_STATE_MEMORY_MB", "1")
+    assert LLM(str(GOLDENS / "tiny-a")).engine_options()["num_state_blocks"] > blocks
+    with pytest.raises(ValueError, match="state budget has only"):
+        LLM(str(GOLDENS / "tiny-a"), state_memory_bytes=20_000).generate(prompts[0], use_tqdm=False)
+
+
+def test_llm_engine_adds_aborts_and_streams(tiny_a):
+    from deepinfer import LLMEngine
+
+    eng = tiny_a.llm_engine
+    assert isinstance(eng, LLMEngine)
+    eng.add_request("a", {"prompt_token_ids": [1, 2, 3]}, greedy(30))
+    eng.add_request("b", {"prompt_token_ids": [4, 5]}, greedy(5, logprobs=1))
+    seen, final = {}, {}
+    steps = 0
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            seen.setdefault(o.request_id, []).append(len(o.outputs[0].token_ids))
+            if o.finished:
+                final[o.request_id] = o
+        steps += 1
+        if steps == 4:
+            eng.abort_request("a")
+            eng.add_request("c", {"prompt_token_ids": [6]}, greedy(3))  # arrives mid-flight
+    assert final["a"].outputs[0].finish_reason == "abort" and 0 < len(final["a"].outputs[0].token_ids) < 30
+    assert len(final["b"].outputs[0].token_ids) == 5 and len(final["b"].outputs[0].logprobs) == 5
+    assert len(final["c"].outputs[0].token_ids) == 3
+    assert seen["b"] == sorted(seen["b"])  # cumulative
+    with pytest.raises(ValueError, match="already in use"):
+        eng.add_request("x", {"prompt_token_ids": [1]}, greedy(50))
+        eng.add_request("x", {"prompt_token_ids": [1]}, greedy(50))
+    eng.abort_request("x")
+    while eng.has_unfinished_requests():
+        eng.step()
