@@ -428,13 +428,12 @@ TEST_P(V41Case, DSparkDraftsMatchReference) {
                 (long long)same_ids, (long long)total_ids);
     EXPECT_LE(s.mean, 0.05);
     EXPECT_GE(s.argmax, 0.95);
-    // Confidences: asserted where the main state follows the reference's own decode (quirk mode). In
-    // the default (spec) mode the main decode state legitimately differs from the reference's decode
-    // rows, which moves tiny-a's S=64 confidences by up to ~0.026 (reported, see docs/v41.md).
+    // Confidences: the README tolerance (0.02) is asserted where the main state follows the reference's
+    // own decode path (quirk mode). In the default (spec) mode the main decode state legitimately differs
+    // from the reference's decode rows; there the deviation is only reported (tiny-a S=64: 0.026, over
+    // the tolerance; see docs/v41.md), not asserted against a made-up bound.
     if (quirk) {
       EXPECT_LE(cmax, 0.02);
-    } else {
-      EXPECT_LE(cmax, 0.05);
     }
   }
 }
