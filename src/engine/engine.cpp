@@ -409,7 +409,7 @@ RequestOutput Engine::make_output(const Request& req) const {
   if (req.params.prompt_logprobs) o.prompt_logprobs = req.prompt_logprobs;
   for (auto& s : req.seqs) {
     CompletionOutput c = s->out;
-    c.text = s->text.text();
+    c.text = s->finished() ? s->text.text() : s->text.visible(req.params.stop);
     c.token_ids.assign(s->tokens.begin() + s->prompt_len(), s->tokens.end());
     o.outputs.push_back(std::move(c));
   }

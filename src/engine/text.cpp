@@ -26,6 +26,17 @@ std::string IncrementalText::update(const TextCodec& codec, std::span<const int3
   return delta;
 }
 
+std::string IncrementalText::visible(const std::vector<std::string>& stops) const {
+  size_t hold = 0;
+  for (auto& s : stops)
+    for (size_t k = std::min(s.size() - 1, text_.size()); k > hold; --k)
+      if (text_.compare(text_.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return text_.substr(0, text_.size() - hold);
+}
+
 std::optional<std::string> IncrementalText::find_stop(const std::vector<std::string>& stops, bool include) {
   size_t longest = 0;
   for (auto& s : stops) longest = std::max(longest, s.size());

@@ -32,6 +32,8 @@ class IncrementalText {
   // before it (or after it, with include) and the matched string is returned.
   std::optional<std::string> find_stop(const std::vector<std::string>& stops, bool include);
   const std::string& text() const { return text_; }
+  // The text safe to stream: without a tail that could still grow into a stop string.
+  std::string visible(const std::vector<std::string>& stops) const;
 
  private:
   std::string text_;

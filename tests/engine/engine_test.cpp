@@ -245,6 +245,22 @@ TEST(Engine, StopStringsAcrossTokenBoundariesAreCutFromTheText) {
   }
 }
 
+TEST(Engine, StreamedTextNeverShowsAPartialStopString) {
+  auto e = make(opts());
+  e->add_request(Prompt::from_ids(prompt_of(11, 8)), greedy(30), "free");
+  auto free = run(*e).at("free").outputs[0].text;
+  // Stop strings that share prefixes with the text all along, and one that really matches late.
+  SamplingParams p = greedy(30);
+  p.stop = {free.substr(free.size() / 2, 6), std::string(1, free[3]) + "#"};
+  e->add_request(Prompt::from_ids(prompt_of(11, 8)), p, "s");
+  std::vector<std::string> stream;
+  while (e->has_unfinished())
+    for (auto& o : e->step(true)) stream.push_back(o.outputs[0].text);
+  const std::string& final_text = stream.back();
+  EXPECT_EQ(final_text, free.substr(0, free.find(p.stop[0])));
+  for (auto& s : stream) EXPECT_EQ(final_text.compare(0, s.size(), s), 0) << s;  // only ever grows
+}
+
 TEST(Engine, StopTokensEosIgnoreEosMinTokens) {
   auto e = make(opts());
   e->add_request(Prompt::from_ids(prompt_of(2, 5)), greedy(20), "free");
