@@ -354,3 +354,22 @@ def test_llm_engine_adds_aborts_and_streams(tiny_a):
     eng.abort_request("x")
     while eng.has_unfinished_requests():
         eng.step()
+
+
+def test_batch_invariant_env_and_token_budgets(monkeypatch):
+    monkeypatch.setenv("DEEPINFER_BATCH_INVARIANT", "1")
+    needle = {"prompt_token_ids": [(13 * j + 5) % 1000 for j in range(150)]}
+    sp = SamplingParams(temperature=0, max_tokens=6, logprobs=3, prompt_logprobs=3, ignore_eos=True)
+
+    def lps(out):
+        return [sorted((t, l.logprob) for t, l in pos.items())
+                for pos in out.outputs[0].logprobs + out.prompt_logprobs[1:]]
+
+    roomy = LLM(str(GOLDENS / "tiny-a"))
+    assert roomy.engine_options()["batch_invariant"]
+    alone = lps(roomy.generate(needle, sp, use_tqdm=False)[0])
+    tight = LLM(str(GOLDENS / "tiny-a"), max_num_batched_tokens=100)  # other chunking pressure
+    others = filler_prompts(5, 1000)
+    outs = tight.generate(others[:2] + [needle] + others[2:], [SamplingParams(max_tokens=8, seed=4)] * 2 + [sp] +
+                          [SamplingParams(max_tokens=8, seed=5)] * 3, use_tqdm=False)
+    assert lps(outs[2]) == alone
