@@ -5,6 +5,12 @@
     out = llm.generate("Hello", SamplingParams(max_tokens=32))
     print(out[0].outputs[0].text)
 """
+try:
+    from . import _core  # noqa: F401
+except ImportError as e:  # pragma: no cover - only without a build
+    raise ImportError(f"deepinfer's C++ extension (python/deepinfer/_core*.so) is missing or broken: "
+                      f"run ./build.sh ({e})") from e
+
 from .sampling_params import SamplingParams
 from .outputs import CompletionOutput, Logprob, RequestOutput
 from .engine import LLMEngine
