@@ -28,6 +28,7 @@ bool greedy_accepts(const Automaton& a, uint32_t node, const std::string& tok) {
       continue;
     }
     const FsmNode& n = a.nodes[node];
+    if (a.rule_perm[n.rule] >= 0) return false;  // member sets need the Earley walk
     bool entered = false;
     for (uint32_t e = n.ref_begin; e < n.ref_end && depth < 16; ++e) {
       const RefEdge& r = a.ref_edges[e];

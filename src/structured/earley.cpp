@@ -3,9 +3,9 @@
 namespace deepinfer::structured {
 
 namespace {
-constexpr uint64_t kEmptySlot = ~0ull;
-inline uint64_t key(uint32_t node, uint32_t origin) { return (uint64_t(node) << 32) | origin; }
-inline uint64_t mix(uint64_t k) {
+constexpr uint32_t kEmptySlot = UINT32_MAX;
+inline uint64_t mix(uint32_t node, uint32_t origin, uint32_t seen) {
+  uint64_t k = ((uint64_t(node) << 32) | origin) ^ (uint64_t(seen) * 0x9e3779b97f4a7c15ull);
   k ^= k >> 29;
   k *= 0xbf58476d1ce4e5b9ull;
   return k ^ (k >> 32);
@@ -17,43 +17,77 @@ void EarleyParser::clear_index() {
   used_slots_.clear();
 }
 
-void EarleyParser::add(uint32_t node, uint32_t origin) {
-  size_t set_size = items_.size() - set_start_.back();
+void EarleyParser::add(uint32_t node, uint32_t origin, uint32_t seen) {
+  const size_t first = set_start_.back(), set_size = items_.size() - first;
+  auto slot = [&](const EarleyItem& it) {
+    size_t m = index_.size() - 1, s = mix(it.node, it.origin, it.seen) & m;
+    while (index_[s] != kEmptySlot) {
+      const EarleyItem& o = items_[index_[s]];
+      if (o.node == it.node && o.origin == it.origin && o.seen == it.seen) return SIZE_MAX;
+      s = (s + 1) & m;
+    }
+    return s;
+  };
   if (set_size * 2 >= index_.size()) {  // grow and rehash the current set
     index_.assign(index_.empty() ? 64 : index_.size() * 4, kEmptySlot);
     used_slots_.clear();
-    for (size_t i = set_start_.back(); i < items_.size(); ++i) {
-      uint64_t k = key(items_[i].node, items_[i].origin);
-      size_t m = index_.size() - 1, s = mix(k) & m;
-      while (index_[s] != kEmptySlot) s = (s + 1) & m;
-      index_[s] = k;
+    for (size_t i = first; i < items_.size(); ++i) {
+      size_t s = slot(items_[i]);
+      index_[s] = static_cast<uint32_t>(i);
       used_slots_.push_back(static_cast<uint32_t>(s));
     }
   }
-  uint64_t k = key(node, origin);
-  size_t m = index_.size() - 1, s = mix(k) & m;
-  while (index_[s] != kEmptySlot) {
-    if (index_[s] == k) return;
-    s = (s + 1) & m;
-  }
-  index_[s] = k;
+  const EarleyItem it{node, origin, seen};
+  size_t s = slot(it);
+  if (s == SIZE_MAX) return;
+  index_[s] = static_cast<uint32_t>(items_.size());
   used_slots_.push_back(static_cast<uint32_t>(s));
-  items_.push_back({node, origin});
+  items_.push_back(it);
 }
 
-// Predict and complete until the newest set is closed.
+bool EarleyParser::may_take(uint32_t seen, uint32_t rule) const {
+  const int32_t m = a_->rule_member[rule];
+  if (m < 0) return true;
+  const std::vector<uint64_t>& s = seen_sets_[seen];
+  return size_t(m / 64) >= s.size() || !((s[m / 64] >> (m % 64)) & 1);
+}
+
+uint32_t EarleyParser::take(uint32_t seen, uint32_t rule) {
+  const int32_t m = a_->rule_member[rule];
+  if (m < 0) return seen;
+  std::vector<uint64_t> s = seen_sets_[seen];
+  if (s.size() <= size_t(m / 64)) s.resize(m / 64 + 1);
+  s[m / 64] |= 1ull << (m % 64);
+  auto [it, fresh] = seen_ids_.emplace(std::move(s), static_cast<uint32_t>(seen_sets_.size()));
+  if (fresh) seen_sets_.push_back(it->first);
+  return it->second;
+}
+
+bool EarleyParser::has_required(int32_t perm, uint32_t seen) const {
+  const std::vector<uint64_t>& req = a_->perm_required[perm];
+  const std::vector<uint64_t>& s = seen_sets_[seen];
+  for (size_t w = 0; w < req.size(); ++w)
+    if (req[w] & ~(w < s.size() ? s[w] : 0)) return false;
+  return true;
+}
+
+// Predict and complete until the newest set is closed. Items of perm rules carry their seen
+// member set: a member already seen is not predicted, and the rule completes only when every
+// required member was seen.
 void EarleyParser::close_set() {
   const uint32_t cur = static_cast<uint32_t>(set_start_.size() - 1);
   bool done = false;
   for (size_t i = set_start_.back(); i < items_.size(); ++i) {
     const EarleyItem it = items_[i];
     const FsmNode& n = a_->nodes[it.node];
+    const int32_t perm = a_->rule_perm[n.rule];
     for (uint32_t e = n.ref_begin; e < n.ref_end; ++e) {
       const RefEdge& r = a_->ref_edges[e];
+      if (perm >= 0 && !may_take(it.seen, r.rule)) continue;
       add(a_->rule_start[r.rule], cur);
-      if (a_->rule_nullable[r.rule]) add(r.target, it.origin);  // Aycock-Horspool
+      if (a_->rule_nullable[r.rule]) add(r.target, it.origin, perm >= 0 ? take(it.seen, r.rule) : it.seen);  // Aycock-Horspool
     }
-    if (!n.accepting) continue;
+    if (!n.accepting || (perm >= 0 && !has_required(perm, it.seen))) continue;
     if (it.origin == kRootOrigin) {
       done = true;
       continue;
@@ -63,8 +97,12 @@ void EarleyParser::close_set() {
     for (size_t j = set_start_[it.origin]; j < pend; ++j) {
       const EarleyItem parent = items_[j];
       const FsmNode& pn = a_->nodes[parent.node];
-      for (uint32_t e = pn.ref_begin; e < pn.ref_end; ++e)
-        if (a_->ref_edges[e].rule == rule) add(a_->ref_edges[e].target, parent.origin);
+      const bool pperm = a_->rule_perm[pn.rule] >= 0;
+      for (uint32_t e = pn.ref_begin; e < pn.ref_end; ++e) {
+        if (a_->ref_edges[e].rule != rule) continue;
+        if (!pperm) add(a_->ref_edges[e].target, parent.origin, parent.seen);
+        else if (may_take(parent.seen, rule)) add(a_->ref_edges[e].target, parent.origin, take(parent.seen, rule));
+      }
     }
   }
   root_done_.push_back(done);
@@ -77,6 +115,8 @@ void EarleyParser::reset(uint32_t start_node) {
   set_start_.assign(1, 0);
   root_done_.clear();
   done_any_.clear();
+  seen_sets_.resize(1);
+  seen_ids_.clear();
   clear_index();
   add(start_node, kRootOrigin);
   close_set();
@@ -87,7 +127,7 @@ bool EarleyParser::advance(uint8_t b) {
   set_start_.push_back(static_cast<uint32_t>(prev_end));
   for (size_t i = prev_begin; i < prev_end; ++i) {
     uint32_t t = a_->step(items_[i].node, b);
-    if (t != UINT32_MAX) add(t, items_[i].origin);
+    if (t != UINT32_MAX) add(t, items_[i].origin, items_[i].seen);
   }
   if (items_.size() == prev_end) {
     set_start_.pop_back();

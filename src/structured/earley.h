@@ -2,6 +2,7 @@
 // kept on a stack so rollback (and the per-token trial runs of mask computation) is a pop.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "structured/fsm.h"
@@ -11,6 +12,7 @@ namespace deepinfer::structured {
 struct EarleyItem {
   uint32_t node;
   uint32_t origin;  // index of the set where this rule instance started, or kRootOrigin
+  uint32_t seen;    // items of perm rules: id of the set of members seen so far (0 = empty)
 };
 
 constexpr uint32_t kRootOrigin = UINT32_MAX;
@@ -37,17 +39,24 @@ class EarleyParser {
   const EarleyItem* end() const { return items_.data() + items_.size(); }
 
  private:
-  void add(uint32_t node, uint32_t origin);
+  void add(uint32_t node, uint32_t origin, uint32_t seen = 0);
   void close_set();
   void clear_index();
+  // Perm rules: whether member rule `rule` may still follow `seen`, and the id of seen + it.
+  bool may_take(uint32_t seen, uint32_t rule) const;
+  uint32_t take(uint32_t seen, uint32_t rule);
+  bool has_required(int32_t perm, uint32_t seen) const;
 
   const Automaton* a_;
   std::vector<EarleyItem> items_;
   std::vector<uint32_t> set_start_;
   std::vector<uint8_t> root_done_, done_any_;
-  // Open-addressing index of the set being built, for deduplication.
-  std::vector<uint64_t> index_;
+  // Open-addressing index (item positions) of the set being built, for deduplication.
+  std::vector<uint32_t> index_;
   std::vector<uint32_t> used_slots_;
+  // Interned member sets of perm rules (append-only until reset: ids stay valid across pops).
+  std::vector<std::vector<uint64_t>> seen_sets_{{}};
+  std::map<std::vector<uint64_t>, uint32_t> seen_ids_;
 };
 
 }  // namespace deepinfer::structured

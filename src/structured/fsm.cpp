@@ -244,12 +244,27 @@ Automaton build_automaton(const Grammar& g) {
     a.rule_names.push_back(g.rule_name(r));
   }
   a.root_rule = g.root();
+  a.rule_perm.assign(g.num_rules(), -1);
+  a.rule_member.assign(g.num_rules(), -1);
+  for (const PermRule& p : g.perms()) {
+    a.rule_perm[p.rule] = static_cast<int32_t>(a.perm_required.size());
+    std::vector<uint64_t> req((p.member_rules.size() + 63) / 64);
+    for (size_t i = 0; i < p.member_rules.size(); ++i) {
+      for (int m : p.member_rules[i]) a.rule_member[m] = static_cast<int32_t>(i);
+      if (p.required[i]) req[i / 64] |= 1ull << (i % 64);
+    }
+    a.perm_required.push_back(std::move(req));
+  }
+  for (const FsmNode& n : a.nodes)  // their token classes would depend on the seen set
+    check(a.rule_perm[n.rule] < 0 || !n.has_bytes(), "grammar: perm rule '", a.rule_names[n.rule], "' reads bytes");
   // A rule is nullable when its start reaches an accepting node through nullable refs only.
   a.rule_nullable.assign(g.num_rules(), 0);
   for (bool changed = true; changed;) {
     changed = false;
     for (int r = 0; r < g.num_rules(); ++r) {
       if (a.rule_nullable[r]) continue;
+      const int32_t perm = a.rule_perm[r];  // a perm rule with required members is never empty
+      if (perm >= 0 && std::any_of(a.perm_required[perm].begin(), a.perm_required[perm].end(), [](uint64_t w) { return w; })) continue;
       std::vector<uint32_t> stack{a.rule_start[r]}, seen{a.rule_start[r]};
       while (!stack.empty() && !a.rule_nullable[r]) {
         uint32_t n = stack.back();

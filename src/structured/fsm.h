@@ -34,6 +34,10 @@ struct Automaton {
   std::vector<uint8_t> rule_nullable;
   std::vector<std::string> rule_names;
   uint32_t root_rule = 0;
+  // Permutation rules (grammar.h PermRule): per rule, its perm index or -1; per rule, the member
+  // index it counts as inside the perm rule that references it, or -1; per perm, required bits.
+  std::vector<int32_t> rule_perm, rule_member;
+  std::vector<std::vector<uint64_t>> perm_required;
 
   // Target of node on byte b, or UINT32_MAX.
   uint32_t step(uint32_t node, uint8_t b) const {

@@ -200,6 +200,12 @@ std::string Grammar::to_ebnf() const {
     if (bodies_[r] >= 0) print_expr(*this, bodies_[r], out);
     out += '\n';
   }
+  for (const PermRule& p : perms_) {
+    out += "# perm " + names_[p.rule] + ": each member at most once; required:";
+    for (size_t i = 0; i < p.required.size(); ++i)
+      if (p.required[i]) out += " " + names_[p.member_rules[i][0]];
+    out += '\n';
+  }
   return out;
 }
 

@@ -23,6 +23,16 @@ struct Expr {
   int rule = -1;            // kRef
 };
 
+// A permutation rule (JSON object members in any order): each member index may complete at most
+// once per instance of `rule` (through any rule of member_rules[i], referenced from `rule`'s body),
+// and the instance completes only once every required member did. The Earley parser tracks the set
+// of seen members per item, so n properties cost O(n) grammar instead of 2^n subset rules.
+struct PermRule {
+  int rule = -1;
+  std::vector<std::vector<int>> member_rules;
+  std::vector<bool> required;
+};
+
 class Grammar {
  public:
   // Rules are declared first (so bodies can refer to them, recursion included), then defined.
@@ -49,7 +59,12 @@ class Grammar {
   int plus(int kid) { return rep(kid, 1, kUnbounded); }
   int ref(int rule);
 
-  std::string to_ebnf() const;  // for debugging and docs; re-parsable by parse_ebnf
+  void add_perm(PermRule p) { perms_.push_back(std::move(p)); }
+  const std::vector<PermRule>& perms() const { return perms_; }
+
+  // For debugging and docs; re-parsable by parse_ebnf (perm rules print as '# perm' comments and
+  // their plain bodies, which allow repeats and any subset).
+  std::string to_ebnf() const;
   void check_complete() const;  // every declared rule has a body, the root exists
 
  private:
@@ -57,6 +72,7 @@ class Grammar {
   std::vector<Expr> exprs_;
   std::vector<std::string> names_;
   std::vector<int> bodies_;
+  std::vector<PermRule> perms_;
   int root_ = -1;
 };
 

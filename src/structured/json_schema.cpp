@@ -330,25 +330,27 @@ class Converter {
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
       extra = g_.seq({names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
     }
-    int sep = g_.seq({ws(), g_.lit(","), ws()});
-    // tail_after[k]: members k.. when something was already emitted; tail_first[k]: when not.
-    size_t n = props.size();
-    std::vector<int> after(n + 1), first(n + 1);
-    int name_base = g_.num_rules();
-    for (size_t k = 0; k <= n; ++k) {
-      after[k] = g_.declare_rule("obj" + std::to_string(name_base) + "_a" + std::to_string(k));
-      first[k] = g_.declare_rule("obj" + std::to_string(name_base) + "_f" + std::to_string(k));
-    }
-    g_.define_rule(after[n], extra < 0 ? g_.empty() : g_.star(g_.seq({sep, extra})));
-    g_.define_rule(first[n], extra < 0 ? g_.empty() : g_.opt(g_.seq({extra, g_.ref(after[n])})));
-    for (size_t k = n; k-- > 0;) {
-      int member = g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second});
-      int a = g_.seq({sep, member, g_.ref(after[k + 1])});
-      int f = g_.seq({member, g_.ref(after[k + 1])});
-      g_.define_rule(after[k], required[k] ? a : g_.alt({a, g_.ref(after[k + 1])}));
-      g_.define_rule(first[k], required[k] ? f : g_.alt({f, g_.ref(first[k + 1])}));
-    }
-    return g_.seq({g_.lit("{"), ws(), g_.ref(first[0]), ws(), g_.lit("}")});
+    // Members in any order, each declared one at most once: a perm rule (grammar.h) whose first
+    // member is M_i and later ones A_i = sep M_i, so no separator is left dangling.
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    const std::string base = "obj" + std::to_string(g_.num_rules());
+    const int perm = g_.declare_rule(base);
+    PermRule info{perm, {}, required};
+    std::vector<int> firsts, afters;
+    auto member = [&](const std::string& name, int body, bool counted) {
+      int m = g_.declare_rule(base + "_" + name), a = g_.declare_rule(base + "_a" + name);
+      g_.define_rule(m, body);
+      g_.define_rule(a, g_.seq({sep, g_.ref(m)}));
+      firsts.push_back(g_.ref(m));
+      afters.push_back(g_.ref(a));
+      if (counted) info.member_rules.push_back({m, a});
+    };
+    for (size_t k = 0; k < props.size(); ++k)
+      member(std::to_string(k), g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second}), true);
+    if (extra >= 0) member("x", extra, false);
+    g_.define_rule(perm, firsts.empty() ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
+    g_.add_perm(std::move(info));
+    return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no

@@ -74,6 +74,44 @@ TEST(Structured, ChoiceAndJsonSchema) {
   EXPECT_TRUE(j.must_end());
 }
 
+TEST(Structured, ObjectKeysInAnyOrderEachOnce) {
+  auto v = tiny_vocab();
+  auto g = make("json", R"({"properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{}},"required":["a","b"],
+                            "additionalProperties":false})", v);
+  auto accepts = [&](const std::string& text) {
+    Matcher m(g);
+    return m.accept_bytes(text) && m.can_end();
+  };
+  EXPECT_TRUE(accepts(R"({"a":1,"b":2})"));
+  EXPECT_TRUE(accepts(R"({"b":2,"a":1})"));
+  EXPECT_TRUE(accepts(R"({"c":null,"b":2,"a":1})"));
+  EXPECT_FALSE(accepts(R"({"b":2})"));             // required "a" missing
+  EXPECT_FALSE(accepts(R"({"a":1,"b":2,"a":3})"));  // a key twice
+  EXPECT_FALSE(accepts(R"({"a":1,"b":2,"d":3})"));  // no extra keys
+  Matcher m(g);
+  ASSERT_TRUE(m.accept_bytes(R"({"c":1,"a":1,"b":2)"));
+  EXPECT_TRUE(m.must_end() == false && m.accept_bytes("}") && m.must_end());  // no dangling ','
+  // Extra keys may come anywhere, declared keys still at most once.
+  auto open = make("json", R"({"properties":{"a":{"type":"integer"}},"required":["a"]})", v);
+  Matcher o(open);
+  EXPECT_TRUE(o.accept_bytes(R"({"x":"y","a":1,"z":2)") && o.accept_bytes("}") && o.can_end());
+  Matcher d(open);
+  EXPECT_FALSE(d.accept_bytes(R"({"a":1,"x":2,"a":3)"));
+}
+
+TEST(Structured, ManyPropertiesStayLinear) {
+  auto v = tiny_vocab();
+  std::string props, text = "{";
+  for (int i = 0; i < 300; ++i) props += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+  for (int i = 299; i >= 0; --i) text += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + (i ? "," : "}");
+  auto g = make("json", "{\"properties\":{" + props + "},\"required\":[\"k0\",\"k299\"],\"additionalProperties\":false}", v);
+  EXPECT_LT(g->automaton().nodes.size(), 300u * 40);  // O(n) rules: no subset construction
+  Matcher m(g);
+  EXPECT_TRUE(m.accept_bytes(text) && m.can_end());
+  Matcher dup(g);
+  EXPECT_FALSE(dup.accept_bytes(R"({"k7":1,"k7")"));
+}
+
 TEST(Structured, ErrorsNameTheConstruct) {
   auto v = tiny_vocab();
   auto msg = [&](const std::string& type, const std::string& schema) {
@@ -141,6 +179,8 @@ TEST(StructuredV3, MaskMatchesParserOnRealVocab) {
   check_mask_exact(make("json", R"({"type":"object","properties":{"id":{"type":"integer","minimum":-5,"maximum":120},
       "tags":{"type":"array","items":{"type":"string","maxLength":4}},"when":{"type":"string","format":"date"}},
       "required":["id"]})", v), R"({"id":-3,"tags":["ab","c"],"when":"2024-01-31"})");
+  check_mask_exact(make("json", R"({"type":"object","properties":{"a":{"type":"integer"},"bb":{"type":"string"},
+      "c":{"type":"boolean"}},"required":["a","c"]})", v), R"({"c":true,"x":1,"a":12,"bb":"s"})");
   check_mask_exact(make("ebnf", "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
                                 "factor ::= [0-9]+ | \"(\" expr \")\"", v), "(12+3)*45-6");
 }

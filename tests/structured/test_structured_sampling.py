@@ -13,7 +13,8 @@ RUNS, MAX_TOKENS = 12, 160
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                                      "email": {"type": "string", "format": "email"}}, "required": ["name", "age"]},
+                                      "email": {"type": "string", "format": "email"}}, "required": ["name", "age"],
+     "additionalProperties": False},  # keys come in any order: random extra keys would rarely let a walk end
     {"type": "array", "items": {"type": "number", "exclusiveMinimum": -2, "maximum": 1000}, "minItems": 1, "maxItems": 4},
     {"type": "object", "properties": {"kind": {"enum": ["a", "b", 3, None]}, "id": {"type": "string", "format": "uuid"},
                                       "ip": {"type": "string", "format": "ipv4"}}, "required": ["kind", "id"], "additionalProperties": False},
@@ -21,9 +22,11 @@ SCHEMAS = [
                         "required": ["v", "next"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
     {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}, "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
                                       "tags": {"type": "array", "prefixItems": [{"const": "x"}], "items": {"type": "boolean"}}},
-     "required": ["code"]},
+     "required": ["code"], "additionalProperties": False},
     {"type": ["string", "null", "integer"], "minLength": 2, "maxLength": 5, "maximum": -7},
-    {"properties": {"a": {"type": "integer"}}, "required": ["a"]},  # additional properties allowed
+    {"properties": {"a": {"type": "integer"}}, "required": ["a"]},  # additional properties allowed, before "a" too
+    {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
+     "additionalProperties": False},  # any order, each key at most once
 ]
 
 
