@@ -133,6 +133,8 @@ V41Config V41Config::from_json(const json& root) {
   c.dspark_n_activated_experts = r.opt<int64_t>("dspark_n_activated_experts", "dspark_num_experts_per_tok", 0);
   c.image_token_id = composite ? root.value("image_token_id", t.value("image_token_id", int64_t{-1}))
                                : t.value("image_token_id", int64_t{-1});
+  c.has_vision = composite ? root.contains("vision_config") && !root.at("vision_config").is_null()
+                           : t.value("vision_n_layers", int64_t{0}) > 0;
 
   // RoPE: main table (ratio-0 layers, DSpark) without YaRN; compress table with YaRN when original_seq_len > 0.
   c.rope_main.theta = r.opt<double>("rope_theta", "rope_theta", 10000.0);

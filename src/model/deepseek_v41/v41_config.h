@@ -33,7 +33,8 @@ struct V41Config {
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 256;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layer_ids;
-  int64_t image_token_id = -1;
+  int64_t image_token_id = -1;  // every position of an image span carries it (spec §5.7); -1: none
+  bool has_vision = false;      // composite vision_config / flat vision_n_layers > 0
   int64_t fp8_block = 32;      // quantization_config.weight_block_size (square) and activation block
   bool experts_fp4 = true;
 

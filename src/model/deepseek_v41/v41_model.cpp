@@ -129,6 +129,7 @@ void load_block(const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, i
   const std::string f = p + "ffn.";
   B.gate = w.floats(f + "gate.weight", {E, D});
   B.gate_bias = w.floats(f + "gate.bias", {E});
+  if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = w.floats(f + "gate.bias_vl", {E});
   B.experts.resize(E);
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = f + "experts." + std::to_string(e) + ".";
@@ -174,6 +175,7 @@ V41Model::V41Model(V41Config c, ops::Backend& be) : c_(std::move(c)), be_(be) {
   const std::string mode = env_string("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
   replay_compact = mode.empty() || mode == "compact";
   replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
+  if (c_.has_vision) image_token_id = c_.image_token_id;
   check(replay_keep > 0, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS must be positive, got ", replay_keep);
 }
 
@@ -499,7 +501,7 @@ void V41Model::dspark_attention(int64_t l, V41SequenceState& st, int64_t p, cons
 // ---------------------------------------------------------------------------------------------------
 // MoE (spec §5.5)
 
-void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vector<float>& out) {
+void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, const uint8_t* image, std::vector<float>& out) {
   const V41Block& B = blocks_[l];
   const int64_t D = c_.dim, E = c_.experts_for(l), k = c_.active_for(l), I = c_.moe_inter_dim;
   const float limit = static_cast<float>(c_.swiglu_limit);
@@ -509,6 +511,7 @@ void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vecto
   std::vector<float> wsel(n * k);
   std::vector<float> sc(E);
   std::vector<int32_t> order(E);
+  std::vector<float> scores;  // [n, E] for on_route
   for (int64_t t = 0; t < n; ++t) {
     const float* lg = logits.data() + t * E;
     if (c_.score_func == "softmax") {
@@ -522,8 +525,14 @@ void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vecto
         sc[e] = c_.score_func == "sigmoid" ? 1.0f / (1.0f + std::exp(-v)) : std::sqrt(softplus(v));
       }
     }
+    // Image-span tokens select with bias_vl; the weights below still come from the unbiased scores.
+    const bool vl = image && image[t];
+    check(!vl || !B.gate_bias_vl.empty(), "v41: an image token reached layer ", l,
+          " but the checkpoint has no ffn.gate.bias_vl there");
+    const V41Floats& bias = vl ? B.gate_bias_vl : B.gate_bias;
+    if (on_route) scores.insert(scores.end(), sc.begin(), sc.end());
     std::vector<float> biased(E);
-    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + B.gate_bias[e];
+    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
     std::vector<int64_t> top = torch_topk(biased.data(), E, k, true);
     for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int32_t>(top[j]);
     float sum = 0;
@@ -536,6 +545,7 @@ void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vecto
       wsel[t * k + j] *= static_cast<float>(c_.route_scale);
     }
   }
+  if (on_route) on_route(l, scores, sel, wsel);
   std::vector<float> y(n * D, 0.0f);
   auto expert = [&](const V41Expert& ex, const std::vector<float>& xs, int64_t m, const float* rw, std::vector<float>& yo) {
     std::vector<float> g(m * I), u(m * I), h(m * I);
@@ -582,7 +592,7 @@ void V41Model::moe(int64_t l, int64_t n, const std::vector<float>& x, std::vecto
 // ---------------------------------------------------------------------------------------------------
 // Engram (spec §5.3)
 
-void V41Model::engram_apply(int64_t l, int64_t n, const int64_t* ids, std::vector<float>& X) {
+void V41Model::engram_apply(int64_t l, int64_t n, const int64_t* ids, const uint8_t* image, std::vector<float>& X) {
   const V41Block& B = blocks_[l];
   const int64_t D = c_.dim, hc = c_.hc_mult, ehd = c_.engram_head_dim, C = B.e_wkv.k / ehd;
   std::vector<float> e(n * C * ehd), kv(n * (hc + 1) * D);
@@ -598,6 +608,7 @@ void V41Model::engram_apply(int64_t l, int64_t n, const int64_t* ids, std::vecto
   const float eps = static_cast<float>(c_.norm_eps);
   const float dscale = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   for (int64_t t = 0; t < n; ++t) {
+    if (image[t]) continue;  // gate_k = 0 for image-span tokens: the streams pass unchanged
     const float* val = kv.data() + t * (hc + 1) * D + hc * D;
     for (int64_t k = 0; k < hc; ++k) {
       float* h = X.data() + (t * hc + k) * D;
@@ -622,7 +633,7 @@ void V41Model::engram_apply(int64_t l, int64_t n, const int64_t* ids, std::vecto
 // blocks (single-pass mHC, spec §5.2)
 
 void V41Model::block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t n, std::vector<float>& X,
-                             std::vector<float>& pre_mix, const int64_t* pos, bool dspark) {
+                             std::vector<float>& pre_mix, const int64_t* pos, const uint8_t* image, bool dspark) {
   const V41Block& B = blocks_[l];
   const int64_t D = c_.dim, hc = c_.hc_mult;
   const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
@@ -658,7 +669,7 @@ void V41Model::block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t
                  c_.hc_sinkhorn_iters, pre.data(), post.data(), comb.data());
   collapse(attn_pre);
   rmsnorm(a, B.ffn_norm, n, D);
-  moe(l, n, a, sub);
+  moe(l, n, a, image, sub);
   expand();
   pre_mix = pre;
 }
@@ -670,7 +681,11 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
                            const std::vector<int64_t>& want_rows) {
   const int64_t D = c_.dim, hc = c_.hc_mult, P = st.length_, W = c_.window_size;
   std::vector<int64_t> pos(n), ids(ids_in, ids_in + n);
-  for (int64_t i = 0; i < n; ++i) pos[i] = P + i;
+  std::vector<uint8_t> image(n);  // image-span tokens (spec §5.7): every position carries image_token_id
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = P + i;
+    image[i] = image_token_id >= 0 && ids[i] == image_token_id;
+  }
   selection_.assign(c_.n_layers, {});
   selection_k_.assign(c_.n_layers, 0);
   candidates_.clear();
@@ -682,12 +697,11 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
   if (NL) {
     check(engram_ != nullptr, "v41: the model has Engram layers but no token map: put the model's tokenizer.json "
           "in its folder (or call V41Model::set_engram_tokens)");
-    // Text only: image spans (DEAD for Engram, bias_vl routing) come with the vision path, not from the
-    // token id alone (the reference marks them from token_types), so every token is hashed here.
-    // The state keeps only the last max_ngram-1 compressed ids (all a lookback reads).
+    // Image-span tokens enter the history as DEAD (they and every lookback through them hash as pad).
+    // The state keeps only the last max_ngram-1 entries (all a lookback reads), DEAD included.
     std::vector<int64_t> hist = st.engram_hist;
     const int64_t base = P - static_cast<int64_t>(hist.size());
-    for (int64_t i = 0; i < n; ++i) hist.push_back(engram_->compressed(ids[i]));
+    for (int64_t i = 0; i < n; ++i) hist.push_back(image[i] ? EngramHasher::kDead : engram_->compressed(ids[i]));
     hash.resize(n * NL * engram_->cols());
     engram_->hash(hist, P, n, hash.data(), base);
     const int64_t keep = std::min<int64_t>(engram_->max_ngram() - 1, static_cast<int64_t>(hist.size()));
@@ -726,6 +740,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
       drop(X, hc * D);
       drop(pre_mix, hc);
       drop(pos, 1);
+      drop(image, 1);
       for (int64_t s = 0; s < c_.n_layers; ++s)
         if (!selection_[s].empty()) drop(selection_[s], selection_k_[s]);
       if (!candidates_.empty()) drop(candidates_, cand_width_);
@@ -738,7 +753,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
       std::vector<int64_t> lid(rows * C);
       for (int64_t t = 0; t < rows; ++t) std::copy_n(hash.data() + ((row0 + t) * NL + ei) * C, C, lid.data() + t * C);
       if (on_engram_input) on_engram_input(l, X);
-      engram_apply(l, rows, lid.data(), X);
+      engram_apply(l, rows, lid.data(), image.data(), X);
     }
     if (on_layer_input) on_layer_input(l, X, pre_mix);
     for (int64_t j = 0; j < nt; ++j)
@@ -749,7 +764,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
             for (int64_t k = 0; k < hc; ++k) acc += X[((t) * hc + k) * D + d];
             main_hidden[((row0 + t) * nt + j) * D + d] = rb(acc / static_cast<float>(hc));
           }
-    block_forward(l, st, P + row0, rows, X, pre_mix, pos.data(), false);
+    block_forward(l, st, P + row0, rows, X, pre_mix, pos.data(), image.data(), false);
   }
   // final collapse with the last pre-mix, norm
   std::vector<float> y(rows * D);
@@ -836,7 +851,9 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
     for (int64_t k = 0; k < hc; ++k) std::copy_n(embed_.data() + ids[t] * D, D, X.data() + (t * hc + k) * D);
     pre_mix[t * hc] = 1.0f;
   }
-  for (int64_t s = 0; s < c_.n_mtp_layers; ++s) block_forward(c_.n_layers + s, st, p, n, X, pre_mix, nullptr, true);
+  // The draft block is text (anchor + noise): no image routing, as in the reference's forward_spec.
+  for (int64_t s = 0; s < c_.n_mtp_layers; ++s)
+    block_forward(c_.n_layers + s, st, p, n, X, pre_mix, nullptr, nullptr, true);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
   std::vector<float> y(n * D);
   for (int64_t t = 0; t < n; ++t)

@@ -43,7 +43,7 @@ struct V41Block {
   V41Linear i_wq_b, i_weights_proj, i_wk;
   V41Floats i_k_norm;
   // MoE
-  V41Floats gate, gate_bias;
+  V41Floats gate, gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
   std::vector<V41Expert> experts;
   V41Expert shared;
   // Engram (engram layers): wkv, q_weight*k_weight, and the memory-mapped table read row by row
@@ -113,6 +113,14 @@ class V41Model final : public CausalLM {
   std::function<void(int64_t, std::vector<float>&)> on_engram_input;  // streams before layer L's Engram
   // on_hash_ids(first position, ids [T, n_engram_layers, cols]) for every forward's Engram hash ids.
   std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;
+  // on_route(layer, router scores [n, E] before the bias, selected experts [n, k], their weights [n, k]).
+  std::function<void(int64_t, const std::vector<float>&, const std::vector<int32_t>&, const std::vector<float>&)>
+      on_route;
+  // Positions holding this token id are image-span tokens (spec §5.3, §5.5, §5.7): DEAD in the Engram
+  // history with gate 0, experts selected with gate.bias_vl. Set at construction to the config's
+  // image_token_id when the model has a vision tower (the reference marks image tokens only when it
+  // has one), else -1. There is no vision tower here: image positions keep the token's embedding.
+  int64_t image_token_id = -1;
   // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
   // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
   bool replay_compact = false;
@@ -129,13 +137,13 @@ class V41Model final : public CausalLM {
   void forward_seq(V41SequenceState& st, const int32_t* ids, int64_t n, std::vector<float>& normed_rows,
                    const std::vector<int64_t>& want_rows);
   void block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t n, std::vector<float>& X,
-                     std::vector<float>& pre_mix, const int64_t* pos, bool dspark);
+                     std::vector<float>& pre_mix, const int64_t* pos, const uint8_t* image, bool dspark);
   void attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, const std::vector<float>& x,
                  const int64_t* pos, std::vector<float>& out);
   void dspark_attention(int64_t l, V41SequenceState& st, int64_t p, const std::vector<float>& x,
                         std::vector<float>& out);
-  void moe(int64_t l, int64_t n, const std::vector<float>& x, std::vector<float>& out);
-  void engram_apply(int64_t l, int64_t n, const int64_t* ids, std::vector<float>& X);
+  void moe(int64_t l, int64_t n, const std::vector<float>& x, const uint8_t* image, std::vector<float>& out);
+  void engram_apply(int64_t l, int64_t n, const int64_t* ids, const uint8_t* image, std::vector<float>& X);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
   void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
   void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
