@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "structured/json_one_of.h"
 #include "structured/number_range.h"
 #include "structured/structured.h"
 
@@ -140,8 +141,8 @@ class Converter {
 
   // allOf of simple parts: merge the keyword maps, failing on conflicting values.
   Json merge_all_of(const Json& schema, const std::string& path) {
-    Json merged = Json::object();
-    for (auto& [k, v] : schema.items()) if (k != "allOf") merged[k] = v;
+    std::vector<Json> levels{Json::object()};
+    for (auto& [k, v] : schema.items()) if (k != "allOf") levels[0][k] = v;
     for (const Json& part0 : schema["allOf"]) {
       Json part = part0;
       if (part.is_boolean()) {
@@ -153,6 +154,23 @@ class Converter {
         if (part.is_boolean()) continue;
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
+      levels.push_back(part);
+    }
+    // additionalProperties / items only see the properties / prefixItems of their own level: a
+    // level without its own list constrains the other levels' entries too (wrapped below).
+    std::vector<std::pair<const char*, const char*>> wrap;
+    for (auto [list, rest] : {std::pair{"properties", "additionalProperties"}, std::pair{"prefixItems", "items"}}) {
+      for (const Json& a : levels) {
+        if (!a.contains(rest)) continue;
+        for (const Json& b : levels) {
+          if (&a == &b || !b.contains(list)) continue;
+          if (a.contains(list)) unsupported(path, std::string("allOf mixing '") + list + "' and '" + rest + "' of different levels");
+          wrap.push_back({list, rest});
+        }
+      }
+    }
+    Json merged = Json::object();
+    for (const Json& part : levels) {
       for (auto& [k, v] : part.items()) {
         if (!merged.contains(k)) { merged[k] = v; continue; }
         if (k == "properties") {
@@ -166,6 +184,10 @@ class Converter {
           unsupported(path, "allOf with conflicting '" + k + "'");
         }
       }
+    }
+    for (auto [list, rest] : wrap) {
+      if (merged[rest] == Json(true)) continue;
+      for (Json& v : merged[list]) v = merged[rest] == Json(false) ? Json(false) : Json{{"allOf", Json::array({v, merged[rest]})}};
     }
     return merged;
   }
@@ -206,9 +228,12 @@ class Converter {
       // Sibling keywords other than annotations/type would need an intersection: rejected.
       for (auto& [k, v] : schema.items())
         if (k != key && !kAnnotations.count(k)) unsupported(path, std::string("keyword '") + k + "' next to " + key);
+      std::vector<Json> branches(schema[key].begin(), schema[key].end());
+      if (branches.size() > 1 && std::string(key) == "oneOf")
+        branches = exclusive_one_of(schema[key], [&](const std::string& ref) -> const Json& { return resolve_pointer(ref, path); }, path);
       std::vector<int> alts;
       int i = 0;
-      for (const Json& sub : schema[key]) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+      for (const Json& sub : branches) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
       if (alts.empty()) unsupported(path, std::string("empty ") + key);
       return g_.alt(alts);
     }
@@ -301,12 +326,13 @@ class Converter {
     std::vector<std::pair<std::string, int>> props;  // key literal (JSON-encoded), value expr
     std::vector<bool> required;
     std::set<std::string> req;
-    std::vector<std::string> req_order;
+    std::vector<std::string> req_order, names;  // names: every declared key, never an extra one
     if (s.contains("required"))
       for (auto& r : s["required"])
         if (req.insert(r.get<std::string>()).second) req_order.push_back(r.get<std::string>());
     if (s.contains("properties")) {
       for (auto& [k, v] : s["properties"].items()) {
+        names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
         if (v.is_boolean() && !v.get<bool>()) {
           if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
           continue;
@@ -326,8 +352,9 @@ class Converter {
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
-      std::vector<std::string> names;
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
       extra = g_.seq({names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
     }
     // Members in any order, each declared one at most once: a perm rule (grammar.h) whose first

@@ -99,6 +99,29 @@ TEST(Structured, ObjectKeysInAnyOrderEachOnce) {
   EXPECT_FALSE(d.accept_bytes(R"({"a":1,"x":2,"a":3)"));
 }
 
+TEST(Structured, OneOfExclusiveOrRejected) {
+  auto v = tiny_vocab();
+  auto accepts = [&](const std::string& schema, const std::string& text) {
+    Matcher m(make("json", schema, v));
+    return m.accept_bytes(text) && m.can_end();
+  };
+  const std::string by_type = R"({"oneOf":[{"type":"number"},{}]})";  // exact: anything but a number
+  EXPECT_TRUE(accepts(by_type, R"("a")"));
+  EXPECT_FALSE(accepts(by_type, "12"));
+  const std::string by_key = R"({"oneOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},{"required":["b"]}]})";
+  EXPECT_TRUE(accepts(by_key, R"({"a":1})"));
+  EXPECT_TRUE(accepts(by_key, R"({"b":1})"));
+  EXPECT_FALSE(accepts(by_key, R"({"a":1,"b":2})"));  // both branches would match
+  const std::string tagged = R"({"oneOf":[{"properties":{"t":{"const":"a"}},"required":["t"]},{"properties":{"t":{"const":"b"}},"required":["t"]}]})";
+  EXPECT_TRUE(accepts(tagged, R"({"t":"b","x":1})"));  // a discriminator: no restriction needed
+  try {
+    make("json", R"({"oneOf":[{"type":"integer"},{"minimum":2}]})", v);
+    ADD_FAILURE() << "overlapping oneOf compiled";
+  } catch (const deepinfer::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("oneOf"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Structured, ManyPropertiesStayLinear) {
   auto v = tiny_vocab();
   std::string props, text = "{";

@@ -1,0 +1,176 @@
+// oneOf exactness by type-level reasoning. Per branch: T = the JSON types it may match (numbers
+// split into integral / fractional), F = the types whose every value it matches (no keyword of
+// the branch applies to them). For each pair and each type both may match:
+//   - ruled out when a key required by both has disjoint values (const/enum or types);
+//   - a type in F of one branch is dropped from the other (every such value would match both);
+//   - objects: each branch forbids a key that only the other requires (a safe subset: an
+//     instance with that key but failing the other branch is rejected too);
+//   - otherwise the overlap is undecidable here and the schema is rejected.
+#include "structured/json_one_of.h"
+
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace deepinfer::structured {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+enum : unsigned { kNull = 1, kBool = 2, kObj = 4, kArr = 8, kStr = 16, kInt = 32, kFrac = 64, kAll = 127 };
+
+unsigned type_bits(const std::string& t) {
+  static const std::map<std::string, unsigned> m = {{"null", kNull}, {"boolean", kBool}, {"object", kObj}, {"array", kArr},
+                                                    {"string", kStr}, {"integer", kInt}, {"number", kInt | kFrac}};
+  auto it = m.find(t);
+  return it == m.end() ? 0 : it->second;
+}
+
+unsigned value_bits(const Json& v) {
+  if (v.is_null()) return kNull;
+  if (v.is_boolean()) return kBool;
+  if (v.is_object()) return kObj;
+  if (v.is_array()) return kArr;
+  if (v.is_string()) return kStr;
+  if (v.is_number_float() && v.get<double>() != static_cast<double>(static_cast<long long>(v.get<double>()))) return kFrac;
+  return kInt;
+}
+
+// Which types a keyword constrains; kAll for keywords that constrain every type (or are unknown).
+unsigned applies_to(const std::string& k) {
+  static const std::map<std::string, unsigned> m = {
+      {"minimum", kInt | kFrac}, {"maximum", kInt | kFrac}, {"exclusiveMinimum", kInt | kFrac}, {"exclusiveMaximum", kInt | kFrac},
+      {"multipleOf", kInt | kFrac}, {"minLength", kStr}, {"maxLength", kStr}, {"pattern", kStr}, {"format", kStr},
+      {"properties", kObj}, {"required", kObj}, {"additionalProperties", kObj}, {"patternProperties", kObj},
+      {"propertyNames", kObj}, {"minProperties", kObj}, {"maxProperties", kObj}, {"items", kArr}, {"prefixItems", kArr},
+      {"minItems", kArr}, {"maxItems", kArr}, {"contains", kArr}, {"uniqueItems", kArr}, {"type", 0}, {"nullable", 0},
+      {"title", 0}, {"description", 0}, {"default", 0}, {"examples", 0}, {"$comment", 0}, {"$schema", 0}, {"$defs", 0}};
+  auto it = m.find(k);
+  return it == m.end() ? kAll : it->second;
+}
+
+struct Branch {
+  Json schema;              // $ref resolved one level
+  unsigned t = kAll, f = 0;  // may-match and match-all type sets
+  const Json* lits = nullptr;
+  std::set<std::string> required;
+  unsigned drop = 0;
+  std::set<std::string> forbid;
+};
+
+Branch analyze(const Json& s0, const std::function<const Json&(const std::string&)>& resolve) {
+  Branch b;
+  b.schema = s0.is_object() && s0.contains("$ref") ? resolve(s0["$ref"].get<std::string>()) : s0;
+  const Json& s = b.schema;
+  if (s.is_boolean()) {
+    b.t = b.f = s.get<bool>() ? kAll : 0;
+    return b;
+  }
+  if (s.contains("type")) {
+    b.t = 0;
+    for (const Json& t : s["type"].is_array() ? s["type"] : Json::array({s["type"]})) b.t |= type_bits(t.get<std::string>());
+  }
+  if (s.value("nullable", false)) b.t |= kNull;
+  if (s.contains("const")) b.lits = &s["const"];
+  else if (s.contains("enum")) b.lits = &s["enum"];
+  if (b.lits) {
+    unsigned lt = 0;
+    for (const Json& v : s.contains("const") ? Json::array({s["const"]}) : s["enum"]) lt |= value_bits(v);
+    b.t &= lt;
+  }
+  unsigned constrained = 0;
+  for (auto& [k, v] : s.items()) constrained |= applies_to(k);
+  b.f = b.t & ~constrained;
+  if (s.contains("required")) for (const Json& r : s["required"]) b.required.insert(r.get<std::string>());
+  return b;
+}
+
+bool literal_in(const Json& v, const Branch& b) {
+  if (!(value_bits(v) & b.t)) return false;
+  if (!b.lits) return true;
+  for (const Json& w : b.lits->is_array() && !b.schema.contains("const") ? *b.lits : Json::array({*b.lits}))
+    if (w == v) return true;
+  return false;
+}
+
+// Values of two property schemas can never be equal (so a key required by both discriminates).
+bool disjoint_values(const Json& x, const Json& y, const std::function<const Json&(const std::string&)>& resolve) {
+  Branch a = analyze(x, resolve), b = analyze(y, resolve);
+  if (!(a.t & b.t)) return true;
+  if (!a.lits) return false;
+  for (const Json& v : a.schema.contains("const") ? Json::array({*a.lits}) : *a.lits)
+    if (literal_in(v, b)) return false;
+  return true;
+}
+
+const char* kNames[] = {"null", "boolean", "object", "array", "string", "integer"};
+
+}  // namespace
+
+std::vector<Json> exclusive_one_of(const Json& branches, const std::function<const Json&(const std::string&)>& resolve,
+                                   const std::string& path) {
+  std::vector<Branch> bs;
+  for (const Json& s : branches) bs.push_back(analyze(s, resolve));
+  auto overlap_error = [&](size_t i, size_t j, const char* why) {
+    fail("json schema: unsupported oneOf at ", path, ": branches ", i, " and ", j, " may both match ", why,
+         " (exclusivity cannot be enforced; use anyOf or make the branches disjoint)");
+  };
+  for (size_t i = 0; i < bs.size(); ++i) {
+    for (size_t j = i + 1; j < bs.size(); ++j) {
+      Branch &a = bs[i], &b = bs[j];
+      unsigned both = a.t & b.t;
+      if (a.lits && b.lits) {  // two literal sets overlap only on shared values
+        both = 0;
+        for (const Json& v : a.schema.contains("const") ? Json::array({*a.lits}) : *a.lits)
+          if (literal_in(v, b)) both |= value_bits(v);
+      }
+      if (both & kObj) {  // a discriminator: a key both require, with disjoint values
+        for (const std::string& k : a.required) {
+          if (!b.required.count(k)) continue;
+          const Json& pa = a.schema.contains("properties") && a.schema["properties"].contains(k) ? a.schema["properties"][k] : Json(true);
+          const Json& pb = b.schema.contains("properties") && b.schema["properties"].contains(k) ? b.schema["properties"][k] : Json(true);
+          if (disjoint_values(pa, pb, resolve)) { both &= ~kObj; break; }
+        }
+      }
+      for (unsigned t = 1; t <= kFrac; t <<= 1) {
+        if (!(both & t)) continue;
+        if (b.f & t) a.drop |= t;
+        if (a.f & t) b.drop |= t;
+        if ((b.f | a.f) & t) continue;
+        if (t != kObj) overlap_error(i, j, t == kStr ? "a string" : t == kArr ? "an array" : "a number");
+        auto only = [](const Branch& x, const Branch& y) {  // a key x requires and y does not
+          for (const std::string& k : x.required) if (!y.required.count(k)) return k;
+          return std::string();
+        };
+        std::string ka = only(b, a), kb = only(a, b);
+        if (ka.empty() || kb.empty()) overlap_error(i, j, "an object (no key required by one branch only)");
+        a.forbid.insert(ka);
+        b.forbid.insert(kb);
+      }
+    }
+  }
+  std::vector<Json> out;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    Branch& b = bs[i];
+    unsigned keep = b.t & ~b.drop;
+    if (!keep) continue;
+    if (!b.drop && b.forbid.empty()) { out.push_back(branches[i]); continue; }
+    if ((keep & kFrac) && !(keep & kInt)) overlap_error(i, i, "an integer (only non-integral numbers would remain)");
+    Json s = b.schema.is_boolean() ? Json::object() : b.schema;
+    if (b.drop) {
+      Json types = Json::array();
+      for (int k = 0; k < 6; ++k) if (keep & (1u << k)) types.push_back(kNames[k]);
+      if (keep & kFrac) types.push_back("number");
+      s["type"] = types;
+      s.erase("nullable");
+    }
+    for (const std::string& k : b.forbid) s["properties"][k] = false;
+    out.push_back(s);
+  }
+  if (out.empty()) fail("json schema: unsupported oneOf at ", path, ": no instance can match exactly one branch");
+  return out;
+}
+
+}  // namespace deepinfer::structured
