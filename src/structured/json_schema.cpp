@@ -24,16 +24,20 @@ const std::set<std::string> kAnnotations = {
     "$comment", "$schema", "$defs", "definitions", "$id", "contentMediaType", "contentEncoding"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
-// month-aware but never Feb 29 and times have no leap second: a safe subset of RFC 3339.
+// month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
+#define DI_DATE R"(\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|(\d\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+#define DI_TIME R"((([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)|23:59:60(\.\d+)?([Zz]|[+-]00:00)))"
 const std::map<std::string, std::string> kFormats = {
-    {"date", R"(^\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))$)"},
-    {"time", R"(^([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)"},
-    {"date-time", R"(^\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))[Tt]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)"},
+    {"date", "^(" DI_DATE ")$"},
+    {"time", "^" DI_TIME "$"},
+    {"date-time", "^(" DI_DATE ")[Tt]" DI_TIME "$"},
     {"email", R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$)"},
     {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
     {"ipv4", R"(^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$)"},
     {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*$)"},
 };
+#undef DI_DATE
+#undef DI_TIME
 
 class Converter {
  public:
@@ -99,10 +103,13 @@ class Converter {
   int integer_expr() {
     if (integer_rule_ < 0) {
       integer_rule_ = g_.declare_rule("integer");
-      g_.define_rule(integer_rule_, g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(g_.cls({{'0', '9'}}))})})}));
+      g_.define_rule(integer_rule_, g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(g_.cls({{'0', '9'}}))})}), zero_fraction()}));
     }
     return g_.ref(integer_rule_);
   }
+
+  // Draft 2020-12: a number with a zero fractional part is an integer (1.0).
+  int zero_fraction() { return g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
 
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
@@ -273,6 +280,10 @@ class Converter {
     std::set<std::string> seen;
     for (const Json& v : values) {
       if (!has_type(v, types)) continue;
+      if (v.is_object() || v.is_array()) {  // members in any order, numbers in either spelling
+        alts.push_back(literal_container(v, path));
+        continue;
+      }
       std::vector<std::string> forms{v.dump(-1, ' ', false, Json::error_handler_t::strict)};
       // 1.0 and 1 are the same JSON-schema value: accept either spelling.
       if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e15)
@@ -283,6 +294,24 @@ class Converter {
     }
     if (alts.empty()) unsupported(path, "enum/const with no value of the allowed type");
     return g_.alt(alts);
+  }
+
+  int literal_container(const Json& v, const std::string& path) {
+    if (v.is_object()) {
+      Json s{{"properties", Json::object()}, {"required", Json::array()}, {"additionalProperties", false}};
+      for (auto& [k, x] : v.items()) {
+        s["properties"][k] = Json{{"const", x}};
+        s["required"].push_back(k);
+      }
+      return object_schema(s, path);
+    }
+    std::vector<int> parts{g_.lit("["), ws()};
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) parts.insert(parts.end(), {ws(), g_.lit(","), ws()});
+      parts.push_back(convert(Json{{"const", v[i]}}, path + "/" + std::to_string(i)));
+    }
+    parts.insert(parts.end(), {ws(), g_.lit("]")});
+    return g_.seq(parts);
   }
 
   int string_schema(const Json& s, const std::string& path) {
@@ -319,7 +348,7 @@ class Converter {
     bound("maximum", false, hi);
     bound("exclusiveMaximum", true, hi);
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
-    return integer ? integer_in_range(g_, lo, hi) : number_in_range(g_, lo, hi);
+    return integer ? g_.seq({integer_in_range(g_, lo, hi), zero_fraction()}) : number_in_range(g_, lo, hi);
   }
 
   int object_schema(const Json& s, const std::string& path) {

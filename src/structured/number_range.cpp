@@ -120,12 +120,17 @@ int mag_le(Grammar& g, const Decimal& d, bool strict) {
 int mag_any(Grammar& g) { return seq_valid(g, nat_range(g, 0, kInf), frac_any(g)); }
 int neg(Grammar& g, int e) { return e < 0 ? -1 : g.seq({g.lit("-"), e}); }
 
-// Integer-valued magnitudes lo..hi with inclusivity, any fraction allowed in between.
-int mag_between(Grammar& g, u64 lo, bool lo_incl, u64 hi, bool hi_incl) {
-  if (lo == hi) return lo_incl && hi_incl ? seq_valid(g, g.lit(std::to_string(lo)), frac_le(g, "", false)) : -1;
-  int at_lo = seq_valid(g, g.lit(std::to_string(lo)), lo_incl ? frac_any(g) : frac_ge(g, "", true));
-  int mid = lo + 1 <= hi - 1 ? seq_valid(g, nat_range(g, lo + 1, hi - 1), frac_any(g)) : -1;
-  int at_hi = hi_incl ? seq_valid(g, g.lit(std::to_string(hi)), frac_le(g, "", false)) : -1;
+// Magnitudes lo..hi with inclusivity, any fraction allowed strictly between the integer parts.
+int mag_between(Grammar& g, const Decimal& lo, bool lo_incl, const Decimal& hi, bool hi_incl) {
+  if (lo.int_part > hi.int_part) return -1;
+  if (lo.int_part == hi.int_part) {
+    check(lo.frac.empty() && hi.frac.empty(), "json schema: number bounds with the same integer part and a fraction "
+          "are unsupported (between ", lo.int_part, ".", lo.frac, " and ", hi.int_part, ".", hi.frac, ")");
+    return lo_incl && hi_incl ? seq_valid(g, g.lit(std::to_string(lo.int_part)), frac_le(g, "", false)) : -1;
+  }
+  int at_lo = seq_valid(g, g.lit(std::to_string(lo.int_part)), frac_ge(g, lo.frac, !lo_incl));
+  int mid = lo.int_part + 1 <= hi.int_part - 1 ? seq_valid(g, nat_range(g, lo.int_part + 1, hi.int_part - 1), frac_any(g)) : -1;
+  int at_hi = seq_valid(g, g.lit(std::to_string(hi.int_part)), frac_le(g, hi.frac, !hi_incl));
   return alt_valid(g, {at_lo, mid, at_hi});
 }
 
@@ -168,14 +173,10 @@ int number_in_range(Grammar& g, const std::optional<Bound>& lo_b, const std::opt
     e = !hi->negative ? alt_valid(g, {neg(g, mag_any(g)), mag_le(g, *hi, hi_b->exclusive)})
                       : neg(g, mag_ge(g, *hi, hi_b->exclusive));
   } else {
-    check(lo->frac.empty() && hi->frac.empty(), "json schema: a number with both minimum and maximum "
-          "is supported for integer-valued bounds only (got ", lo_b->text, ", ", hi_b->text, ")");
     bool li = !lo_b->exclusive, hi_i = !hi_b->exclusive;
     std::vector<int> parts;
-    if (!hi->negative) parts.push_back(lo->negative ? mag_between(g, 0, true, hi->int_part, hi_i)
-                                                    : mag_between(g, lo->int_part, li, hi->int_part, hi_i));
-    if (lo->negative) parts.push_back(neg(g, hi->negative ? mag_between(g, hi->int_part, hi_i, lo->int_part, li)
-                                                          : mag_between(g, 0, true, lo->int_part, li)));
+    if (!hi->negative) parts.push_back(lo->negative ? mag_le(g, *hi, !hi_i) : mag_between(g, *lo, li, *hi, hi_i));
+    if (lo->negative) parts.push_back(neg(g, hi->negative ? mag_between(g, *hi, hi_i, *lo, li) : mag_le(g, *lo, !li)));
     e = alt_valid(g, parts);
   }
   check(e >= 0, "json schema: the number range is empty");

@@ -122,6 +122,30 @@ TEST(Structured, OneOfExclusiveOrRejected) {
   }
 }
 
+TEST(Structured, SpecNumbersDatesAndLiterals) {
+  auto v = tiny_vocab();
+  auto accepts = [&](const std::string& schema, const std::string& text) {
+    Matcher m(make("json", schema, v));
+    return m.accept_bytes(text) && m.can_end();
+  };
+  EXPECT_TRUE(accepts(R"({"type":"integer"})", "1.0"));  // draft 2020-12: 1.0 is an integer
+  EXPECT_FALSE(accepts(R"({"type":"integer"})", "1.5"));
+  EXPECT_TRUE(accepts(R"({"type":"integer","maximum":3})", "3.00"));
+  const std::string range = R"({"type":"number","minimum":-1.5,"exclusiveMaximum":2.25})";
+  for (const char* ok : {"-1.5", "-1", "0", "2.2", "2.249"}) EXPECT_TRUE(accepts(range, ok)) << ok;
+  for (const char* bad : {"-1.51", "2.25", "2.3", "3"}) EXPECT_FALSE(accepts(range, bad)) << bad;
+  const std::string date = R"({"type":"string","format":"date"})";
+  EXPECT_TRUE(accepts(date, R"("2024-02-29")"));
+  EXPECT_TRUE(accepts(date, R"("2000-02-29")"));
+  EXPECT_FALSE(accepts(date, R"("1900-02-29")"));
+  EXPECT_FALSE(accepts(date, R"("2023-02-29")"));
+  const std::string time = R"({"type":"string","format":"date-time"})";
+  EXPECT_TRUE(accepts(time, R"("2016-12-31T23:59:60Z")"));
+  EXPECT_FALSE(accepts(time, R"("2016-12-31T22:59:60Z")"));
+  EXPECT_TRUE(accepts(R"({"const":{"a":[1,{"b":null}],"c":"d"}})", R"({"c":"d","a":[1.0,{"b":null}]})"));
+  EXPECT_FALSE(accepts(R"({"const":{"a":1,"c":"d"}})", R"({"a":1})"));
+}
+
 TEST(Structured, ManyPropertiesStayLinear) {
   auto v = tiny_vocab();
   std::string props, text = "{";
