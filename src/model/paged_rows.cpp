@@ -1,0 +1,58 @@
+#include "model/paged_rows.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace deepinfer::model {
+
+PagedRows::PagedRows(BlockPool* pool, int64_t width) : pool_(pool), width_(width) {
+  per_block_ = pool->block_bytes() / static_cast<int64_t>(width * sizeof(float));
+  check(per_block_ >= 1, "state block of ", pool->block_bytes(), " bytes cannot hold a row of ", width, " floats");
+}
+
+PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
+  if (this != &o) {
+    clear();
+    pool_ = o.pool_;
+    width_ = o.width_;
+    per_block_ = o.per_block_;
+    rows_ = o.rows_;
+    blocks_ = std::move(o.blocks_);
+    o.blocks_.clear();
+    o.rows_ = 0;
+  }
+  return *this;
+}
+
+float* PagedRows::append() {
+  resize(rows_ + 1);
+  return row(rows_ - 1);
+}
+
+void PagedRows::resize(int64_t rows) {
+  while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows) blocks_.push_back(pool_->allocate());
+  for (int64_t r = rows_; r < rows; ++r) std::memset(row(r), 0, width_ * sizeof(float));  // reused rows
+  rows_ = rows;
+}
+
+void PagedRows::clear() {
+  for (void* b : blocks_) pool_->release(b);
+  blocks_.clear();
+  rows_ = 0;
+}
+
+void PagedRows::copy_to(float* out) const {
+  for (int64_t r = 0; r < rows_; r += per_block_) {
+    int64_t n = std::min(per_block_, rows_ - r);
+    std::memcpy(out + r * width_, row(r), n * width_ * sizeof(float));
+  }
+}
+
+int64_t PagedRows::blocks_for(int64_t rows, int64_t width, int64_t block_bytes) {
+  int64_t per_block = block_bytes / static_cast<int64_t>(width * sizeof(float));
+  return (rows + per_block - 1) / per_block;
+}
+
+}  // namespace deepinfer::model

@@ -1,0 +1,42 @@
+// A growable array of fixed-width fp32 rows stored in blocks of a BlockPool (the per-sequence state's
+// window rings, compressed rows, index keys and compressor carry). Rows never move once written.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/block_pool.h"
+
+namespace deepinfer::model {
+
+class PagedRows {
+ public:
+  PagedRows() = default;
+  PagedRows(BlockPool* pool, int64_t width);
+  PagedRows(PagedRows&& o) noexcept { *this = std::move(o); }
+  PagedRows& operator=(PagedRows&& o) noexcept;
+  PagedRows(const PagedRows&) = delete;
+  PagedRows& operator=(const PagedRows&) = delete;
+  ~PagedRows() { clear(); }
+
+  int64_t size() const { return rows_; }
+  int64_t width() const { return width_; }
+  int64_t blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  float* row(int64_t i) { return static_cast<float*>(blocks_[i / per_block_]) + (i % per_block_) * width_; }
+  const float* row(int64_t i) const {
+    return static_cast<const float*>(blocks_[i / per_block_]) + (i % per_block_) * width_;
+  }
+  float* append();                 // a new zeroed row at the end
+  void resize(int64_t rows);       // grows with zeroed rows or shrinks (keeping the blocks)
+  void clear();                    // no rows, every block back to the pool
+  void copy_to(float* out) const;  // all rows, contiguous
+
+  // Blocks needed to hold `rows` rows of `width` floats in blocks of `block_bytes`.
+  static int64_t blocks_for(int64_t rows, int64_t width, int64_t block_bytes);
+
+ private:
+  BlockPool* pool_ = nullptr;
+  int64_t width_ = 0, per_block_ = 1, rows_ = 0;
+  std::vector<void*> blocks_;
+};
+
+}  // namespace deepinfer::model
