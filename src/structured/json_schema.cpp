@@ -210,7 +210,7 @@ class Converter {
       static const std::set<std::string> known = {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable"};
+          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -404,7 +404,15 @@ class Converter {
     for (size_t k = 0; k < props.size(); ++k)
       member(std::to_string(k), g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second}), true);
     if (extra >= 0) member("x", extra, false);
-    g_.define_rule(perm, firsts.empty() ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
+    // min/maxProperties: counted on extra keys only (declared keys would need counts in the perm state).
+    const long lo = s.contains("minProperties") ? static_cast<long>(s["minProperties"].get<double>()) : 0;
+    const long hi = s.contains("maxProperties") ? static_cast<long>(s["maxProperties"].get<double>()) : -1;
+    if ((lo > 0 || hi >= 0) && !props.empty()) unsupported(path, "minProperties/maxProperties together with properties/required");
+    if (lo > 4096 || hi > 4096 || (hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) unsupported(path, "minProperties/maxProperties bounds");
+    int members = -1;
+    if (!firsts.empty() && hi != 0)
+      members = g_.seq({g_.alt(firsts), g_.rep(g_.alt(afters), std::max(0L, lo - 1), hi < 0 ? kUnbounded : static_cast<int>(hi - 1))});
+    g_.define_rule(perm, members < 0 ? g_.empty() : lo > 0 ? members : g_.opt(members));
     g_.add_perm(std::move(info));
     return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
   }

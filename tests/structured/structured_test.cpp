@@ -144,6 +144,11 @@ TEST(Structured, SpecNumbersDatesAndLiterals) {
   EXPECT_FALSE(accepts(time, R"("2016-12-31T22:59:60Z")"));
   EXPECT_TRUE(accepts(R"({"const":{"a":[1,{"b":null}],"c":"d"}})", R"({"c":"d","a":[1.0,{"b":null}]})"));
   EXPECT_FALSE(accepts(R"({"const":{"a":1,"c":"d"}})", R"({"a":1})"));
+  EXPECT_TRUE(accepts(R"({"maxProperties":1})", R"({"a":1})"));
+  EXPECT_FALSE(accepts(R"({"maxProperties":1})", R"({"a":1,"b":2})"));
+  EXPECT_FALSE(accepts(R"({"minProperties":2})", R"({"a":1})"));
+  EXPECT_TRUE(accepts(R"({"minProperties":2})", R"({"a":1,"b":2})"));
+  EXPECT_THROW(make("json", R"({"properties":{"a":{}},"minProperties":1})", v), deepinfer::Error);
 }
 
 TEST(Structured, ManyPropertiesStayLinear) {
