@@ -49,7 +49,11 @@ V4Model::V4Model(V4Config config, V4Weights weights, ops::Backend& backend, bool
 }
 
 std::unique_ptr<SequenceState> V4Model::new_sequence() const {
-  return std::make_unique<V4SequenceState>(config_.num_layers);
+  return std::make_unique<V4SequenceState>(config_, pool_);
+}
+
+int64_t V4Model::state_blocks_for(int64_t tokens) const {
+  return V4SequenceState::blocks_for(config_, pool_->block_bytes(), tokens);
 }
 
 // y = x · wᵀ. With quantization simulation on and an FP8/FP4-stored weight, the activations are first
@@ -68,35 +72,39 @@ void V4Model::project(const std::vector<float>& x, int64_t rows, const std::vect
 
 // Feeds `tokens` new (kv, gate) rows of one sequence into a compressor; every group of `ratio`
 // completed emits one compressed row (softmax pool per channel, norm, RoPE at the group's first position).
-void V4Model::compress(const CompressorWeights& cw, CompressorState& st, const float* kv,
-                       const float* gate, int64_t first_pos, int64_t tokens, bool indexer_keys) {
+void V4Model::compress(const CompressorWeights& cw, CompressorState& st, const float* kv, const float* gate,
+                       int64_t first_pos, int64_t tokens, bool indexer_keys) {
   const int64_t width = cw.width, ratio = cw.ratio, row = cw.copies * width;
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t slots = cw.copies * ratio;
+  std::vector<float> skv(slots * width), sgate(slots * width), z(width);
   for (int64_t i = 0; i < tokens; ++i) {
     const int64_t p = first_pos + i;
-    st.pending_kv.insert(st.pending_kv.end(), kv + i * row, kv + (i + 1) * row);
-    for (int64_t c = 0; c < row; ++c) st.pending_gate.push_back(gate[i * row + c] + cw.ape[(p % ratio) * row + c]);
+    std::copy_n(kv + i * row, row, st.pending_kv.row(st.pending));
+    float* g = st.pending_gate.row(st.pending);
+    for (int64_t c = 0; c < row; ++c) g[c] = gate[i * row + c] + cw.ape[(p % ratio) * row + c];
     if (++st.pending < ratio) continue;
 
-    const int64_t slots = cw.copies * ratio;
-    std::vector<float> skv(slots * width, 0.0f), sgate(slots * width, neg_inf), z(width);
-    if (cw.copies == 2) {  // slots: previous group's series A, then this group's series B
-      if (!st.prev_kv.empty()) {
-        std::copy(st.prev_kv.begin(), st.prev_kv.end(), skv.begin());
-        std::copy(st.prev_gate.begin(), st.prev_gate.end(), sgate.begin());
-      }
-      st.prev_kv.assign(ratio * width, 0.0f);
-      st.prev_gate.assign(ratio * width, 0.0f);
-      for (int64_t s = 0; s < ratio; ++s)
-        for (int64_t c = 0; c < width; ++c) {
-          skv[(ratio + s) * width + c] = st.pending_kv[s * row + width + c];
-          sgate[(ratio + s) * width + c] = st.pending_gate[s * row + width + c];
-          st.prev_kv[s * width + c] = st.pending_kv[s * row + c];
-          st.prev_gate[s * width + c] = st.pending_gate[s * row + c];
+    if (cw.copies == 2) {  // slots: previous group's series A (none before group 1), then this group's series B
+      for (int64_t s = 0; s < ratio; ++s) {
+        std::copy_n(st.pending_kv.row(s) + width, width, skv.data() + (ratio + s) * width);
+        std::copy_n(st.pending_gate.row(s) + width, width, sgate.data() + (ratio + s) * width);
+        if (st.has_prev) {
+          std::copy_n(st.prev_kv.row(s), width, skv.data() + s * width);
+          std::copy_n(st.prev_gate.row(s), width, sgate.data() + s * width);
+        } else {
+          std::fill_n(skv.data() + s * width, width, 0.0f);
+          std::fill_n(sgate.data() + s * width, width, neg_inf);
         }
+        std::copy_n(st.pending_kv.row(s), width, st.prev_kv.row(s));
+        std::copy_n(st.pending_gate.row(s), width, st.prev_gate.row(s));
+      }
+      st.has_prev = true;
     } else {
-      skv = st.pending_kv;
-      sgate = st.pending_gate;
+      for (int64_t s = 0; s < ratio; ++s) {
+        std::copy_n(st.pending_kv.row(s), width, skv.data() + s * width);
+        std::copy_n(st.pending_gate.row(s), width, sgate.data() + s * width);
+      }
     }
     be_.softmax_pool(skv.data(), sgate.data(), 1, slots, width, z.data());
     be_.rms_norm(z.data(), cw.norm.data(), 1, width, static_cast<float>(config_.rms_norm_eps), z.data());
@@ -106,14 +114,12 @@ void V4Model::compress(const CompressorWeights& cw, CompressorState& st, const f
       if (indexer_keys) {
         hadamard_rows(z.data(), 1, width);
         be_.fake_quant_fp4(z.data(), 1, width, 32);
+      } else {
+        be_.fake_quant_fp8(z.data(), 1, width - config_.rope_dim, 64);
       }
-      else be_.fake_quant_fp8(z.data(), 1, width - config_.rope_dim, 64);
     }
-    st.rows.insert(st.rows.end(), z.begin(), z.end());
-    ++st.n_rows;
+    std::copy(z.begin(), z.end(), st.rows.append());
     st.pending = 0;
-    st.pending_kv.clear();
-    st.pending_gate.clear();
   }
 }
 
@@ -162,7 +168,7 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
 
   std::vector<float> o(T * H * hd);
   for (const Step::Seq& seq : s.seqs) {
-    V4LayerState& ls = seq.state->layers()[l];
+    V4LayerState& ls = seq.state->layer(l);
     const int64_t n = seq.end - seq.begin, P = seq.start_pos, b = seq.begin;
     if (compressed) {
       const int64_t row = L.compressor.copies * hd;
@@ -171,15 +177,11 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
     if (csa) compress(L.indexer.compressor, ls.index, ikv.data() + b * 2 * id, igate.data() + b * 2 * id, P, n, true);
 
     // Pool: the window rows before this chunk (from the ring), the chunk's rows, the compressed rows.
-    const int64_t nprev = std::min<int64_t>(P, W - 1), n_rows = ls.kv.n_rows;
+    const int64_t nprev = std::min<int64_t>(P, W - 1), n_rows = compressed ? ls.kv.rows.size() : 0;
     std::vector<float> pool((nprev + n + n_rows) * hd);
-    if (ls.window.empty()) ls.window.assign(W * hd, 0.0f);
-    for (int64_t i = 0; i < nprev; ++i) {
-      const int64_t p = P - nprev + i;
-      std::copy_n(ls.window.data() + (p % W) * hd, hd, pool.data() + i * hd);
-    }
+    for (int64_t i = 0; i < nprev; ++i) std::copy_n(ls.window.row((P - nprev + i) % W), hd, pool.data() + i * hd);
     std::copy_n(kv.data() + b * hd, n * hd, pool.data() + nprev * hd);
-    std::copy(ls.kv.rows.begin(), ls.kv.rows.end(), pool.begin() + (nprev + n) * hd);
+    if (compressed) ls.kv.rows.copy_to(pool.data() + (nprev + n) * hd);
 
     const int64_t ratio = c.compress_ratio[l];
     const int64_t topk = csa ? std::min(c.index_topk, n_rows) : 0;
@@ -206,7 +208,7 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
         const float sscale = 1.0f / std::sqrt(static_cast<float>(id));
         scored.clear();
         for (int64_t w = 0; w < visible; ++w) {
-          const float* key = ls.index.rows.data() + w * id;
+          const float* key = ls.index.rows.row(w);
           float score = 0;
           for (int64_t h = 0; h < ih; ++h) {
             float d = 0;
@@ -224,7 +226,7 @@ void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::ve
     });
     be_.sparse_attention(q.data() + b * H * hd, n, H, hd, pool.data(), idx.data(), K, L.attn_sink.data(),
                          1.0f / std::sqrt(static_cast<float>(hd)), o.data() + b * H * hd);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + (b + i) * hd, hd, ls.window.data() + ((P + i) % W) * hd);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + (b + i) * hd, hd, ls.window.row((P + i) % W));
   }
 
   // Undo the values' RoPE at the query position, then the grouped output projection.
@@ -347,6 +349,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
     check(id >= 0 && id < c.vocab_size, "forward: token id ", id, " is outside the vocabulary (", c.vocab_size, ")");
   for (int32_t r : batch.logit_rows)
     check(r >= 0 && r < s.tokens, "forward: logit row ", r, " is outside the batch of ", s.tokens, " tokens");
+  for (auto& seq : s.seqs) seq.state->ensure_allocated();
 
   const int64_t T = s.tokens, D = c.hidden_size, hc = c.hc_mult;
   const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
