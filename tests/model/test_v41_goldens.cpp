@@ -358,12 +358,12 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
     return s2 / static_cast<double>(a.size());
   };
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    const double dw = mean_abs(vs->rings[l], golden_floats(g, "s64.window_kv." + std::to_string(l)));
+    const double dw = mean_abs(vs->ring(l), golden_floats(g, "s64.window_kv." + std::to_string(l)));
     std::printf("[v41] %s teacher-forced state layer %lld: window_kv mean|d|=%.2e", c.c_str(), (long long)l, dw);
     EXPECT_LE(dw, 1e-3);
     if (cfg.is_kv_source[l]) {
-      const double dk = mean_abs(vs->sources[l].ckv, golden_floats(g, "s64.compress_kv." + std::to_string(l)));
-      const double di = mean_abs(vs->sources[l].ik, golden_floats(g, "s64.index_k." + std::to_string(l)));
+      const double dk = mean_abs(model::V41SequenceState::floats(vs->sources[l].ckv), golden_floats(g, "s64.compress_kv." + std::to_string(l)));
+      const double di = mean_abs(model::V41SequenceState::floats(vs->sources[l].ik), golden_floats(g, "s64.index_k." + std::to_string(l)));
       std::printf(" compress_kv mean|d|=%.2e index_k mean|d|=%.2e", dk, di);
       EXPECT_LE(dk, 1e-3);
       EXPECT_LE(di, 1e-3);
@@ -451,7 +451,7 @@ TEST_P(V41Case, GreedyContinuationAndDSparkRings) {
     auto* vs = dynamic_cast<model::V41SequenceState*>(st.get());
     for (int64_t s = 0; s < m.config().n_mtp_layers; ++s) {
       auto want = golden_floats(g, "s64.dspark_window_kv." + std::to_string(s));
-      const auto& ring = vs->rings[m.config().n_layers + s];
+      const auto ring = vs->ring(m.config().n_layers + s);
       double d = 0;
       for (size_t i = 0; i < want.size(); ++i) d += std::fabs(static_cast<double>(ring[i]) - want[i]);
       std::printf("[v41] %s dspark ring %lld after S=64 prefill: mean|d|=%.2e\n", c.c_str(), (long long)s, d / want.size());
@@ -567,8 +567,8 @@ TEST_P(V41Case, SwaBoundedReplay) {
   auto* a = dynamic_cast<model::V41SequenceState*>(st_off.get());
   auto* b = dynamic_cast<model::V41SequenceState*>(st_cmp.get());
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
-    EXPECT_EQ(a->sources[l].ckv, b->sources[l].ckv) << "layer " << l;
-    EXPECT_EQ(a->sources[l].ik, b->sources[l].ik) << "layer " << l;
+    EXPECT_EQ(model::V41SequenceState::floats(a->sources[l].ckv), model::V41SequenceState::floats(b->sources[l].ckv)) << "layer " << l;
+    EXPECT_EQ(model::V41SequenceState::floats(a->sources[l].ik), model::V41SequenceState::floats(b->sources[l].ik)) << "layer " << l;
   }
   // Decoding (and drafting) continues from a compact prefill's state; measured against off.
   {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <span>
 #include <limits>
 #include <numeric>
@@ -52,27 +53,78 @@ std::vector<int64_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorte
 // ---------------------------------------------------------------------------------------------------
 // state
 
-V41SequenceState::V41SequenceState(int64_t blocks, int64_t window, int64_t head_dim)
-    : rings(blocks), window_(window), head_dim_(head_dim) {
-  ring_from.assign(blocks, 0);
+namespace {
+
+int64_t ring_count(const V41Config& c) {
+  return c.n_layers + (c.dspark_block_size > 0 && c.n_mtp_layers > 0 ? c.n_mtp_layers : 0);
 }
 
-int64_t V41SequenceState::bytes() const {
-  int64_t b = static_cast<int64_t>(engram_hist.capacity() * sizeof(int64_t));
-  for (auto& r : rings) b += static_cast<int64_t>(r.capacity() * sizeof(float));
-  for (auto& s : sources)
-    b += static_cast<int64_t>((s.ckv.capacity() + s.ik.capacity() + s.kv_carry.capacity() + s.score_carry.capacity()) *
-                              sizeof(float));
+}  // namespace
+
+V41SequenceState::V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c)
+    : pool_(std::move(pool)), fixed(pool_.get(), c.head_dim), window_(c.window_size), head_dim_(c.head_dim) {
+  fixed_rows = ring_count(c) * c.window_size;
+  carry_row.assign(c.n_layers, -1);
+  sources.resize(c.n_layers);
+  for (int64_t l : c.kv_source_layers) {
+    sources[l].ckv = PagedRows(pool_.get(), c.head_dim);
+    if (c.is_index_source[l]) sources[l].ik = PagedRows(pool_.get(), c.index_head_dim);
+    if (c.compress_ratios[l] > 1) {
+      carry_row[l] = fixed_rows;
+      fixed_rows += 2 * c.compress_ratios[l];
+    }
+  }
+  ring_from.assign(c.n_layers + c.n_mtp_layers, 0);
+}
+
+int64_t V41SequenceState::blocks() const {
+  int64_t b = fixed.blocks();
+  for (auto& s : sources) b += s.ckv.blocks() + s.ik.blocks();
   return b;
 }
 
 void V41SequenceState::reset() {
   length_ = 0;
-  for (auto& r : rings) V41Floats().swap(r);
-  for (auto& s : sources) s = Source{};
+  fixed.clear();
+  for (auto& s : sources) {
+    s.ckv.clear();
+    s.ik.clear();
+  }
   std::fill(ring_from.begin(), ring_from.end(), 0);
   last_ik_owner = -1;
-  std::vector<int64_t>().swap(engram_hist);
+  engram_hist.clear();
+}
+
+V41Floats V41SequenceState::floats(const PagedRows& rows) {
+  V41Floats out(rows.size() * rows.width());
+  rows.copy_to(out.data());
+  return out;
+}
+
+V41Floats V41SequenceState::ring(int64_t layer) const {
+  if (!fixed.size()) return {};
+  V41Floats out(window_ * head_dim_);
+  for (int64_t i = 0; i < window_; ++i) std::copy_n(fixed.row(layer * window_ + i), head_dim_, out.data() + i * head_dim_);
+  return out;
+}
+
+void V41Model::set_state_pool(std::shared_ptr<BlockPool> pool) {
+  check(pool != nullptr, "set_state_pool: no pool");
+  pool_ = std::move(pool);
+}
+
+int64_t V41Model::state_blocks_for(int64_t tokens) const { return blocks_for(tokens, pool_->block_bytes()); }
+
+int64_t V41Model::blocks_for(int64_t tokens, int64_t bb) const {
+  if (tokens <= 0) return 0;
+  int64_t fixed = ring_count(c_) * c_.window_size, b = 0;
+  for (int64_t l : c_.kv_source_layers) {
+    const int64_t r = c_.compress_ratios[l], rows = tokens / r;
+    if (r > 1) fixed += 2 * r;
+    b += PagedRows::blocks_for(rows, c_.head_dim, bb);
+    if (c_.is_index_source[l]) b += PagedRows::blocks_for(rows, c_.index_head_dim, bb);
+  }
+  return b + PagedRows::blocks_for(fixed, c_.head_dim, bb);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -177,6 +229,7 @@ V41Model::V41Model(V41Config c, ops::Backend& be) : c_(std::move(c)), be_(be) {
   replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
   if (c_.has_vision) image_token_id = c_.image_token_id;
   check(replay_keep > 0, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS must be positive, got ", replay_keep);
+  pool_ = std::make_shared<BlockPool>(16384, 0);
 }
 
 std::unique_ptr<V41Model> V41Model::load(const std::string& dir) {
@@ -214,9 +267,7 @@ void V41Model::set_engram_tokens(const std::vector<std::string>& decoded, const 
 }
 
 std::unique_ptr<SequenceState> V41Model::new_sequence() const {
-  auto st = std::make_unique<V41SequenceState>(static_cast<int64_t>(blocks_.size()), c_.window_size, c_.head_dim);
-  st->sources.resize(c_.n_layers);
-  return st;
+  return std::make_unique<V41SequenceState>(pool_, c_);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -282,24 +333,24 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
         std::vector<float> kvf(n * hd), sc(n * hd);
         lin(x.data(), n, B.c_wkv, kvf.data(), false);  // fp32 weights, fp32 pooling
         lin(x.data(), n, B.c_wgate, sc.data(), false);
-        if (S.kv_carry.empty()) {
-          S.kv_carry.assign(ratio * hd, 0.0f);
-          S.score_carry.assign(ratio * hd, kNegInf);
-        }
+        // carry rows in st.fixed: kv of slot s at c0 + s, its score at c0 + ratio + s
+        const int64_t c0 = st.carry_row[l];
+        auto kv_c = [&](int64_t s) { return st.fixed.row(c0 + s); };
+        auto sc_c = [&](int64_t s) { return st.fixed.row(c0 + ratio + s); };
         for (int64_t i = 0; i < n; ++i) {
           const int64_t p = pos[i], slot = p % ratio;
-          std::copy_n(kvf.data() + i * hd, hd, S.kv_carry.data() + slot * hd);
-          std::copy_n(sc.data() + i * hd, hd, S.score_carry.data() + slot * hd);
+          std::copy_n(kvf.data() + i * hd, hd, kv_c(slot));
+          std::copy_n(sc.data() + i * hd, hd, sc_c(slot));
           if ((p + 1) % ratio != 0) continue;
           std::vector<float> z(hd);
           for (int64_t ch = 0; ch < hd; ++ch) {
             float mx = kNegInf;
-            for (int64_t s = 0; s < ratio; ++s) mx = std::max(mx, S.score_carry[s * hd + ch]);
+            for (int64_t s = 0; s < ratio; ++s) mx = std::max(mx, sc_c(s)[ch]);
             float den = 0;
             std::vector<float> e(ratio);
-            for (int64_t s = 0; s < ratio; ++s) den += (e[s] = std::exp(S.score_carry[s * hd + ch] - mx));
+            for (int64_t s = 0; s < ratio; ++s) den += (e[s] = std::exp(sc_c(s)[ch] - mx));
             float acc = 0;
-            for (int64_t s = 0; s < ratio; ++s) acc += S.kv_carry[s * hd + ch] * (e[s] / den);
+            for (int64_t s = 0; s < ratio; ++s) acc += kv_c(s)[ch] * (e[s] / den);
             z[ch] = rb(acc);
           }
           lat.insert(lat.end(), z.begin(), z.end());
@@ -320,11 +371,11 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
         be_.rope(k.data(), ng, 1, id, lat_pos.data(), rope, false);
         bf16(k);
         be_.fake_quant_fp4(k.data(), ng, id, 32);
-        S.ik.insert(S.ik.end(), k.begin(), k.end());
+        for (int64_t g = 0; g < ng; ++g) std::copy_n(k.data() + g * id, id, S.ik.append());
       }
       if (c_.is_kv_source[l] && ng) st.last_ik_owner = l;  // the reference's shared_attn.index_k
       const int64_t width = end_pos / ratio;
-      check(static_cast<int64_t>(S.ik.size()) == width * id, "v41: index keys of layer ", src, " are out of step");
+      check(S.ik.size() == width, "v41: index keys of layer ", src, " are out of step");
       topk = std::min(c_.index_topk, width);
       sel.assign(n * std::max<int64_t>(topk, 0), -1);
       if (width > 0) {
@@ -339,15 +390,16 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
         std::vector<float> score(n * width);
         // score[t,w] = sum_h bf16(relu(bf16(<q_th, k_w>)) * w_th), summed in fp32, rounded to bf16
         std::vector<float> dots(n * ih * width);
-        const float* keys = S.ik.data();
+        const PagedRows* kr = &S.ik;
         if (emulate_reference_stale_index_keys && st.last_ik_owner >= 0) {
           // DeepSeek's model.py re-publishes shared_attn.index_k only when a key owner produced a
           // latent; a ratio-2 source on a step that completes no group reads the last owner's cache.
-          const V41Floats& stale = st.sources[st.last_ik_owner].ik;
-          check(static_cast<int64_t>(stale.size()) >= width * id, "v41: stale index keys too short");
-          keys = stale.data();
+          kr = &st.sources[st.last_ik_owner].ik;
+          check(kr->size() >= width, "v41: stale index keys too short");
         }
-        be_.linear(iq.data(), n * ih, id, keys, width, dots.data());
+        std::vector<float> keys(width * id);  // the first `width` rows, contiguous
+        for (int64_t w = 0; w < width; ++w) std::copy_n(kr->row(w), id, keys.data() + w * id);
+        be_.linear(iq.data(), n * ih, id, keys.data(), width, dots.data());
         for (int64_t t = 0; t < n; ++t) {
           const int64_t visible = (pos[t] + 1) / ratio;
           for (int64_t w = 0; w < width; ++w) {
@@ -401,21 +453,21 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
       be_.rope(lat.data(), ng, 1, hd, lat_pos.data(), rope, false);
       bf16(lat);
       be_.fake_quant_fp4_e4m3(lat.data(), ng, hd, 16);
-      S.ckv.insert(S.ckv.end(), lat.begin(), lat.end());
-      S.rows += ng;
+      for (int64_t g = 0; g < ng; ++g) std::copy_n(lat.data() + g * hd, hd, S.ckv.append());
     }
   }
 
   // Pool = ring rows before this chunk ++ the chunk's rows ++ the source's compressed rows.
-  V41Floats& ring = st.rings[l];
-  if (ring.empty()) ring.assign(W * hd, 0.0f);
   const int64_t from = st.ring_from[l];
   const int64_t nprev = std::clamp<int64_t>(P - from, 0, W - 1);
   const int64_t width = ratio > 0 ? end_pos / ratio : 0;
   std::vector<float> pool((nprev + n + width) * hd);
-  for (int64_t i = 0; i < nprev; ++i) std::copy_n(ring.data() + ((P - nprev + i) % W) * hd, hd, pool.data() + i * hd);
+  for (int64_t i = 0; i < nprev; ++i) std::copy_n(st.ring_row(l, (P - nprev + i) % W), hd, pool.data() + i * hd);
   std::copy_n(kv.data(), n * hd, pool.data() + nprev * hd);
-  if (width) std::copy_n(st.sources[src].ckv.data(), width * hd, pool.data() + (nprev + n) * hd);
+  if (width) {
+    check(st.sources[src].ckv.size() == width, "v41: compressed rows of layer ", src, " are out of step");
+    st.sources[src].ckv.copy_to(pool.data() + (nprev + n) * hd);
+  }
   const int64_t K = W + topk;
   std::vector<int32_t> idx(n * K, -1);
   for (int64_t i = 0; i < n; ++i) {
@@ -432,7 +484,7 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
   be_.sparse_attention_online(q.data(), n, H, hd, pool.data(), idx.data(), K, B.attn_sink.data(),
                               static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o.data());
   bf16(o);
-  for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, ring.data() + ((P + i) % W) * hd);
+  for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(l, (P + i) % W));
   be_.rope(o.data(), n, H, hd, pos, rope, true);
   bf16(o);
   // grouped output projection: wo_a per group (bf16, no act quant), then wo_b
@@ -468,10 +520,9 @@ void V41Model::dspark_attention(int64_t l, V41SequenceState& st, int64_t p, cons
   be_.rope(kv.data(), n, 1, hd, pos.data(), rope, false);
   bf16(kv);
   be_.fake_quant_fp8(kv.data(), n, hd, c_.fp8_block);
-  V41Floats& ring = st.rings[l];
-  check(!ring.empty(), "dspark: stage ring is empty (draft before any forward)");
+  check(st.fixed.size() > 0, "dspark: stage ring is empty (draft before any forward)");
   std::vector<float> pool((W + n) * hd);
-  std::copy_n(ring.data(), W * hd, pool.data());
+  for (int64_t i = 0; i < W; ++i) std::copy_n(st.ring_row(l, i), hd, pool.data() + i * hd);
   std::copy_n(kv.data(), n * hd, pool.data() + W * hd);
   const int64_t K = W + n;
   std::vector<int32_t> idx(n * K, -1);
@@ -686,6 +737,12 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
     pos[i] = P + i;
     image[i] = image_token_id >= 0 && ids[i] == image_token_id;
   }
+  if (st.fixed.size() == 0) {  // the first token: rings and carries (scores start at -inf)
+    st.fixed.resize(st.fixed_rows);
+    for (int64_t l = 0; l < c_.n_layers; ++l)
+      for (int64_t r = 0; st.carry_row[l] >= 0 && r < c_.compress_ratios[l]; ++r)
+        std::fill_n(st.fixed.row(st.carry_row[l] + c_.compress_ratios[l] + r), c_.head_dim, kNegInf);
+  }
   selection_.assign(c_.n_layers, {});
   selection_k_.assign(c_.n_layers, 0);
   candidates_.clear();
@@ -800,10 +857,8 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
       be_.rope(kv.data(), m, 1, hd, pos.data(), rope_main_.freqs(), false);
       bf16(kv);
       be_.fake_quant_fp8(kv.data(), m, hd, c_.fp8_block);
-      V41Floats& ring = st.rings[l];
-      if (ring.empty()) ring.assign(W * hd, 0.0f);
       if (row0) st.ring_from[l] = row0;
-      for (int64_t i = 0; i < m; ++i) std::copy_n(kv.data() + i * hd, hd, ring.data() + (pos[i] % W) * hd);
+      for (int64_t i = 0; i < m; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(l, pos[i] % W));
     }
   }
   st.length_ += n;
@@ -818,12 +873,23 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
     check(id >= 0 && id < c_.vocab_size, "forward: token id ", id, " is outside the vocabulary (", c_.vocab_size, ")");
   const int64_t T = static_cast<int64_t>(batch.token_ids.size()), D = c_.dim, V = c_.vocab_size;
   for (int32_t r : batch.logit_rows) check(r >= 0 && r < T, "forward: logit row ", r, " is outside the batch");
+  // The blocks this batch adds, per pool, must be free before any state changes.
+  std::vector<V41SequenceState*> states(num);
+  std::map<BlockPool*, int64_t> need;
+  for (int64_t s = 0; s < num; ++s) {
+    auto* st = states[s] = dynamic_cast<V41SequenceState*>(batch.states[s]);
+    check(st != nullptr, "forward: sequence ", s, " has no DeepSeek-V4.1 state");
+    check(batch.seq_start[s] <= batch.seq_start[s + 1], "forward: seq_start is not ascending at sequence ", s);
+    const int64_t bb = st->pool().block_bytes(), L = st->length();
+    need[&st->pool()] += blocks_for(L + batch.seq_start[s + 1] - batch.seq_start[s], bb) - blocks_for(L, bb);
+  }
+  for (auto [pool, k] : need)
+    check(pool->capacity() == 0 || pool->used() + k <= pool->capacity(), "forward: state memory exhausted: ", k,
+          " more blocks needed, ", pool->capacity() - pool->used(), " of ", pool->capacity(), " free");
   std::vector<float> normed(batch.logit_rows.size() * D);
   for (int64_t s = 0; s < num; ++s) {
-    auto* st = dynamic_cast<V41SequenceState*>(batch.states[s]);
-    check(st != nullptr, "forward: sequence ", s, " has no DeepSeek-V4.1 state");
+    V41SequenceState* st = states[s];
     const int64_t b = batch.seq_start[s], e = batch.seq_start[s + 1];
-    check(b <= e, "forward: seq_start is not ascending at sequence ", s);
     if (e == b) continue;
     std::vector<int64_t> want, slots;
     for (size_t i = 0; i < batch.logit_rows.size(); ++i)

@@ -14,6 +14,7 @@
 #include "model/causal_lm.h"
 #include "model/deepseek_v41/v41_config.h"
 #include "model/deepseek_v41/v41_engram.h"
+#include "model/paged_rows.h"
 #include "model/rope.h"
 #include "ops/ops.h"
 
@@ -58,26 +59,37 @@ struct V41Block {
   V41Linear markov_head, confidence;
 };
 
-// Per-sequence state (spec §6.1): a window ring per layer and DSpark stage, compressed rows + index
-// keys per KV source, the ratio-2 carry, the Engram history.
+// Per-sequence state (spec §6.1). Everything sized by the window or the sequence lives in PagedRows
+// over one BlockPool: `fixed` holds the window ring of every layer and DSpark stage (ring l = rows
+// [l*window, (l+1)*window)) followed by the ratio>1 carries (kv rows then score rows, [ratio, head_dim]
+// each, at carry_row[layer]), allocated on the first token; each KV source's compressed rows and index
+// keys grow with the sequence. The Engram history (at most max_ngram-1 ids) stays a small vector.
 class V41SequenceState final : public SequenceState {
  public:
   struct Source {
-    V41Floats ckv, ik;           // [rows, head_dim], [rows, index_head_dim]
-    V41Floats kv_carry, score_carry;  // ratio > 1: [ratio, head_dim] fp32 of the unfinished group
-    int64_t rows = 0;
+    PagedRows ckv, ik;  // [rows, head_dim], [rows, index_head_dim]
   };
-  V41SequenceState(int64_t blocks, int64_t window, int64_t head_dim);
+  V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c);
   int64_t length() const override { return length_; }
-  int64_t bytes() const override;
+  int64_t bytes() const override { return blocks() * pool_->block_bytes(); }
   void reset() override;
+  int64_t blocks() const;  // pool blocks held
+  BlockPool& pool() const { return *pool_; }
 
+  float* ring_row(int64_t ring, int64_t slot) { return fixed.row(ring * window_ + slot); }
+  // Contiguous copies (tests, inspection): ring [window, head_dim] in slot order, a source's rows.
+  V41Floats ring(int64_t layer) const;
+  static V41Floats floats(const PagedRows& rows);
+
+  std::shared_ptr<BlockPool> pool_;  // declared first: outlives the rows below
   int64_t length_ = 0;
-  std::vector<V41Floats> rings;     // [blocks][window * head_dim]
-  std::vector<Source> sources;      // indexed by layer (empty for non-sources)
-  std::vector<int64_t> engram_hist; // compressed ids (or DEAD) of the last max_ngram-1 positions
-  std::vector<int64_t> ring_from;   // per ring: first position it holds (> 0 after a compact replay)
-  int64_t last_ik_owner = -1;       // last KV source that wrote index keys (reference emulation only)
+  PagedRows fixed;                   // rings then carries; empty until the first token
+  int64_t fixed_rows = 0;
+  std::vector<int64_t> carry_row;    // per layer: first carry row in `fixed` (-1: none)
+  std::vector<Source> sources;       // indexed by layer (empty for non-sources)
+  std::vector<int64_t> engram_hist;  // compressed ids (or DEAD) of the last max_ngram-1 positions
+  std::vector<int64_t> ring_from;    // per ring: first position it holds (> 0 after a compact replay)
+  int64_t last_ik_owner = -1;        // last KV source that wrote index keys (reference emulation only)
   int64_t window_, head_dim_;
 };
 
@@ -97,6 +109,13 @@ class V41Model final : public CausalLM {
   int64_t vocab_size() const override { return c_.vocab_size; }
   std::unique_ptr<SequenceState> new_sequence() const override;
   void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+
+  // State memory: sequences allocate fixed-size blocks from the pool set when they were created
+  // (initially the model's own unlimited pool of 16384-byte blocks).
+  int64_t state_block_bytes() const { return pool_->block_bytes(); }
+  void set_state_pool(std::shared_ptr<BlockPool> pool);
+  // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
+  int64_t state_blocks_for(int64_t tokens) const;
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
@@ -148,6 +167,7 @@ class V41Model final : public CausalLM {
   void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
   void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
   const ops::RopeFreqs rope_for(int64_t l) const;
+  int64_t blocks_for(int64_t tokens, int64_t block_bytes) const;
 
   V41Config c_;
   ops::Backend& be_;
@@ -156,6 +176,7 @@ class V41Model final : public CausalLM {
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;
   std::unique_ptr<EngramHasher> engram_;
+  std::shared_ptr<BlockPool> pool_;
 
   // per-forward shared results of sources (reference's shared_attn), for the sequence being run
   std::vector<std::vector<int32_t>> selection_;  // per index source layer: [n, topk] raw positions or -1
