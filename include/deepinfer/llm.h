@@ -25,8 +25,7 @@ struct EngineConfig {
   int max_num_batched_tokens = 0;         // 0: DEEPINFER_MAX_NUM_BATCHED_TOKENS
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
   int64_t state_memory_bytes = -1;        // -1: DEEPINFER_STATE_MEMORY_MB; 0: unlimited
-  int64_t num_state_blocks = 0;           // >0: exact block budget (overrides the bytes)
-  int state_block_tokens = 0;             // 0: DEEPINFER_STATE_BLOCK_TOKENS
+  int64_t num_state_blocks = 0;           // >0: exact budget in the model's state blocks (overrides the bytes)
   std::optional<bool> async_scheduling;   // default: DEEPINFER_ASYNC_SCHEDULING
   std::optional<bool> batch_invariant;    // default: DEEPINFER_BATCH_INVARIANT
   uint64_t seed = 0;                      // seeds requests that have no seq_seed

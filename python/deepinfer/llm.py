@@ -34,14 +34,14 @@ class LLM:
 
     Engine arguments: max_model_len, max_num_seqs, max_num_batched_tokens, async_scheduling
     (default DEEPINFER_ASYNC_SCHEDULING), batch_invariant (default DEEPINFER_BATCH_INVARIANT),
-    state_memory_bytes / num_state_blocks / state_block_tokens (state budget), seed.
+    state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size), seed.
     """
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, seed: int = 0,
                  max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
-                 num_state_blocks: Optional[int] = None, state_block_tokens: Optional[int] = None,
+                 num_state_blocks: Optional[int] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -49,7 +49,7 @@ class LLM:
         config = dict(tokenizer=tokenizer, seed=seed, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
-                      num_state_blocks=num_state_blocks, state_block_tokens=state_block_tokens)
+                      num_state_blocks=num_state_blocks)
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})
         self.llm_engine = LLMEngine(self._engine)  # request-level API (add_request, abort_request, step)
         self._next_id = 0

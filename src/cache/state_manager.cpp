@@ -6,9 +6,11 @@
 
 namespace deepinfer::cache {
 
-StateManager::StateManager(const model::CausalLM& model, int64_t num_blocks, int block_tokens)
-    : model_(model), total_blocks_(num_blocks), block_tokens_(block_tokens) {
-  check(block_tokens > 0, "state block size must be positive, got ", block_tokens);
+StateManager::StateManager(model::CausalLM& model, int64_t num_blocks)
+    : model_(model),
+      total_blocks_(num_blocks),
+      pool_(std::make_shared<BlockPool>(model.state_block_bytes(), num_blocks)) {
+  model.set_state_pool(pool_);
 }
 
 bool StateManager::reserve(int64_t id, int64_t tokens) {

@@ -1,8 +1,8 @@
-// The state manager: owns every sequence's model state and accounts for it in fixed-size blocks
-// of tokens drawn from one budget. The scheduler asks it to reserve room before a sequence
-// advances; when the budget is spent, the scheduler preempts a sequence (release + recompute).
-// Block accounting is logical: the model's SequenceState objects hold the actual arrays, and
-// released states are kept for reuse so their memory is recycled (docs/engine.md).
+// The state manager: owns every sequence's model state, which lives in fixed-size blocks of one
+// BlockPool sized by the memory budget. The scheduler asks it to reserve a sequence's blocks before
+// the sequence advances (the model says exactly how many a length takes); when the budget is spent,
+// the scheduler preempts a sequence (release + recompute). Released states return their blocks to
+// the pool when they are reset, and the state objects are kept for reuse (docs/engine.md).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,14 +15,13 @@ namespace deepinfer::cache {
 
 class StateManager {
  public:
-  // num_blocks <= 0: unlimited.
-  StateManager(const model::CausalLM& model, int64_t num_blocks, int block_tokens);
+  // Creates the pool of num_blocks blocks (<= 0: unlimited) and hands it to the model.
+  StateManager(model::CausalLM& model, int64_t num_blocks);
 
-  int block_tokens() const { return block_tokens_; }
   int64_t total_blocks() const { return total_blocks_; }
   int64_t free_blocks() const { return total_blocks_ <= 0 ? INT64_MAX : total_blocks_ - used_blocks_; }
   int64_t used_blocks() const { return used_blocks_; }
-  int64_t blocks_for(int64_t tokens) const { return (tokens + block_tokens_ - 1) / block_tokens_; }
+  int64_t blocks_for(int64_t tokens) const { return model_.state_blocks_for(tokens); }
   bool can_ever_hold(int64_t tokens) const { return total_blocks_ <= 0 || blocks_for(tokens) <= total_blocks_; }
 
   // Makes sure sequence `id` holds blocks for `tokens` tokens; false (nothing changes) if the
@@ -45,7 +44,7 @@ class StateManager {
   };
   const model::CausalLM& model_;
   int64_t total_blocks_;
-  int block_tokens_;
+  std::shared_ptr<BlockPool> pool_;
   int64_t used_blocks_ = 0;
   std::unordered_map<int64_t, Entry> seqs_;
   std::vector<std::unique_ptr<model::SequenceState>> retiring_, spare_;

@@ -22,12 +22,11 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_MAX_NUM_SEQS", "256", "default for max_num_seqs: sequences in one step"},
       {"DEEPINFER_MAX_NUM_BATCHED_TOKENS", "2048", "default for max_num_batched_tokens: tokens in one step"},
       {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},
-      {"DEEPINFER_STATE_BLOCK_TOKENS", "16", "tokens per state block (the unit of state accounting)"},
       {"DEEPINFER_HF_MODEL_DIR", "", "local folder holding the model named by a repo id (skips the HF cache and download)"},
       {"DEEPINFER_HF_ENDPOINT", "", "hub URL for downloads (default: HF_ENDPOINT, else https://huggingface.co)"},
       // Features of the original DeepInfer (seeds); read by the speculative and YOCO paths.
-      {"DEEPINFER_ENABLE_MTP_VARLEN", "0", "1: DSpark variable-length drafting with confidence-scheduled verification"},
-      {"DEEPINFER_USE_NEXTN_DECODE", "5", "maximum draft length of MTP/DSpark decoding"},
+      {"DEEPINFER_ENABLE_MTP_VARLEN", "0", "1: DSpark variable-length drafting with confidence-scheduled verification (defined; the verification loop is not built yet)"},
+      {"DEEPINFER_USE_NEXTN_DECODE", "5", "maximum draft length of MTP/DSpark decoding (defined; not read yet)"},
       {"DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", "", "compact: decoder SWA bounded replay (V4.1 default setting)"},
       {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "140", "suffix kept by SWA bounded replay (must cover window + max backtrack)"},
   };

@@ -16,7 +16,6 @@ EngineOptions resolve_options(const EngineConfig& c) {
   o.max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : static_cast<int>(env_int("DEEPINFER_MAX_NUM_SEQS"));
   o.max_num_batched_tokens = c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens
                                                           : static_cast<int>(env_int("DEEPINFER_MAX_NUM_BATCHED_TOKENS"));
-  o.state_block_tokens = c.state_block_tokens > 0 ? c.state_block_tokens : static_cast<int>(env_int("DEEPINFER_STATE_BLOCK_TOKENS"));
   o.num_state_blocks = c.num_state_blocks;
   o.async_scheduling = c.async_scheduling.value_or(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
   o.batch_invariant = c.batch_invariant.value_or(env_bool("DEEPINFER_BATCH_INVARIANT"));
@@ -103,7 +102,7 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
     : model_(std::move(model)),
       codec_(std::move(codec)),
       options_(std::move(options)),
-      states_(*model_, options_.num_state_blocks, options_.state_block_tokens),
+      states_(*model_, options_.num_state_blocks),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
                   options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
                  states_),
@@ -245,6 +244,9 @@ std::unique_ptr<Engine::Job> Engine::drop_unresolvable(std::unique_ptr<Job> job)
 }
 
 void Engine::launch(std::unique_ptr<Job> job) {
+  // No forward is in flight when a job launches: states released by scheduling (preemption) give
+  // their pool blocks back now, before this forward allocates the blocks reserved in their place.
+  states_.recycle();
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
   b.token_ids.clear();

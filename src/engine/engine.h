@@ -25,8 +25,7 @@ struct EngineOptions {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int64_t max_model_len = 4096;
-  int64_t num_state_blocks = 0;           // <= 0: unlimited
-  int state_block_tokens = 16;
+  int64_t num_state_blocks = 0;           // blocks of model->state_block_bytes(); <= 0: unlimited
   bool async_scheduling = true;
   bool batch_invariant = false;
   uint64_t seed = 0;                      // seeds requests without seq_seed
@@ -61,6 +60,7 @@ class Engine {
   bool has_unfinished() const;
 
   const EngineOptions& options() const { return options_; }
+  int64_t state_block_bytes() const { return model_->state_block_bytes(); }
   const TextCodec* codec() const { return codec_.get(); }
   model::CausalLM& model() { return *model_; }
   EngineStats stats() const;

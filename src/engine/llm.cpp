@@ -80,18 +80,6 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& j) {
   return out;
 }
 
-// Measures what one state block costs: one probe sequence of a block's worth of tokens.
-int64_t probe_bytes_per_block(model::CausalLM& m, int block_tokens) {
-  auto st = m.new_sequence();
-  model::ForwardBatch b;
-  b.token_ids.assign(block_tokens, 0);
-  b.seq_start = {0, block_tokens};
-  b.states = {st.get()};
-  std::vector<float> logits;
-  m.forward(b, logits);
-  return std::max<int64_t>(1, st->bytes());
-}
-
 std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
                                             std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
                                             const nlohmann::json& model_config) {
@@ -104,7 +92,7 @@ std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> mod
   if (o.num_state_blocks <= 0) {
     int64_t bytes = config.state_memory_bytes >= 0 ? config.state_memory_bytes
                                                    : env_int("DEEPINFER_STATE_MEMORY_MB") << 20;
-    if (bytes > 0) o.num_state_blocks = cache::blocks_for_budget(bytes, probe_bytes_per_block(*model, o.state_block_tokens));
+    if (bytes > 0) o.num_state_blocks = cache::blocks_for_budget(bytes, model->state_block_bytes());
   }
   return std::make_unique<engine::Engine>(std::move(model), std::move(codec), o);
 }

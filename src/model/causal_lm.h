@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/block_pool.h"
+
 namespace deepinfer::model {
 
 // Per-sequence model state (V4: window rings, compressed rows, indexer keys, compressor carry).
@@ -33,6 +35,14 @@ class CausalLM {
   virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
   // Advances every state by its tokens and writes logits [logit_rows.size(), vocab] (row-major fp32).
   virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+
+  // State memory comes in fixed-size blocks of one pool (the engine sizes it by its memory budget).
+  virtual int64_t state_block_bytes() const = 0;
+  // Sequences created afterwards draw their blocks from `pool` (block size state_block_bytes()).
+  virtual void set_state_pool(std::shared_ptr<BlockPool> pool) = 0;
+  // Exactly how many blocks one sequence holds once it has consumed `tokens` tokens (monotone), so a
+  // scheduler can reserve before a forward and the forward never runs out.
+  virtual int64_t state_blocks_for(int64_t tokens) const = 0;
 };
 
 }  // namespace deepinfer::model

@@ -90,7 +90,6 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "max_model_len", c.max_model_len);
   get(d, "state_memory_bytes", c.state_memory_bytes);
   get(d, "num_state_blocks", c.num_state_blocks);
-  get(d, "state_block_tokens", c.state_block_tokens);
   if (d.contains("async_scheduling") && !d["async_scheduling"].is_none()) c.async_scheduling = d["async_scheduling"].cast<bool>();
   if (d.contains("batch_invariant") && !d["batch_invariant"].is_none()) c.batch_invariant = d["batch_invariant"].cast<bool>();
   get(d, "seed", c.seed);
@@ -183,6 +182,7 @@ PYBIND11_MODULE(_core, m) {
         d["max_num_seqs"] = o.max_num_seqs;
         d["max_num_batched_tokens"] = o.max_num_batched_tokens;
         d["num_state_blocks"] = o.num_state_blocks;
+        d["state_block_bytes"] = llm.engine().state_block_bytes();
         d["eos_token_ids"] = o.eos_token_ids;
         return d;
       });

@@ -28,8 +28,8 @@ EngineOptions opts(bool async = true) {
   return o;
 }
 
-std::unique_ptr<Engine> make(EngineOptions o, int32_t poison = -1, bool codec = true) {
-  return std::make_unique<Engine>(std::make_unique<HashLM>(97, poison),
+std::unique_ptr<Engine> make(EngineOptions o, int32_t poison = -1, bool codec = true, int tokens_per_block = 16) {
+  return std::make_unique<Engine>(std::make_unique<HashLM>(97, poison, -1, tokens_per_block),
                                   codec ? std::make_unique<LetterCodec>() : nullptr, o);
 }
 
@@ -132,9 +132,8 @@ TEST(Engine, ChunkedPrefillGivesIdenticalOutputsAndMixesSequences) {
 TEST(Engine, PreemptionUnderATinyBudgetGivesIdenticalOutputs) {
   for (bool async : {false, true}) {
     EngineOptions tiny = opts(async);
-    tiny.state_block_tokens = 4;
-    tiny.num_state_blocks = 50;  // the longest request (157 + 19 tokens) needs 44
-    auto e = make(tiny);
+    tiny.num_state_blocks = 50;  // 4 tokens a block: the longest request (157 + 19 tokens) needs 44
+    auto e = make(tiny, -1, true, 4);
     for (int i = 0; i < 12; ++i) {
       SamplingParams p = i % 2 ? seeded(100 + i, 8 + i) : greedy(8 + i);
       if (i % 3 == 0) p.logprobs = 3;
@@ -207,7 +206,7 @@ TEST(Engine, BatchInvariantModeChunksEachSequenceIndependently) {
   EXPECT_EQ(chunks(0), chunks(3));
   // Directly: a 200-token prompt is fed in chunks ending at multiples of 64, whatever the budget.
   HashLM lm;
-  cache::StateManager sm(lm, 0, 16);
+  cache::StateManager sm(lm, 0);
   Scheduler s({16, 100, 512, true, 64}, sm);
   Request r;
   r.prompt = prompt_of(9, 200);
@@ -442,9 +441,8 @@ TEST(Engine, LogprobsAndPromptLogprobsMatchTheModel) {
 TEST(Engine, ASequenceOutgrowingTheWholeBudgetEndsWithLength) {
   for (bool async : {false, true}) {
     EngineOptions o = opts(async);
-    o.state_block_tokens = 4;
-    o.num_state_blocks = 10;  // 40 tokens in all
-    auto e = make(o);
+    o.num_state_blocks = 10;  // 4 tokens a block: 40 tokens in all
+    auto e = make(o, -1, true, 4);
     e->add_request(Prompt::from_ids(prompt_of(1, 10)), greedy(100), "big");
     e->add_request(Prompt::from_ids(prompt_of(2, 6)), greedy(5), "small");
     auto out = run(*e);
@@ -498,10 +496,9 @@ TEST(Engine, SoakThousandMixedRequestsAllFinishWithTheRightCounts) {
   EngineOptions o = opts();
   o.max_num_seqs = 64;
   o.max_num_batched_tokens = 256;
-  o.state_block_tokens = 8;
-  o.num_state_blocks = 300;  // tight: forces preemption now and then
+  o.num_state_blocks = 300;  // 8 tokens a block, tight: forces preemption now and then
   o.eos_token_ids = {3};
-  auto e = make(o);
+  auto e = make(o, -1, true, 8);
   std::mt19937 g(99);
   std::map<std::string, SamplingParams> params;
   std::map<std::string, RequestOutput> out;

@@ -14,27 +14,46 @@
 
 namespace deepinfer::testing {
 
+// Holds one pool block per `tokens_per_block` tokens consumed, as a real model's state would.
 class HashState : public model::SequenceState {
  public:
+  HashState(std::shared_ptr<BlockPool> pool, int tokens_per_block) : pool_(std::move(pool)), tpb_(tokens_per_block) {}
+  ~HashState() override { reset(); }
   int64_t length() const override { return static_cast<int64_t>(chunks_total); }
-  int64_t bytes() const override { return 64 + 16 * chunks_total; }
+  int64_t bytes() const override { return static_cast<int64_t>(blocks_.size()) * pool_->block_bytes(); }
   void reset() override {
     hash = 0x1234;
     chunks_total = 0;
     chunk_sizes.clear();
+    for (void* b : blocks_) pool_->release(b);
+    blocks_.clear();
+  }
+  void grow() {  // after consuming tokens: the blocks this length takes
+    while (static_cast<int64_t>(blocks_.size()) * tpb_ < chunks_total) blocks_.push_back(pool_->allocate());
   }
   uint64_t hash = 0x1234;
   int64_t chunks_total = 0;
   std::vector<int32_t> chunk_sizes;       // how the engine fed this sequence
+
+ private:
+  std::shared_ptr<BlockPool> pool_;
+  int tpb_;
+  std::vector<void*> blocks_;
 };
 
 class HashLM : public model::CausalLM {
  public:
   // poison: a token that makes forward() throw; nan_after: a token after which the logits are NaN.
-  explicit HashLM(int64_t vocab = 97, int32_t poison = -1, int32_t nan_after = -1)
-      : vocab_(vocab), poison_(poison), nan_after_(nan_after) {}
+  // tokens_per_block: how many tokens one state block of the pool holds.
+  explicit HashLM(int64_t vocab = 97, int32_t poison = -1, int32_t nan_after = -1, int tokens_per_block = 16)
+      : vocab_(vocab), poison_(poison), nan_after_(nan_after), tpb_(tokens_per_block) {}
   int64_t vocab_size() const override { return vocab_; }
-  std::unique_ptr<model::SequenceState> new_sequence() const override { return std::make_unique<HashState>(); }
+  std::unique_ptr<model::SequenceState> new_sequence() const override {
+    return std::make_unique<HashState>(pool_, tpb_);
+  }
+  int64_t state_block_bytes() const override { return 64; }
+  void set_state_pool(std::shared_ptr<BlockPool> pool) override { pool_ = std::move(pool); }
+  int64_t state_blocks_for(int64_t tokens) const override { return (tokens + tpb_ - 1) / tpb_; }
 
   // The logits after a history with this hash: a spread of values in [-4, 4).
   static float logit(uint64_t hash, int64_t v) {
@@ -54,6 +73,7 @@ class HashLM : public model::CausalLM {
       for (int32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
         st->hash = next_hash(st->hash, b.token_ids[i]);
         ++st->chunks_total;
+        st->grow();
         while (row < b.logit_rows.size() && b.logit_rows[row] == i) {
           for (int64_t v = 0; v < vocab_; ++v)
             logits[row * vocab_ + v] = b.token_ids[i] == nan_after_ ? NAN : logit(st->hash, v);
@@ -79,6 +99,8 @@ class HashLM : public model::CausalLM {
   int64_t vocab_;
   int32_t poison_;
   int32_t nan_after_;
+  int tpb_;
+  std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>(64, 0);
 };
 
 // Token t is 1-3 lowercase letters; tokens 90/91 are the two halves of "é" (a UTF-8 split).

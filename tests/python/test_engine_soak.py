@@ -22,7 +22,7 @@ def workload():
 
 def test_thousand_requests_finish_right_and_match_an_unpressured_run():
     prompts, params = workload()
-    tight = LLM(str(GOLDENS / "tiny-a"), num_state_blocks=60, state_block_tokens=16, max_num_seqs=64)
+    tight = LLM(str(GOLDENS / "tiny-a"), num_state_blocks=60, max_num_seqs=64)
     outs = tight.generate(prompts, params, use_tqdm=False)
     assert tight.stats()["preemptions"] > 0
     for o, sp in zip(outs, params):

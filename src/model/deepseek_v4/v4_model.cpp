@@ -46,6 +46,15 @@ V4Model::V4Model(V4Config config, V4Weights weights, ops::Backend& backend, bool
     : config_(std::move(config)), w_(std::move(weights)), be_(backend), simulate_quant_(simulate_quant) {
   rope_main_ = make_rope_table(config_.rope_main, config_.rope_dim);
   rope_compress_ = make_rope_table(config_.rope_compress, config_.rope_dim);
+  pool_ = std::make_shared<BlockPool>(default_block_bytes(), 0);
+}
+
+int64_t V4Model::default_block_bytes() const {
+  int64_t widest = config_.head_dim;
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    if (config_.compress_ratio[l] == 4) widest = std::max(widest, 2 * config_.head_dim);
+  const int64_t bytes = 16 * widest * static_cast<int64_t>(sizeof(float));
+  return (bytes + 63) / 64 * 64;
 }
 
 std::unique_ptr<SequenceState> V4Model::new_sequence() const {

@@ -18,8 +18,6 @@ namespace deepinfer::model {
 // FP8 KV, FP4 indexer): kAuto = on exactly when the checkpoint has a quantization_config.
 enum class QuantSimulation { kAuto, kOn, kOff };
 
-constexpr int64_t kDefaultStateBlockBytes = 16384;
-
 struct V4LoadOptions {
   QuantSimulation quant_simulation = QuantSimulation::kAuto;
 };
@@ -35,9 +33,10 @@ class V4Model final : public CausalLM {
 
   const V4Config& config() const { return config_; }
   // State memory: sequences created after set_state_pool draw their blocks from `pool`.
-  int64_t state_block_bytes() const { return pool_->block_bytes(); }
-  void set_state_pool(std::shared_ptr<BlockPool> pool) { pool_ = std::move(pool); }
-  int64_t state_blocks_for(int64_t tokens) const;
+  int64_t state_block_bytes() const override { return pool_->block_bytes(); }
+  int64_t default_block_bytes() const;  // 16 rows of the widest state row (a CSA carry row)
+  void set_state_pool(std::shared_ptr<BlockPool> pool) override { pool_ = std::move(pool); }
+  int64_t state_blocks_for(int64_t tokens) const override;
   bool simulates_quantization() const { return simulate_quant_; }
   // Test hook: when set, forward() stores the streams entering each layer ([T, hc, D] each) and the
   // final normalized hidden state ([T, D]) as the last entry.
@@ -57,7 +56,7 @@ class V4Model final : public CausalLM {
   ops::Backend& be_;
   bool simulate_quant_;
   RopeTableData rope_main_, rope_compress_;
-  std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>(kDefaultStateBlockBytes, 0);
+  std::shared_ptr<BlockPool> pool_;  // until the engine installs one: unlimited, default_block_bytes()
 };
 
 }  // namespace deepinfer::model

@@ -112,10 +112,10 @@ class V41Model final : public CausalLM {
 
   // State memory: sequences allocate fixed-size blocks from the pool set when they were created
   // (initially the model's own unlimited pool of 16384-byte blocks).
-  int64_t state_block_bytes() const { return pool_->block_bytes(); }
-  void set_state_pool(std::shared_ptr<BlockPool> pool);
+  int64_t state_block_bytes() const override { return pool_->block_bytes(); }
+  void set_state_pool(std::shared_ptr<BlockPool> pool) override;
   // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
-  int64_t state_blocks_for(int64_t tokens) const;
+  int64_t state_blocks_for(int64_t tokens) const override;
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
