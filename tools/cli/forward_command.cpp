@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "command.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -17,41 +18,6 @@ constexpr const char* kUsage =
     "Writes `logits` (F32, [S, vocab]) for every input position: one prefill by default; with --chunk N\n"
     "a prefill in chunks of N tokens continuing the state; with --decode-after P a prefill of the first\n"
     "P tokens, then one token at a time.\n";
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t end = text.find(',', i);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(i, end - i);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX, "--input-ids: '", item,
-          "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
-    i = end + 1;
-  }
-  check(!ids.empty(), "--input-ids: no token ids given");
-  return ids;
-}
-
-int64_t parse_positive(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(used == text.size() && v > 0, flag, ": expected a positive integer, got '", text, "'");
-  return v;
-}
 
 int run_forward(const std::vector<std::string>& args) {
   std::string model_dir, output, ids_text;
@@ -74,7 +40,8 @@ int run_forward(const std::vector<std::string>& args) {
   check(!model_dir.empty() && !ids_text.empty() && !output.empty(), "--model, --input-ids and --output are required\n",
         kUsage);
   check(!(chunk && decode_after), "--chunk and --decode-after exclude each other");
-  std::vector<int32_t> ids = parse_ids(ids_text);
+  std::vector<int32_t> ids = parse_token_ids("--input-ids", ids_text);
+  check(!ids.empty(), "--input-ids: no token ids given");
   const int64_t S = static_cast<int64_t>(ids.size());
   check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " input ids");
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "args.h"
 #include "command.h"
 #include "core/error.h"
 #include "deepinfer/llm.h"
@@ -25,25 +26,6 @@ const char* kUsage =
     "  --chat renders each --prompt as a user message (DeepSeek chat format); --thinking: thinking mode.\n"
     "  --temperature 0 is greedy. --json prints one object per prompt:\n"
     "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\"}\n";
-
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    check(used == item.size(), "--prompt-ids: '", item, "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  return ids;
-}
 
 std::string read_file(const std::string& flag, const std::string& path) {
   std::ifstream in(path);
@@ -100,7 +82,7 @@ int run_generate(const std::vector<std::string>& args) {
     };
     if (a == "--model") config.model = v;
     else if (a == "--prompt") prompts.push_back(Prompt::from_text(v));
-    else if (a == "--prompt-ids") prompts.push_back(Prompt::from_ids(parse_ids(v)));
+    else if (a == "--prompt-ids") prompts.push_back(Prompt::from_ids(parse_token_ids(a, v)));
     else if (a == "--max-tokens") params.max_tokens = number([](auto& s) { return std::stoi(s); });
     else if (a == "--temperature") params.temperature = number([](auto& s) { return std::stof(s); });
     else if (a == "--top-p") params.top_p = number([](auto& s) { return std::stof(s); });

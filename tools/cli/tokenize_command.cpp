@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "args.h"
 #include "command.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -26,27 +27,6 @@ const char* kUsage =
     "       deepinfer tokenize --tokenizer PATH [--add-special-tokens] --jsonl < lines\n"
     "PATH is a tokenizer.json file or a folder holding one. --text - reads stdin.\n"
     "--jsonl: each stdin line is a JSON string; prints {\"ids\":[...],\"text\":decode(ids),\"skip\":decode(ids, skip special)}.\n";
-
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    std::string part = s.substr(i, j - i);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check(used == part.size() && !part.empty() && v >= 0 && v <= INT32_MAX, "--decode: '", part, "' is not a token id");
-    ids.push_back(int32_t(v));
-    i = j + 1;
-  }
-  return ids;
-}
 
 int run(const std::vector<std::string>& args) {
   std::string path, text, decode;
@@ -70,7 +50,7 @@ int run(const std::vector<std::string>& args) {
   check(int(have_text) + int(have_decode) + int(jsonl) == 1, "give exactly one of --text, --decode, --jsonl\n", kUsage);
   Tokenizer tok = Tokenizer::load(path);
   if (have_decode) {
-    auto ids = parse_ids(decode);
+    auto ids = deepinfer::cli::parse_token_ids("--decode", decode);
     for (int32_t id : ids) check(id < tok.vocab_size(), "--decode: id ", id, " >= vocab size ", tok.vocab_size());
     std::string out = tok.decode(ids, skip_special);
     std::fwrite(out.data(), 1, out.size(), stdout);
