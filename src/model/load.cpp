@@ -1,10 +1,10 @@
 #include "model/load.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_file.h"
 #include "model/deepseek_v4/v4_model.h"
 #include "model/deepseek_v41/v41_model.h"
 
@@ -15,13 +15,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir) {
   check(fs::is_directory(dir), "model: '", dir, "' is not a folder");
   const std::string config_path = dir + "/config.json";
   check(fs::exists(config_path), "model: '", dir, "' has no config.json");
-  std::ifstream in(config_path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(config_path, ": not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = read_json_file(config_path);
   const std::string type = j.value("model_type", "");
   if (type == "deepseek_v4") return V4Model::load(dir);
   if (type == "deepseek_v41") return V41Model::load(dir);

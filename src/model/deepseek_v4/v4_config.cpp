@@ -1,10 +1,10 @@
 #include "model/deepseek_v4/v4_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace deepinfer::model {
 namespace {
@@ -218,14 +218,7 @@ V4Config V4Config::from_json(const json& j) {
 }
 
 V4Config V4Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  check(in.good(), "config: cannot open ", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path, ": not valid JSON (", e.what(), ")");
-  }
+  const json j = read_json_file(path);
   try {
     return from_json(j);
   } catch (const Error& e) {
