@@ -2,7 +2,9 @@
 // prints each next to its floor: max(bytes / measured copy bandwidth, FLOPs / measured GEMM rate).
 // Both ceilings are measured first on the device itself. Inputs are random (never zeros) and the
 // weights rotate among copies whose total exceeds the L2, so the timings are not L2-resident.
-//   bench_cuda_ops [--quick]
+//   bench_cuda_ops [--quick | --attention | --profile]
+//   --attention: the ceilings, then sparse_attention only (every kernel variant, t64/256/1024)
+//   --profile:   one t1024 launch of each sparse_attention variant, nothing else (for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -89,6 +91,8 @@ void report(const std::string& op, const std::string& shape, double ms, double b
 
 int main(int argc, char** argv) try {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
+  const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
   const int reps = quick ? 10 : 50;
   if (!deepinfer::cuda::device_available()) {
     std::printf("bench_cuda_ops: no CUDA device, skipped\n");
@@ -101,37 +105,40 @@ int main(int argc, char** argv) try {
   std::mt19937 rng(12345);
   const size_t l2 = static_cast<size_t>(prop.l2CacheSize);
 
-  // ---- ceilings measured here
-  const size_t copy_bytes = size_t{2} << 30;
-  float* c0 = dev_random<float>(copy_bytes / 4, rng);
-  float* c1 = nullptr;
-  ck(cudaMalloc(&c1, copy_bytes), "cudaMalloc");
-  double copy_ms = time_ms(be, [&](int) {
-    ck(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(be.stream())), "copy");
-  }, 20);
-  const double bw = 2.0 * copy_bytes / (copy_ms * 1e-3);  // bytes read + written
-  cudaFree(c0);
-  cudaFree(c1);
-  const int64_t G = 8192;
-  float* ga = dev_random<float>(G * G, rng);
-  float* gb = dev_random<float>(G * G, rng);
-  float* gc = nullptr;
-  ck(cudaMalloc(&gc, G * G * 4), "cudaMalloc");
-  double sgemm_ms = time_ms(be, [&](int) { be.linear(ga, G, G, gb, G, gc); }, quick ? 3 : 10, 2);
-  const double fp32_rate = 2.0 * G * G * G / (sgemm_ms * 1e-3);
-  auto* ha = dev_random<uint16_t>(G * G, rng);
-  auto* hb = dev_random<uint16_t>(G * G, rng);
-  double hgemm_ms = time_ms(be, [&](int) { be.linear_bf16(ha, G, G, hb, G, gc); }, 10, 2);
-  const double bf16_rate = 2.0 * G * G * G / (hgemm_ms * 1e-3);
-  cudaFree(ga); cudaFree(gb); cudaFree(ha); cudaFree(hb); cudaFree(gc);
-  std::printf("ceilings: copy %.2f TB/s (read+write), fp32 GEMM %.1f TFLOP/s, bf16 GEMM %.1f TFLOP/s (8192^3)\n",
-              bw / 1e12, fp32_rate / 1e12, bf16_rate / 1e12);
+  // ---- ceilings measured here (skipped by --profile)
+  double bw = 1, fp32_rate = 1, bf16_rate = 1;
+  if (!profile) {
+    const size_t copy_bytes = size_t{2} << 30;
+    float* c0 = dev_random<float>(copy_bytes / 4, rng);
+    float* c1 = nullptr;
+    ck(cudaMalloc(&c1, copy_bytes), "cudaMalloc");
+    double copy_ms = time_ms(be, [&](int) {
+      ck(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(be.stream())), "copy");
+    }, 20);
+    bw = 2.0 * copy_bytes / (copy_ms * 1e-3);  // bytes read + written
+    cudaFree(c0);
+    cudaFree(c1);
+    const int64_t G = 8192;
+    float* ga = dev_random<float>(G * G, rng);
+    float* gb = dev_random<float>(G * G, rng);
+    float* gc = nullptr;
+    ck(cudaMalloc(&gc, G * G * 4), "cudaMalloc");
+    double sgemm_ms = time_ms(be, [&](int) { be.linear(ga, G, G, gb, G, gc); }, quick ? 3 : 10, 2);
+    fp32_rate = 2.0 * G * G * G / (sgemm_ms * 1e-3);
+    auto* ha = dev_random<uint16_t>(G * G, rng);
+    auto* hb = dev_random<uint16_t>(G * G, rng);
+    double hgemm_ms = time_ms(be, [&](int) { be.linear_bf16(ha, G, G, hb, G, gc); }, 10, 2);
+    bf16_rate = 2.0 * G * G * G / (hgemm_ms * 1e-3);
+    cudaFree(ga); cudaFree(gb); cudaFree(ha); cudaFree(hb); cudaFree(gc);
+    std::printf("ceilings: copy %.2f TB/s (read+write), fp32 GEMM %.1f TFLOP/s, bf16 GEMM %.1f TFLOP/s (8192^3)\n",
+                bw / 1e12, fp32_rate / 1e12, bf16_rate / 1e12);
+  }
 
   // ---- linear: decode/prefill rows against V4-Flash projections (hidden 4096)
   struct KN { int64_t k, n; };
   const std::vector<KN> kns = {{4096, 512}, {4096, 1024}, {4096, 4096}, {2048, 4096}};
   const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 256} : std::vector<int64_t>{1, 8, 32, 128, 256};
-  for (KN kn : kns) {
+  for (KN kn : (attention_only || profile) ? std::vector<KN>{} : kns) {
     const size_t wbytes = kn.k * kn.n * 4;
     const int copies = static_cast<int>(std::max<size_t>(2, (4 * l2 + wbytes - 1) / wbytes));
     std::vector<float*> w(copies);
@@ -166,7 +173,7 @@ int main(int argc, char** argv) try {
   const int64_t heads = 64, dim = 512, k = 640, pool_rows = 65536;
   float* pool = dev_random<float>(pool_rows * dim, rng);
   float* sink = dev_random<float>(heads, rng);
-  for (int64_t tokens : quick ? std::vector<int64_t>{64, 1024} : std::vector<int64_t>{64, 256, 1024}) {
+  for (int64_t tokens : quick || profile ? std::vector<int64_t>{1024} : std::vector<int64_t>{64, 256, 1024}) {
     float* q = dev_random<float>(tokens * heads * dim, rng);
     float* out = nullptr;
     ck(cudaMalloc(&out, tokens * heads * dim * 4), "cudaMalloc");
@@ -184,12 +191,28 @@ int main(int argc, char** argv) try {
     double bytes = 4.0 * (2 * tokens * heads * dim + unique * dim + tokens * k + heads);
     double flops = 4.0 * tokens * heads * k * dim;  // q.k and p.v, one FMA = 2 FLOPs each
     std::string shape = "t" + std::to_string(tokens) + " h64 d512 k640";
-    for (bool grouped : {false, true}) {
-      be.set_attention_head_groups(grouped);
+    struct Variant { int kind; const char* name; };
+    const Variant variants[] = {{CudaBackend::kAttnPerHead, "sparse_attn per-head"},
+                                {CudaBackend::kAttnGrouped, "sparse_attn 8-head grp"},
+                                {CudaBackend::kAttnTiled2, "sparse_attn tiled 2hx4w"},
+                                {CudaBackend::kAttnTiled4x4, "sparse_attn tiled 4hx4w"},
+                                {CudaBackend::kAttnAuto, "sparse_attn tiled 4hx8w"}};
+    for (const Variant& v : variants) {
+      be.set_attention_kernel(v.kind);
+      if (profile) {  // one launch each, for ncu
+        be.sparse_attention(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, out);
+        be.synchronize();
+        continue;
+      }
       double t = time_ms(be, [&](int) {
         be.sparse_attention(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, out);
       }, reps);
-      report(grouped ? "sparse_attn 8-head grp" : "sparse_attn per-head", shape, t, bytes, flops, bw, fp32_rate);
+      report(v.name, shape, t, bytes, flops, bw, fp32_rate);
+    }
+    be.set_attention_kernel(CudaBackend::kAttnAuto);
+    if (attention_only || profile) {
+      cudaFree(q); cudaFree(out); cudaFree(didx);
+      continue;
     }
     double t = time_ms(be, [&](int) {
       be.sparse_attention_online(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, 64, out);

@@ -160,9 +160,9 @@ TEST_F(CudaBackendTest, Rope) {
 
 TEST_F(CudaBackendTest, SparseAttention) {
   struct Case { int64_t tokens, heads, dim, pool_rows, k; };
-  // dim 512 takes the vectorized kernel, 72 the generic one.
+  // dims 128..512 (steps of 128) take the vectorized kernels (tiled when heads % 8 == 0), 72 the generic one.
   for (Case c : {Case{8, 4, 512, 300, 37}, Case{4, 64, 512, 2048, 640}, Case{5, 16, 256, 500, 45},
-                 Case{6, 3, 72, 100, 21}}) {
+                 Case{3, 32, 384, 200, 50}, Case{2, 8, 128, 64, 16}, Case{6, 3, 72, 100, 21}}) {
     auto q = uniform(c.tokens * c.heads * c.dim), pool = uniform(c.pool_rows * c.dim), sink = uniform(c.heads);
     std::vector<int32_t> idx(c.tokens * c.k);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1));
@@ -175,19 +175,21 @@ TEST_F(CudaBackendTest, SparseAttention) {
                            ref.data());
     Dev<float> dq(q), dpool(pool), dsink(sink);
     Dev<int32_t> didx(idx);
-    for (bool grouped : {true, false}) {
+    using CB = cuda::CudaBackend;
+    const char* names[] = {"", " per-head", " grouped", " tiled2", " tiled4x4"};
+    for (int kind : {CB::kAttnAuto, CB::kAttnPerHead, CB::kAttnGrouped, CB::kAttnTiled2, CB::kAttnTiled4x4}) {
       Dev<float> dout(ref.size());
-      gpu_->set_attention_head_groups(grouped);
+      gpu_->set_attention_kernel(kind);
       gpu_->sparse_attention(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), didx.get(), c.k, dsink.get(), scale,
                              dout.get());
       auto got = dout.host();
       for (int64_t i = (c.tokens - 1) * c.heads * c.dim; i < static_cast<int64_t>(got.size()); ++i)
         ASSERT_EQ(got[i], 0.0f) << "a row with no valid index gives 0";
       std::string what = "sparse_attention h" + std::to_string(c.heads) + " d" + std::to_string(c.dim) + " k" +
-                         std::to_string(c.k) + (grouped ? "" : " per-head");
+                         std::to_string(c.k) + names[kind];
       expect_close(got, ref, what.c_str());
     }
-    gpu_->set_attention_head_groups(true);
+    gpu_->set_attention_kernel(CB::kAttnAuto);
   }
 }
 

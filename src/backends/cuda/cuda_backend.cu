@@ -324,6 +324,175 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kern
   }
 }
 
+// Tiled path (run 4): one block per (token, W * HPW heads), W warps of HPW heads each. The gathered
+// rows pass through shared memory in stages of kTiledStageRows rows, fetched with cp.async
+// S - 1 stages ahead of their use, after the token's indices were copied to shared memory
+// once; empty indices (-1) and rows past k are zero-filled and masked. Runs 1-3 left the gather
+// unpipelined (each row waited for its index, then its own L2/DRAM round trip, before the next was
+// issued), which held every earlier kernel near 7 ms. Per sub-tile of R = 32 / HPW rows, each lane
+// forms 32 partial dots (R rows x HPW heads over its 4 * NV channels, q from shared memory: in
+// registers it spilled at NV 4), one transposing butterfly leaves lane L with the full score of
+// (head L / R, row L % R), the online softmax runs once per sub-tile and each staged float4 feeds HPW
+// heads in both the dot and the P.V update (HPW 4: 16 FMAs per 16-byte shared-memory read).
+constexpr int kTiledStageRows = 16;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int NV, int HPW, int W, int S>
+__global__ void __launch_bounds__(W * 32, 1) sparse_attention_tiled_kernel(
+    const float* __restrict__ q, int64_t heads, const float* __restrict__ pool, const int32_t* __restrict__ idx,
+    int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
+  constexpr int R = 32 / HPW, SR = kTiledStageRows, V4 = 32 * NV, G = W * HPW, THREADS = W * 32;
+  constexpr int64_t dim = 128 * NV;
+  static_assert(HPW * R == 32 && SR % R == 0 && (SR * V4) % THREADS == 0, "tile shape");
+  extern __shared__ float4 smem4[];
+  float4* tiles = smem4;                                                       // [S][SR][V4]
+  float4* q_s = smem4 + S * SR * V4;                                          // [W][HPW][V4]
+  int32_t* idx_s = reinterpret_cast<int32_t*>(smem4 + S * SR * V4 + G * V4);  // [ntiles * SR]
+  const int64_t groups = heads / G;
+  const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * G;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int my_h = lane / R, my_r = lane % R;  // the (head, row) whose score this lane ends up holding
+  const int32_t* it = idx + t * k;
+  const int64_t ntiles = (k + SR - 1) / SR;
+  for (int64_t j = threadIdx.x; j < ntiles * SR; j += THREADS) idx_s[j] = j < k ? it[j] : -1;
+  __syncthreads();
+  auto load_stage = [&](int64_t tile) {
+    float4* dst = tiles + (tile % S) * (SR * V4);
+#pragma unroll
+    for (int n = 0; n < SR * V4 / THREADS; ++n) {
+      const int e = threadIdx.x + n * THREADS, r = e / V4, c = e % V4;
+      const int32_t row = idx_s[tile * SR + r];
+      const float4* src = reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row < 0 ? 0 : row) * dim) + c;
+      cp_async16(dst + r * V4 + c, src, row >= 0);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < ntiles) load_stage(s);
+    cp_async_commit();
+  }
+  float4 acc[HPW][NV];
+  float m[HPW], l[HPW];  // identical in every lane
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const float4* qv = reinterpret_cast<const float4*>(q + ((t * heads) + h0 + warp * HPW + hh) * dim);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      q_s[(warp * HPW + hh) * V4 + lane + 32 * i] = qv[lane + 32 * i];  // read back by this warp only
+      acc[hh][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    m[hh] = -kInf;
+    l[hh] = 0.0f;
+  }
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    cp_async_wait<S - 2>();  // this thread's copies of `tile` have landed
+    __syncthreads();         // everyone's have, and the buffer refilled next is no longer read
+    if (tile + S - 1 < ntiles) load_stage(tile + S - 1);
+    cp_async_commit();
+    const float4* tl = tiles + (tile % S) * (SR * V4);
+#pragma unroll 1
+    for (int sub = 0; sub < SR / R; ++sub) {
+      const float4* tr = tl + sub * (R * V4);
+      const int64_t j0 = tile * SR + sub * R;
+      float d[32];  // d[hh * R + r]: this lane's partial of <q_hh, row r>
+#pragma unroll
+      for (int e = 0; e < 32; ++e) d[e] = 0.0f;
+#pragma unroll 1  // q from shared memory, one channel slice at a time (q in registers spilled at NV 4)
+      for (int i = 0; i < NV; ++i) {
+        float4 qv[HPW];
+#pragma unroll
+        for (int hh = 0; hh < HPW; ++hh) qv[hh] = q_s[(warp * HPW + hh) * V4 + lane + 32 * i];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float4 v = tr[r * V4 + lane + 32 * i];
+#pragma unroll
+          for (int hh = 0; hh < HPW; ++hh)
+            d[hh * R + r] =
+                fmaf(qv[hh].x, v.x, fmaf(qv[hh].y, v.y, fmaf(qv[hh].z, v.z, fmaf(qv[hh].w, v.w, d[hh * R + r]))));
+        }
+      }
+      transpose_reduce_stage<16>(d, lane);
+      transpose_reduce_stage<8>(d, lane);
+      transpose_reduce_stage<4>(d, lane);
+      transpose_reduce_stage<2>(d, lane);
+      transpose_reduce_stage<1>(d, lane);
+      const bool valid = idx_s[j0 + my_r] >= 0;  // false past k too
+      const float sc = valid ? scale * d[0] : -kInf;
+      float tm = sc;  // the sub-tile's max per head, over the R lanes of that head
+#pragma unroll
+      for (int o = R / 2; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, tm, o);
+        tm = tm < w ? w : tm;
+      }
+      float corr[HPW], mine = 0.0f;
+#pragma unroll
+      for (int hh = 0; hh < HPW; ++hh) {
+        const float th = __shfl_sync(0xffffffffu, tm, hh * R);
+        const float mn = m[hh] < th ? th : m[hh];
+        corr[hh] = mn == -kInf ? 1.0f : expf(m[hh] - mn);  // nothing valid yet: keep the zeros
+        m[hh] = mn;
+        if (hh == my_h) mine = mn;
+      }
+      const float p = valid ? expf(sc - mine) : 0.0f;
+      float ps = p;
+#pragma unroll
+      for (int o = R / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+#pragma unroll
+      for (int hh = 0; hh < HPW; ++hh) {
+        l[hh] = l[hh] * corr[hh] + __shfl_sync(0xffffffffu, ps, hh * R);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+          acc[hh][i].x *= corr[hh];
+          acc[hh][i].y *= corr[hh];
+          acc[hh][i].z *= corr[hh];
+          acc[hh][i].w *= corr[hh];
+        }
+      }
+      // Empty rows are zero-filled and have p = 0, so they add +0 (no branch).
+#pragma unroll 2
+      for (int r = 0; r < R; ++r) {
+        float4 v[NV];
+#pragma unroll
+        for (int i = 0; i < NV; ++i) v[i] = tr[r * V4 + lane + 32 * i];
+#pragma unroll
+        for (int hh = 0; hh < HPW; ++hh) {
+          const float pr = __shfl_sync(0xffffffffu, p, hh * R + r);
+#pragma unroll
+          for (int i = 0; i < NV; ++i) {
+            acc[hh][i].x = fmaf(pr, v[i].x, acc[hh][i].x);
+            acc[hh][i].y = fmaf(pr, v[i].y, acc[hh][i].y);
+            acc[hh][i].z = fmaf(pr, v[i].z, acc[hh][i].z);
+            acc[hh][i].w = fmaf(pr, v[i].w, acc[hh][i].w);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    const int64_t h = h0 + warp * HPW + hh;
+    const float sk = sink[h];
+    const float M = sk < m[hh] ? m[hh] : sk;
+    const float f = m[hh] == -kInf ? 0.0f : expf(m[hh] - M);
+    const float g = f / (l[hh] * f + expf(sk - M));
+    float4* o = reinterpret_cast<float4*>(out + (t * heads + h) * dim);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      o[lane + 32 * i] = make_float4(acc[hh][i].x * g, acc[hh][i].y * g, acc[hh][i].z * g, acc[hh][i].w * g);
+  }
+}
+
 // Any dim: q and the warps' accumulators in dynamic shared memory [(1 + warps) * dim].
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kernel(
     const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
@@ -686,7 +855,7 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   int max_smem_optin = 48 * 1024;
-  bool attention_head_groups = true;
+  int attention_kernel = kAttnAuto;
 };
 
 CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
@@ -707,7 +876,8 @@ CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
-void CudaBackend::set_attention_head_groups(bool on) { impl_->attention_head_groups = on; }
+void CudaBackend::set_attention_head_groups(bool on) { impl_->attention_kernel = on ? kAttnAuto : kAttnPerHead; }
+void CudaBackend::set_attention_kernel(int kind) { impl_->attention_kernel = kind; }
 
 void* CudaBackend::stream() const { return impl_->stream; }
 void* CudaBackend::cublas_handle() const { return impl_->blas; }
@@ -758,6 +928,45 @@ void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const
   check_launch("rope_kernel");
 }
 
+// Stages in flight for the tiled kernel: 3 with 8 warps (one block per SM), 2 with 4 warps (two blocks).
+constexpr int tiled_stages(int warps) { return warps == 8 ? 3 : 2; }
+
+template <int NV, int HPW, int W>
+void launch_tiled(int max_smem, unsigned grid, size_t smem, cudaStream_t st, const float* q, int64_t heads,
+                  const float* pool, const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
+  constexpr int S = tiled_stages(W);
+  static bool raised = false;  // the dynamic shared-memory limit, raised once per instantiation
+  if (!raised) {
+    check_cuda(cudaFuncSetAttribute(sparse_attention_tiled_kernel<NV, HPW, W, S>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem),
+               "cudaFuncSetAttribute(sparse_attention_tiled_kernel)");
+    raised = true;
+  }
+  sparse_attention_tiled_kernel<NV, HPW, W, S><<<grid, W * 32, smem, st>>>(q, heads, pool, idx, k, sink, scale, out);
+}
+
+// Launches the tiled kernel with HPW heads per warp and W warps when the shape fits; false otherwise.
+template <int HPW, int W>
+bool launch_tiled_nv(int max_smem, cudaStream_t st, const float* q, int64_t tokens, int64_t heads, int64_t dim,
+                     const float* pool, const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
+  constexpr int G = HPW * W;
+  if (heads % G != 0) return false;
+  const int64_t ntiles = (k + kTiledStageRows - 1) / kTiledStageRows;
+  const size_t smem = (static_cast<size_t>(tiled_stages(W)) * kTiledStageRows + G) * dim * sizeof(float) +
+                      static_cast<size_t>(ntiles) * kTiledStageRows * sizeof(int32_t);
+  if (smem > static_cast<size_t>(max_smem)) return false;
+  const unsigned grid = static_cast<unsigned>(tokens * (heads / G));
+  switch (dim / 128) {
+    case 1: launch_tiled<1, HPW, W>(max_smem, grid, smem, st, q, heads, pool, idx, k, sink, scale, out); break;
+    case 2: launch_tiled<2, HPW, W>(max_smem, grid, smem, st, q, heads, pool, idx, k, sink, scale, out); break;
+    case 3: launch_tiled<3, HPW, W>(max_smem, grid, smem, st, q, heads, pool, idx, k, sink, scale, out); break;
+    case 4: launch_tiled<4, HPW, W>(max_smem, grid, smem, st, q, heads, pool, idx, k, sink, scale, out); break;
+    default: return false;
+  }
+  check_launch("sparse_attention_tiled_kernel");
+  return true;
+}
+
 void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                    const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
   check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && tokens * heads <= INT32_MAX, "sparse_attention");
@@ -767,7 +976,20 @@ void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads
   const int threads = kAttnWarps * 32;
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = dim % 128 == 0 && dim <= 1024 && aligned16(q) && aligned16(pool) && aligned16(out);
-  if (vec && impl_->attention_head_groups && heads % kAttnGroupHeads == 0 && dim <= 512) {
+  const int kind = impl_->attention_kernel;
+  // Tiled kernels (the default): stages of gathered rows, q and the token's indices in shared memory.
+  if (vec && dim <= 512 && k > 0 && (kind == kAttnAuto || kind >= kAttnTiled2)) {
+    const int mx = impl_->max_smem_optin;
+    cudaStream_t st = impl_->stream;
+    if (kind == kAttnAuto &&
+        launch_tiled_nv<4, 8>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out))
+      return;
+    if (kind != kAttnTiled2 &&
+        launch_tiled_nv<4, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out))
+      return;
+    if (launch_tiled_nv<2, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out)) return;
+  }
+  if (vec && kind != kAttnPerHead && heads % kAttnGroupHeads == 0 && dim <= 512) {
     const unsigned ggrid = static_cast<unsigned>(tokens * (heads / kAttnGroupHeads));
     switch (dim / 128) {
       case 1: sparse_attention_grouped_kernel<1><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;

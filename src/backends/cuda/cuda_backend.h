@@ -53,9 +53,16 @@ class CudaBackend final : public ops::Backend {
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation.
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
 
-  // sparse_attention kernel choice (default on): one block per (token, 8 heads) sharing the gathered
-  // rows through shared memory, when heads % 8 == 0 and dim is 128..512 in steps of 128; off = one
-  // block per (token, head). For tests and benchmarks.
+  // sparse_attention kernel choice, for tests and benchmarks. kAttnAuto (default): the tiled kernel
+  // (gathered rows staged once per block in shared memory, cp.async-pipelined; 32, 16 or 8 heads per
+  // block) when dim is 128..512 in steps of 128 and heads % 8 == 0, else the per-head kernel.
+  // kAttnPerHead: one block per (token, head). kAttnGrouped: the run-3 8-head kernel (unpipelined
+  // gather). kAttnTiled2 / kAttnTiled4x4: the tiled kernel with 2 heads per warp and 4 warps, or 4
+  // heads per warp and 4 warps (auto takes 4 heads per warp and 8 warps when heads % 32 == 0). A choice
+  // that does not fit the shape falls back along tiled -> grouped -> per-head -> generic.
+  enum : int { kAttnAuto = 0, kAttnPerHead = 1, kAttnGrouped = 2, kAttnTiled2 = 3, kAttnTiled4x4 = 4 };
+  void set_attention_kernel(int kind);
+  // true = kAttnAuto, false = kAttnPerHead.
   void set_attention_head_groups(bool on);
 
   void synchronize();           // waits for the stream; throws on any pending asynchronous error
