@@ -1,5 +1,7 @@
 #include "model/weight_loader.h"
 
+#include <unistd.h>
+
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -63,6 +65,23 @@ std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int6
     return out;
   }
   return ckpt_.read_f32(wname, {n, k});
+}
+
+void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,
+                          int64_t available_bytes) {
+  if (available_bytes <= 0) available_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  double need = 0;
+  for (const std::string& name : ckpt.names()) {
+    bool skip = false;
+    for (const std::string& m : mapped) skip = skip || name.find(m) != std::string::npos;
+    if (skip) continue;
+    const io::TensorView& t = ckpt.get(name);
+    need += static_cast<double>(t.numel()) * (t.dtype == DType::I8 || t.dtype == DType::U8 ? 2 : 1) * sizeof(float);
+  }
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  check(need <= 0.9 * static_cast<double>(available_bytes), ckpt.path(), ": the CPU backend needs about ",
+        static_cast<int64_t>(need / kGiB * 10) / 10.0, " GiB for these weights as fp32, more than this machine's ",
+        static_cast<int64_t>(available_bytes / kGiB * 10) / 10.0, " GiB allow (the CUDA backend is for full-size models)");
 }
 
 }  // namespace deepinfer::model

@@ -35,4 +35,11 @@ class WeightLoader {
   std::function<std::string(const std::string&)> translate_;
 };
 
+// The CPU backend holds weights as fp32 (FP4-packed I8 tensors unpack to two values a byte); tables
+// named in `mapped` (e.g. V4.1's Engram, read row by row from the map) stay out. Throws a clear Error
+// when that exceeds 90% of `available_bytes` (default: the machine's physical memory), instead of
+// letting the process be killed halfway through loading.
+void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped = {},
+                          int64_t available_bytes = 0);
+
 }  // namespace deepinfer::model

@@ -233,3 +233,21 @@ TEST(V4CheckpointFormats, MissingScaleTensorIsNamed) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+TEST(V4CheckpointFormats, AModelTooLargeForTheCpuBackendIsAClearError) {
+  io::Checkpoint ck = io::Checkpoint::open(kTinyA);
+  model::check_fits_in_memory(ck);  // the tiny model fits this machine
+  try {
+    model::check_fits_in_memory(ck, {}, 1 << 20);  // but not 1 MiB
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GiB for these weights as fp32"), std::string::npos) << e.what();
+  }
+  model::check_fits_in_memory(ck, {"layers."}, 1 << 20);  // without the mapped layers it fits again
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -430,6 +430,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits) {
 std::unique_ptr<V4Model> V4Model::load(const std::string& dir, const V4LoadOptions& options) {
   V4Config config = V4Config::from_file(dir + "/config.json");
   io::Checkpoint ckpt = io::Checkpoint::open(dir);
+  check_fits_in_memory(ckpt);
   // A checkpoint saved by transformers carries the "model." prefix; read it through the name map.
   const bool hf_names = ckpt.contains("model.embed_tokens.weight");
   std::function<std::string(const std::string&)> names = transformers_name;

@@ -236,6 +236,7 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir) {
   V41Config c = V41Config::from_file(dir + "/config.json");
   auto m = std::make_unique<V41Model>(c, ops::cpu_backend());
   m->ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open(dir));
+  check_fits_in_memory(*m->ckpt_, {"engram.embed."});  // Engram tables stay memory-mapped
   WeightLoader w(*m->ckpt_, c.fp8_block, c.fp8_block, [](const std::string& n) { return n; });
   m->embed_ = w.floats("embed.weight", {c.vocab_size, c.dim});
   m->head_ = w.floats("head.weight", {c.vocab_size, c.dim});
