@@ -1,13 +1,15 @@
 // Grammar compile time and per-token mask time of deepinfer::structured on the V3 vocabulary.
 // Usage: structured_bench [cases.json] [repeats]  (run from the repo root). Prints one JSON line
-// per case: compile_ms (median of repeats), mask_us median / p99 / max along the case's real
-// token sequence (tokenized by deepinfer_tokenizer), tokens.
+// per case: compile_ms (median of repeats; token classification runs on the CPU thread pool,
+// DEEPINFER_CPU_THREADS), mask_us median / p99 / max along the case's real token sequence
+// (tokenized by deepinfer_tokenizer), tokens, threads.
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_pool.h"
 #include "structured/structured.h"
 #include "test_vocab.h"
 #include "tokenizer/tokenizer.h"
@@ -56,7 +58,8 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json out = {{"name", c["name"]}, {"engine", "deepinfer"}, {"compile_ms", pct(compile_ms, 0.5)},
                                   {"mask_us_median", pct(mask_us, 0.5)}, {"mask_us_p99", pct(mask_us, 0.99)},
                                   {"mask_us_max", pct(mask_us, 1.0)}, {"tokens", ids.size()},
-                                  {"masks", g->num_masks()}, {"mask_mib", g->memory_bytes() / 1048576.0}};
+                                  {"masks", g->num_masks()}, {"mask_mib", g->memory_bytes() / 1048576.0},
+                                  {"threads", deepinfer::cpu_thread_count()}};
     std::cout << out.dump() << std::endl;
   }
 }

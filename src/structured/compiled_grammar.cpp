@@ -1,56 +1,163 @@
 #include <algorithm>
+#include <atomic>
 #include <bitset>
 #include <map>
+#include <span>
 #include <string_view>
 
+#include "core/thread_pool.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
 
 namespace {
 
-// Classifies every text token for one scanable node, in the node's rule only (parents unknown):
-// accepted = consumed entirely inside the rule; uncertain = fails after the rule could complete
-// (the parent decides); otherwise rejected. Walks the sorted vocab reusing the parser's sets for
-// the common prefix with the previous token and skipping whole trie subtrees on failure.
 // Fast path: greedily look for one derivation of the whole token that stays inside the rule of
 // `node` (entering and leaving sub-rules, never completing the rule itself). Finding one proves
 // the token is accepted in any context; failing proves nothing (the Earley walk decides).
-bool greedy_accepts(const Automaton& a, uint32_t node, const std::string& tok) {
-  uint32_t stack[16];
-  int depth = 0;
-  for (size_t i = 0; i < tok.size();) {
-    const uint8_t b = static_cast<uint8_t>(tok[i]);
-    uint32_t t = a.step(node, b);
-    if (t != UINT32_MAX) {
-      node = t;
-      ++i;
+// The walk is deterministic byte by byte, so consecutive sorted tokens resume from the state after
+// their common prefix: one state per byte of the current token, the sub-rule stack kept as a
+// persistent list (entries made after a resumed position are dropped with it).
+class GreedyWalk {
+ public:
+  GreedyWalk(const Automaton& a, uint32_t node) : a_(a) {
+    states_.push_back({node, kNone, 0, 0});
+  }
+
+  // lcp: bytes tok shares with the previous token passed (the sorted vocab's lcp_prev).
+  bool accepts(std::string_view tok, size_t lcp) {
+    size_t l = std::min(lcp, ok_len_);
+    State s = states_[l];
+    links_.resize(s.links);
+    ok_len_ = l;
+    if (states_.size() < tok.size() + 1) states_.resize(tok.size() + 1);
+    for (size_t i = l; i < tok.size(); ++i) {
+      if (!step(s, static_cast<uint8_t>(tok[i]))) return false;
+      s.links = static_cast<uint32_t>(links_.size());
+      states_[i + 1] = s;
+      ok_len_ = i + 1;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct State {
+    uint32_t node, top;  // top: index into links_ of the innermost return target, or kNone
+    uint32_t depth;      // entries on the stack
+    uint32_t links;      // links_.size() when this state was made
+  };
+  struct Link {
+    uint32_t target, next;
+  };
+
+  bool step(State& s, uint8_t b) {
+    for (;;) {
+      uint32_t t = a_.step(s.node, b);
+      if (t != UINT32_MAX) {
+        s.node = t;
+        return true;
+      }
+      const FsmNode& n = a_.nodes[s.node];
+      if (a_.rule_perm[n.rule] >= 0) return false;  // member sets need the Earley walk
+      bool entered = false;
+      if (s.depth < 16) {
+        for (uint32_t e = n.ref_begin; e < n.ref_end; ++e) {
+          const RefEdge& r = a_.ref_edges[e];
+          const uint32_t start = a_.rule_start[r.rule];
+          if (a_.step(start, b) != UINT32_MAX) {
+            links_.push_back({r.target, s.top});
+            s.top = static_cast<uint32_t>(links_.size() - 1);
+            ++s.depth;
+            s.node = start;
+            entered = true;
+            break;
+          }
+        }
+      }
+      if (entered) continue;
+      if (n.accepting && s.top != kNone) {
+        s.node = links_[s.top].target;
+        s.top = links_[s.top].next;
+        --s.depth;
+        continue;
+      }
+      return false;
+    }
+  }
+
+  const Automaton& a_;
+  std::vector<State> states_;  // states_[k]: after the first k bytes of the last token
+  std::vector<Link> links_;
+  size_t ok_len_ = 0;  // states_[0..ok_len_] are valid
+};
+
+// Classifies the sorted tokens whose first byte is in [b_lo, b_hi) for one scanable node, in the
+// node's rule only (parents unknown): accepted = consumed entirely inside the rule; uncertain =
+// fails after the rule could complete (the parent decides); otherwise rejected. Walks the sorted
+// vocab reusing the parser's sets for the common prefix with the previous token and skipping
+// whole trie subtrees on failure.
+struct Classified {
+  std::vector<int32_t> accepted;   // ids
+  std::vector<int32_t> uncertain;  // sorted indices, ascending
+};
+
+void classify_range(const Automaton& a, const TokenVocab& vocab, uint32_t node, const std::bitset<256>& first,
+                    int32_t i_lo, int32_t i_hi, EarleyParser& p, Classified& out) {
+  p.reset(node);
+  GreedyWalk greedy(a, node);
+  std::string cur;          // the bytes currently pushed on the parser
+  std::string fail_prefix;  // bytes up to and including the last failing byte
+  bool fail_uncertain = false;
+  for (int32_t i = i_lo; i < i_hi;) {
+    const std::string_view tok = vocab.sorted_view(i);
+    const uint8_t b0 = static_cast<uint8_t>(tok[0]);
+    if (!first.test(b0)) {  // the node cannot read this first byte: rejected
+      i = vocab.first_byte_begin(b0 + 1);
       continue;
     }
-    const FsmNode& n = a.nodes[node];
-    if (a.rule_perm[n.rule] >= 0) return false;  // member sets need the Earley walk
-    bool entered = false;
-    for (uint32_t e = n.ref_begin; e < n.ref_end && depth < 16; ++e) {
-      const RefEdge& r = a.ref_edges[e];
-      if (a.step(a.rule_start[r.rule], b) != UINT32_MAX) {
-        stack[depth++] = r.target;
-        node = a.rule_start[r.rule];
-        entered = true;
-        break;
+    // The previous token walked is i - 1, or a token whose subtree ended at i, or one with
+    // another first byte: either way lcp_prev(i) bytes are shared.
+    if (greedy.accepts(tok, i == i_lo ? 0 : vocab.lcp_prev(i))) {
+      out.accepted.push_back(vocab.sorted_id(i++));
+      continue;
+    }
+    bool failed, uncertain;
+    if (!fail_prefix.empty() && tok.substr(0, fail_prefix.size()) == fail_prefix) {
+      failed = true;
+      uncertain = fail_uncertain;
+    } else {
+      size_t l = 0;
+      while (l < cur.size() && l < tok.size() && cur[l] == tok[l]) ++l;
+      p.pop_to(static_cast<int>(l));
+      cur.resize(l);
+      failed = false;
+      for (size_t k = l; k < tok.size(); ++k) {
+        if (!p.advance(static_cast<uint8_t>(tok[k]))) {
+          failed = true;
+          break;
+        }
+        cur += tok[k];
+      }
+      uncertain = failed && p.root_done_since_start();
+      if (failed) {
+        fail_prefix.assign(tok.substr(0, cur.size() + 1));
+        fail_uncertain = uncertain;
       }
     }
-    if (entered) continue;
-    if (n.accepting && depth > 0) {
-      node = stack[--depth];
+    if (!failed) {
+      out.accepted.push_back(vocab.sorted_id(i++));
       continue;
     }
-    return false;
+    // Every token extending this one fails at the same byte with the same outcome.
+    const int32_t skip = std::min(vocab.subtree_end(i), i_hi);
+    if (uncertain)
+      for (int32_t k = i; k < skip; ++k) out.uncertain.push_back(k);
+    i = skip;
   }
-  return true;
 }
 
-StateMask classify(const Automaton& a, const TokenVocab& vocab, uint32_t node, EarleyParser& p) {
-  StateMask m;
+std::bitset<256> first_bytes(const Automaton& a, uint32_t node, EarleyParser& p) {
   p.reset(node);
   std::bitset<256> first;
   for (const EarleyItem* it = p.begin(); it != p.end(); ++it) {
@@ -58,60 +165,28 @@ StateMask classify(const Automaton& a, const TokenVocab& vocab, uint32_t node, E
     for (uint32_t e = n.byte_begin; e < n.byte_end; ++e)
       for (int b = a.byte_edges[e].lo; b <= a.byte_edges[e].hi; ++b) first.set(b);
   }
-  std::vector<int32_t> accepted;
-  std::string cur;          // the bytes currently pushed on the parser
-  std::string fail_prefix;  // bytes up to and including the last failing byte
-  bool fail_uncertain = false;
-  for (int b = 0; b < 256; ++b) {
-    if (!first.test(b)) continue;
-    const int32_t end = vocab.first_byte_begin(b + 1);
-    for (int32_t i = vocab.first_byte_begin(b); i < end;) {
-      const std::string& tok = vocab.sorted_bytes(i);
-      if (greedy_accepts(a, node, tok)) {
-        accepted.push_back(vocab.sorted_id(i++));
-        continue;
-      }
-      bool failed, uncertain;
-      if (!fail_prefix.empty() && std::string_view(tok).substr(0, fail_prefix.size()) == fail_prefix) {
-        failed = true;
-        uncertain = fail_uncertain;
-      } else {
-        size_t l = 0;
-        while (l < cur.size() && l < tok.size() && cur[l] == tok[l]) ++l;
-        p.pop_to(static_cast<int>(l));
-        cur.resize(l);
-        failed = false;
-        for (size_t k = l; k < tok.size(); ++k) {
-          if (!p.advance(static_cast<uint8_t>(tok[k]))) {
-            failed = true;
-            break;
-          }
-          cur += tok[k];
-        }
-        uncertain = failed && p.root_done_since_start();
-        if (failed) {
-          fail_prefix.assign(tok, 0, cur.size() + 1);
-          fail_uncertain = uncertain;
-        }
-      }
-      if (!failed) {
-        accepted.push_back(vocab.sorted_id(i++));
-        continue;
-      }
-      // Every token extending this one fails at the same byte with the same outcome.
-      int32_t skip = vocab.subtree_end(i);
-      if (uncertain)
-        for (int32_t k = i; k < skip; ++k) m.uncertain.push_back(k);
-      i = skip;
-    }
+  return first;
+}
+
+StateMask make_mask(const Classified* begin, const Classified* end, size_t vocab_size) {
+  StateMask m;
+  size_t n_acc = 0, n_unc = 0;
+  std::span<const Classified> parts(begin, end);
+  for (const Classified& c : parts) {
+    n_acc += c.accepted.size();
+    n_unc += c.uncertain.size();
   }
-  const size_t words = (vocab.size() + 31) / 32;
-  if (accepted.size() > words) {
+  m.uncertain.reserve(n_unc);
+  for (const Classified& c : parts) m.uncertain.insert(m.uncertain.end(), c.uncertain.begin(), c.uncertain.end());
+  const size_t words = (vocab_size + 31) / 32;
+  if (n_acc > words) {
     m.accepted_bits.assign(words, 0);
-    for (int32_t id : accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
+    for (const Classified& c : parts)
+      for (int32_t id : c.accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
   } else {
-    std::sort(accepted.begin(), accepted.end());
-    m.accepted_ids = std::move(accepted);
+    m.accepted_ids.reserve(n_acc);
+    for (const Classified& c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c.accepted.begin(), c.accepted.end());
+    std::sort(m.accepted_ids.begin(), m.accepted_ids.end());
   }
   return m;
 }
@@ -128,15 +203,19 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
 // node is classified once (e.g. the UTF-8 continuation states of every string in a schema).
 std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
   const size_t n = a.nodes.size();
-  std::vector<uint32_t> cls(n);
+  std::vector<uint32_t> cls(n), next(n), sig, offset(n + 1);
   for (size_t i = 0; i < n; ++i) cls[i] = a.nodes[i].accepting;
+  size_t slots = 16;
+  while (slots < 2 * n) slots *= 2;
+  std::vector<uint32_t> table(slots);  // node + 1 of each distinct signature, 0 = empty
   size_t num = 0;
   while (true) {
-    std::map<std::vector<uint32_t>, uint32_t> ids;
-    std::vector<uint32_t> next(n);
+    // Signatures of all nodes in one buffer: class, byte edges (lo, hi, target class), refs.
+    sig.clear();
     for (size_t i = 0; i < n; ++i) {
+      offset[i] = static_cast<uint32_t>(sig.size());
       const FsmNode& nd = a.nodes[i];
-      std::vector<uint32_t> sig{cls[i]};
+      sig.push_back(cls[i]);
       for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) {
         const ByteEdge& b = a.byte_edges[e];
         sig.insert(sig.end(), {b.lo, b.hi, cls[b.target]});
@@ -144,25 +223,106 @@ std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
       sig.push_back(UINT32_MAX);
       for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e)
         sig.insert(sig.end(), {a.ref_edges[e].rule, cls[a.ref_edges[e].target]});
-      next[i] = ids.emplace(std::move(sig), static_cast<uint32_t>(ids.size())).first->second;
+    }
+    offset[n] = static_cast<uint32_t>(sig.size());
+    auto span_of = [&](size_t i) { return std::span<const uint32_t>(sig.data() + offset[i], offset[i + 1] - offset[i]); };
+    std::fill(table.begin(), table.end(), 0);
+    size_t ids = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const auto si = span_of(i);
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : si) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      size_t slot = (h ^ (h >> 31)) & (slots - 1);
+      for (;; slot = (slot + 1) & (slots - 1)) {
+        if (table[slot] == 0) {
+          table[slot] = static_cast<uint32_t>(i + 1);
+          next[i] = static_cast<uint32_t>(ids++);
+          break;
+        }
+        const auto sj = span_of(table[slot] - 1);
+        if (std::equal(si.begin(), si.end(), sj.begin(), sj.end())) {
+          next[i] = next[table[slot] - 1];
+          break;
+        }
+      }
     }
     cls.swap(next);
-    if (ids.size() == num) return cls;
-    num = ids.size();
+    if (ids == num) return cls;
+    num = ids;
   }
 }
 
+// Work for the parallel classification: one scanable node's tokens in sorted-vocab range [lo, hi).
+struct ClassifyWork {
+  uint32_t mask;
+  int32_t lo, hi;
+};
+constexpr int32_t kClassifyChunk = 4096;  // tokens (with a readable first byte) per work item
+
 void CompiledGrammar::build_masks() {
-  node_mask_.assign(automaton_.nodes.size(), -1);
-  std::vector<uint32_t> cls = equivalent_nodes(automaton_);
+  const Automaton& a = automaton_;
+  node_mask_.assign(a.nodes.size(), -1);
+  std::vector<uint32_t> cls = equivalent_nodes(a);
+  // Nodes of one rule in one class are interchangeable in any context (matcher's cache key).
+  canonical_.resize(a.nodes.size());
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> canon_of;
+  for (uint32_t n = 0; n < a.nodes.size(); ++n) canonical_[n] = canon_of.emplace(std::make_pair(a.nodes[n].rule, cls[n]), n).first->second;
   std::map<uint32_t, int32_t> mask_of_class;
-  EarleyParser p(&automaton_);
-  for (uint32_t n = 0; n < automaton_.nodes.size(); ++n) {
-    if (!automaton_.nodes[n].has_bytes()) continue;
-    auto [it, fresh] = mask_of_class.emplace(cls[n], static_cast<int32_t>(masks_.size()));
-    if (fresh) masks_.push_back(classify(automaton_, vocab_, n, p));
+  std::vector<uint32_t> reps;  // the node classified for each mask
+  for (uint32_t n = 0; n < a.nodes.size(); ++n) {
+    if (!a.nodes[n].has_bytes()) continue;
+    auto [it, fresh] = mask_of_class.emplace(cls[n], static_cast<int32_t>(reps.size()));
+    if (fresh) reps.push_back(n);
     node_mask_[n] = it->second;
   }
+  // Split every node's readable tokens into chunks; workers take chunks as they finish others.
+  EarleyParser p(&a);
+  std::vector<std::bitset<256>> first(reps.size());
+  std::vector<ClassifyWork> work;
+  for (uint32_t m = 0; m < reps.size(); ++m) {
+    first[m] = first_bytes(a, reps[m], p);
+    int32_t start = -1, count = 0, last = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (!first[m].test(b)) continue;
+      int32_t s = vocab_.first_byte_begin(b);
+      const int32_t e = vocab_.first_byte_begin(b + 1);
+      while (s < e) {
+        if (start < 0) start = s;
+        const int32_t take = std::min(e - s, kClassifyChunk - count);
+        s += take;
+        count += take;
+        if (count == kClassifyChunk) {
+          work.push_back({m, start, s});
+          start = -1;
+          count = 0;
+        }
+      }
+      last = e;
+    }
+    if (start >= 0) work.push_back({m, start, last});
+  }
+  // Waking the pool costs more than a few chunks of work: small grammars stay on this thread.
+  int64_t tokens = 0;
+  for (const ClassifyWork& w : work) tokens += w.hi - w.lo;
+  const int64_t workers = std::min<int64_t>(cpu_thread_count(), tokens / kClassifyChunk + 1);
+  std::vector<Classified> parts(work.size());
+  std::atomic<size_t> next{0};
+  parallel_for(workers, [&](int64_t, int64_t) {
+    EarleyParser wp(&a);
+    for (size_t w; (w = next.fetch_add(1)) < work.size();)
+      classify_range(a, vocab_, reps[work[w].mask], first[work[w].mask], work[w].lo, work[w].hi, wp, parts[w]);
+  });
+  std::vector<size_t> first_part(reps.size() + 1);  // mask m's parts: [first_part[m], first_part[m + 1])
+  for (size_t m = 0, w = 0; m <= reps.size(); ++m) {
+    while (w < work.size() && work[w].mask < m) ++w;
+    first_part[m] = w;
+  }
+  masks_.resize(reps.size());
+  next = 0;
+  parallel_for(workers, [&](int64_t, int64_t) {
+    for (size_t m; (m = next.fetch_add(1)) < reps.size();)
+      masks_[m] = make_mask(parts.data() + first_part[m], parts.data() + first_part[m + 1], vocab_.size());
+  });
 }
 
 size_t CompiledGrammar::memory_bytes() const {

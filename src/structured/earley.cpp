@@ -55,6 +55,33 @@ bool EarleyParser::may_take(uint32_t seen, uint32_t rule) const {
 uint32_t EarleyParser::take(uint32_t seen, uint32_t rule) {
   const int32_t m = a_->rule_member[rule];
   if (m < 0) return seen;
+  const uint64_t key = (uint64_t(seen) << 32) | uint32_t(m);
+  if (take_memo_.empty()) take_memo_.assign(64, {UINT64_MAX, 0});
+  size_t mask = take_memo_.size() - 1, slot = mix(seen, uint32_t(m), 0) & mask;
+  while (take_memo_[slot].first != UINT64_MAX) {
+    if (take_memo_[slot].first == key) return take_memo_[slot].second;
+    slot = (slot + 1) & mask;
+  }
+  const uint32_t id = intern_with(seen, m);
+  if (2 * (take_memo_used_ + 1) > take_memo_.size()) {  // grow, then find the slot again
+    std::vector<std::pair<uint64_t, uint32_t>> old(take_memo_.size() * 2, {UINT64_MAX, 0});
+    old.swap(take_memo_);
+    mask = take_memo_.size() - 1;
+    for (const auto& kv : old)
+      if (kv.first != UINT64_MAX) {
+        size_t t = mix(uint32_t(kv.first >> 32), uint32_t(kv.first), 0) & mask;
+        while (take_memo_[t].first != UINT64_MAX) t = (t + 1) & mask;
+        take_memo_[t] = kv;
+      }
+    slot = mix(seen, uint32_t(m), 0) & mask;
+    while (take_memo_[slot].first != UINT64_MAX) slot = (slot + 1) & mask;
+  }
+  take_memo_[slot] = {key, id};
+  ++take_memo_used_;
+  return id;
+}
+
+uint32_t EarleyParser::intern_with(uint32_t seen, int32_t m) {
   std::vector<uint64_t> s = seen_sets_[seen];
   if (s.size() <= size_t(m / 64)) s.resize(m / 64 + 1);
   s[m / 64] |= 1ull << (m % 64);
@@ -117,6 +144,10 @@ void EarleyParser::reset(uint32_t start_node) {
   done_any_.clear();
   seen_sets_.resize(1);
   seen_ids_.clear();
+  if (take_memo_used_) {
+    take_memo_.assign(take_memo_.size(), {UINT64_MAX, 0});
+    take_memo_used_ = 0;
+  }
   clear_index();
   add(start_node, kRootOrigin);
   close_set();

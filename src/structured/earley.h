@@ -45,6 +45,7 @@ class EarleyParser {
   // Perm rules: whether member rule `rule` may still follow `seen`, and the id of seen + it.
   bool may_take(uint32_t seen, uint32_t rule) const;
   uint32_t take(uint32_t seen, uint32_t rule);
+  uint32_t intern_with(uint32_t seen, int32_t member);
   bool has_required(int32_t perm, uint32_t seen) const;
 
   const Automaton* a_;
@@ -57,6 +58,9 @@ class EarleyParser {
   // Interned member sets of perm rules (append-only until reset: ids stay valid across pops).
   std::vector<std::vector<uint64_t>> seen_sets_{{}};
   std::map<std::vector<uint64_t>, uint32_t> seen_ids_;
+  // take() memo: (seen << 32 | member) -> id, open addressing (key UINT64_MAX = empty).
+  std::vector<std::pair<uint64_t, uint32_t>> take_memo_;
+  size_t take_memo_used_ = 0;
 };
 
 }  // namespace deepinfer::structured

@@ -231,6 +231,32 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
   return s0;
 }
 
+constexpr size_t kMaxTransEntries = size_t(1) << 22;  // 16 MiB of dense transitions at most
+
+void build_transition_table(Automaton& a) {
+  std::vector<uint8_t> cut(257, 0);  // cut[b]: a class starts at byte b
+  cut[0] = 1;
+  for (const ByteEdge& e : a.byte_edges) {
+    cut[e.lo] = 1;
+    cut[e.hi + 1] = 1;
+  }
+  uint32_t k = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (b > 0 && cut[b]) ++k;
+    a.byte_class[b] = static_cast<uint8_t>(k);
+  }
+  a.num_byte_classes = k + 1;
+  a.trans.clear();
+  if (a.nodes.size() * a.num_byte_classes > kMaxTransEntries) return;  // step() scans the edges
+  std::vector<uint32_t> trans(a.nodes.size() * a.num_byte_classes, UINT32_MAX);
+  for (size_t n = 0; n < a.nodes.size(); ++n)
+    for (uint32_t i = a.nodes[n].byte_begin; i < a.nodes[n].byte_end; ++i) {
+      const ByteEdge& e = a.byte_edges[i];
+      for (uint32_t c = a.byte_class[e.lo]; c <= a.byte_class[e.hi]; ++c) trans[n * a.num_byte_classes + c] = e.target;
+    }
+  a.trans = std::move(trans);
+}
+
 }  // namespace
 
 Automaton build_automaton(const Grammar& g) {
@@ -255,6 +281,7 @@ Automaton build_automaton(const Grammar& g) {
     }
     a.perm_required.push_back(std::move(req));
   }
+  build_transition_table(a);
   for (const FsmNode& n : a.nodes)  // their token classes would depend on the seen set
     check(a.rule_perm[n.rule] < 0 || !n.has_bytes(), "grammar: perm rule '", a.rule_names[n.rule], "' reads bytes");
   // A rule is nullable when its start reaches an accepting node through nullable refs only.

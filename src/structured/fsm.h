@@ -39,8 +39,15 @@ struct Automaton {
   std::vector<int32_t> rule_perm, rule_member;
   std::vector<std::vector<uint64_t>> perm_required;
 
+  // Dense transitions: bytes that no edge boundary separates share a class; trans[node *
+  // num_byte_classes + byte_class[b]] is the target (UINT32_MAX: none). Empty when too large.
+  uint8_t byte_class[256] = {};
+  uint32_t num_byte_classes = 0;
+  std::vector<uint32_t> trans;
+
   // Target of node on byte b, or UINT32_MAX.
   uint32_t step(uint32_t node, uint8_t b) const {
+    if (!trans.empty()) return trans[size_t(node) * num_byte_classes + byte_class[b]];
     const FsmNode& n = nodes[node];
     for (uint32_t i = n.byte_begin; i < n.byte_end; ++i) {
       const ByteEdge& e = byte_edges[i];

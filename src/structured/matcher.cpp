@@ -18,6 +18,7 @@ void Matcher::reset() {
   parser_.reset(a.rule_start[a.root_rule]);
   history_.clear();
   terminated_ = false;
+  cache_.clear();
 }
 
 bool Matcher::accept_bytes(const std::string& bytes) {
@@ -56,6 +57,9 @@ void Matcher::rollback(int n) {
     history_.pop_back();
     if (k < 0) terminated_ = false; else parser_.pop(k);
   }
+  // Sets above the new depth may be rebuilt differently: forget results that refer to them.
+  const uint32_t depth = static_cast<uint32_t>(parser_.depth());
+  std::erase_if(cache_, [&](const UncertainCache& c) { return c.max_origin > depth; });
 }
 
 bool Matcher::can_end() const { return !terminated_ && parser_.root_done(); }
@@ -72,56 +76,109 @@ bool Matcher::must_end() const { return terminated_ || (can_end() && !has_scanab
 void Matcher::fill_next_token_bitmask(uint32_t* words) const {
   const TokenVocab& v = grammar_->vocab();
   const size_t nwords = (v.size() + 31) / 32;
-  std::memset(words, 0, nwords * 4);
   auto set_stops = [&] {
     for (int32_t s : v.stop_ids()) words[s >> 5] |= 1u << (s & 31);
   };
-  if (terminated_) return set_stops();  // only stop tokens stay sampleable
-  // OR the accepted sets of the frontier nodes; gather their uncertain tokens.
-  scratch_.clear();
-  std::vector<uint32_t> seen_nodes;
-  size_t uncertain_lists = 0;
+  if (terminated_) {  // only stop tokens stay sampleable
+    std::memset(words, 0, nwords * 4);
+    return set_stops();
+  }
+  // The distinct masks of the frontier's scanable nodes (equivalent nodes share one).
+  frontier_masks_.clear();
+  const StateMask* bits = nullptr;
   for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it) {
     const StateMask* m = grammar_->mask(it->node);
-    if (!m || std::find(seen_nodes.begin(), seen_nodes.end(), it->node) != seen_nodes.end()) continue;
-    seen_nodes.push_back(it->node);
-    if (!m->accepted_bits.empty()) {
-      for (size_t w = 0; w < nwords; ++w) words[w] |= m->accepted_bits[w];
-    } else {
-      for (int32_t id : m->accepted_ids) words[id >> 5] |= 1u << (id & 31);
+    if (!m || std::find(frontier_masks_.begin(), frontier_masks_.end(), m) != frontier_masks_.end()) continue;
+    frontier_masks_.push_back(m);
+    if (!bits && !m->accepted_bits.empty()) bits = m;
+  }
+  // OR their accepted sets: a copy of one bitset, then the others; gather their uncertain tokens.
+  if (bits) std::memcpy(words, bits->accepted_bits.data(), nwords * 4);
+  else std::memset(words, 0, nwords * 4);
+  scratch_.clear();
+  size_t uncertain_lists = 0;
+  for (const StateMask* m : frontier_masks_) {
+    if (m != bits) {
+      if (!m->accepted_bits.empty()) {
+        const uint32_t* src = m->accepted_bits.data();
+        for (size_t w = 0; w < nwords; ++w) words[w] |= src[w];
+      } else {
+        for (int32_t id : m->accepted_ids) words[id >> 5] |= 1u << (id & 31);
+      }
     }
     if (!m->uncertain.empty()) {
       scratch_.insert(scratch_.end(), m->uncertain.begin(), m->uncertain.end());
       ++uncertain_lists;
     }
   }
+  if (scratch_.empty()) {
+    if (can_end()) set_stops();
+    return;
+  }
+  // Seen this frontier before (and its older sets are still the same)? Reuse the verdicts.
+  const uint32_t cur = static_cast<uint32_t>(parser_.depth());
+  key_.clear();
+  uint32_t max_origin = 0;
+  for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it) {
+    EarleyItem k{grammar_->canonical(it->node), it->origin, it->seen};
+    if (k.origin == cur) k.origin = kRootOrigin - 1;  // this set itself, wherever it is
+    else if (k.origin != kRootOrigin) max_origin = std::max(max_origin, k.origin);
+    key_.push_back(k);
+  }
+  auto same = [&](const UncertainCache& c) {
+    return c.key.size() == key_.size() &&
+           std::equal(key_.begin(), key_.end(), c.key.begin(), [](const EarleyItem& x, const EarleyItem& y) {
+             return x.node == y.node && x.origin == y.origin && x.seen == y.seen;
+           });
+  };
+  for (UncertainCache& c : cache_) {
+    if (!same(c)) continue;
+    c.last_use = ++cache_clock_;
+    for (int32_t id : c.passed) words[id >> 5] |= 1u << (id & 31);
+    if (can_end()) set_stops();
+    return;
+  }
   if (uncertain_lists > 1) {
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
   }
+  UncertainCache* entry;
+  if (cache_.size() < kCacheEntries) {
+    entry = &cache_.emplace_back();
+  } else {
+    entry = &*std::min_element(cache_.begin(), cache_.end(),
+                               [](const UncertainCache& x, const UncertainCache& y) { return x.last_use < y.last_use; });
+  }
+  entry->key = key_;
+  entry->max_origin = max_origin;
+  entry->passed.clear();
+  entry->last_use = ++cache_clock_;
   // Run the uncertain tokens through the real parser state, in sorted order so consecutive
   // tokens share pushed prefix sets.
   const int base = parser_.depth();
-  std::string cur, fail_prefix;
+  std::string cur_bytes, fail_prefix;
   for (int32_t idx : scratch_) {
     const int32_t id = v.sorted_id(idx);
     if (words[id >> 5] & (1u << (id & 31))) continue;
-    const std::string& tok = v.sorted_bytes(idx);
-    if (!fail_prefix.empty() && std::string_view(tok).substr(0, fail_prefix.size()) == fail_prefix) continue;
+    const std::string_view tok = v.sorted_view(idx);
+    if (!fail_prefix.empty() && tok.substr(0, fail_prefix.size()) == fail_prefix) continue;
     size_t l = 0;
-    while (l < cur.size() && l < tok.size() && cur[l] == tok[l]) ++l;
+    while (l < cur_bytes.size() && l < tok.size() && cur_bytes[l] == tok[l]) ++l;
     parser_.pop_to(base + static_cast<int>(l));
-    cur.resize(l);
+    cur_bytes.resize(l);
     bool ok = true;
     for (size_t k = l; k < tok.size(); ++k) {
       if (!parser_.advance(static_cast<uint8_t>(tok[k]))) {
         ok = false;
-        fail_prefix.assign(tok, 0, k + 1);
+        fail_prefix.assign(tok.substr(0, k + 1));
         break;
       }
-      cur += tok[k];
+      cur_bytes += tok[k];
     }
-    if (ok) words[id >> 5] |= 1u << (id & 31);
+    if (ok) {
+      words[id >> 5] |= 1u << (id & 31);
+      entry->passed.push_back(id);
+    }
   }
   parser_.pop_to(base);
   if (can_end()) set_stops();

@@ -52,6 +52,9 @@ class CompiledGrammar {
     int32_t m = node_mask_[node];
     return m < 0 ? nullptr : &masks_[m];
   }
+  // A representative of node's rule and equivalence class: nodes with the same representative
+  // behave the same in every context (used to recognise repeated parser states).
+  uint32_t canonical(uint32_t node) const { return canonical_[node]; }
   size_t num_masks() const { return masks_.size(); }
   size_t memory_bytes() const;
 
@@ -61,6 +64,7 @@ class CompiledGrammar {
   Automaton automaton_;
   std::string ebnf_;
   std::vector<int32_t> node_mask_;
+  std::vector<uint32_t> canonical_;
   std::vector<StateMask> masks_;
 };
 
@@ -102,6 +106,21 @@ class Matcher {
   std::vector<int32_t> history_;  // bytes consumed per accepted token; -1 for the stop token
   bool terminated_ = false;
   mutable std::vector<int32_t> scratch_;
+  mutable std::vector<const StateMask*> frontier_masks_;
+  // Uncertain-token results of recent frontiers. The parser's verdict on a token depends only on
+  // the newest Earley set (the key: its items, nodes made canonical, origins at that set made
+  // relative) and the sets its origins refer to, which stay put until a rollback pops them; so a
+  // frontier seen again (every step inside one JSON string) reuses the verdicts.
+  struct UncertainCache {
+    std::vector<EarleyItem> key;
+    uint32_t max_origin = 0;      // deepest older set the key refers to (0 when none)
+    std::vector<int32_t> passed;  // uncertain token ids the parser accepted
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kCacheEntries = 4;
+  mutable std::vector<UncertainCache> cache_;
+  mutable std::vector<EarleyItem> key_;
+  mutable uint64_t cache_clock_ = 0;
 };
 
 }  // namespace deepinfer::structured

@@ -23,6 +23,12 @@ TokenVocab::TokenVocab(std::vector<std::string> tokens, std::vector<int32_t> sto
   std::sort(d->sorted_ids.begin(), d->sorted_ids.end(),
             [&](int32_t a, int32_t b) { return d->tokens[a] < d->tokens[b]; });
   size_t n = d->sorted_ids.size();
+  d->sorted_offset.reserve(n + 1);
+  for (int32_t id : d->sorted_ids) {
+    d->sorted_offset.push_back(static_cast<uint32_t>(d->sorted_blob.size()));
+    d->sorted_blob += d->tokens[id];
+  }
+  d->sorted_offset.push_back(static_cast<uint32_t>(d->sorted_blob.size()));
   d->lcp_prev.assign(n, 0);
   d->subtree_end.assign(n, 0);
   for (size_t i = 1; i < n; ++i) {

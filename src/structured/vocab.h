@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer::structured {
@@ -25,6 +26,10 @@ class TokenVocab {
   int32_t num_sorted() const { return static_cast<int32_t>(d_->sorted_ids.size()); }
   int32_t sorted_id(int32_t i) const { return d_->sorted_ids[i]; }
   const std::string& sorted_bytes(int32_t i) const { return d_->tokens[d_->sorted_ids[i]]; }
+  // The same bytes from one buffer in sorted order (sequential walks stay in cache).
+  std::string_view sorted_view(int32_t i) const {
+    return std::string_view(d_->sorted_blob).substr(d_->sorted_offset[i], d_->sorted_offset[i + 1] - d_->sorted_offset[i]);
+  }
   // Length of the common prefix of sorted tokens i-1 and i (0 for i == 0).
   uint16_t lcp_prev(int32_t i) const { return d_->lcp_prev[i]; }
   // One past the last sorted index whose token has sorted token i as a prefix.
@@ -37,6 +42,8 @@ class TokenVocab {
     std::vector<std::string> tokens;
     std::vector<int32_t> stop_ids;
     std::vector<int32_t> sorted_ids;
+    std::string sorted_blob;              // the sorted tokens' bytes, concatenated
+    std::vector<uint32_t> sorted_offset;  // num_sorted() + 1 offsets into sorted_blob
     std::vector<uint16_t> lcp_prev;
     std::vector<int32_t> subtree_end;
     int32_t first_byte_begin[257];

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error.h"
 #include "structured/structured.h"
 #include "test_vocab.h"
@@ -235,6 +237,67 @@ TEST(StructuredV3, MaskMatchesParserOnRealVocab) {
       "c":{"type":"boolean"}},"required":["a","c"]})", v), R"({"c":true,"x":1,"a":12,"bb":"s"})");
   check_mask_exact(make("ebnf", "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
                                 "factor ::= [0-9]+ | \"(\" expr \")\"", v), "(12+3)*45-6");
+}
+
+// The matcher reuses the verdicts on uncertain tokens when a frontier repeats (inside a string);
+// after rollbacks the older sets they depend on may differ. Masks must equal a fresh matcher's.
+std::vector<uint32_t> fresh_mask(const std::shared_ptr<const CompiledGrammar>& g, const std::vector<int32_t>& ids) {
+  Matcher f(g);
+  for (int32_t id : ids) EXPECT_TRUE(f.accept_token(id));
+  std::vector<uint32_t> w((g->vocab().size() + 31) / 32);
+  f.fill_next_token_bitmask(w.data());
+  return w;
+}
+
+TEST(StructuredV3, MaskCacheAgreesAfterRollback) {
+  TokenVocab v = load_vocab();
+  std::vector<uint32_t> w((v.size() + 31) / 32);
+  {  // A value string and a key string both opened at byte 7: same item, different context.
+    auto g = make("json_object", "", v);
+    Matcher m(g), fresh(g);
+    ASSERT_TRUE(m.accept_bytes("{") && m.accept_bytes("\"abc\":") && m.accept_bytes("\"x"));
+    m.fill_next_token_bitmask(w.data());
+    m.rollback(2);
+    ASSERT_TRUE(m.accept_bytes("\"a\":1,") && m.accept_bytes("\"x"));
+    ASSERT_TRUE(fresh.accept_bytes("{\"a\":1,\"x"));
+    std::vector<uint32_t> f(w.size());
+    m.fill_next_token_bitmask(w.data());
+    fresh.fill_next_token_bitmask(f.data());
+    EXPECT_EQ(w, f);
+  }
+  const char* person = R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,
+      "maximum":150},"tags":{"type":"array","items":{"type":"string"},"maxItems":3}},"required":["name"]})";
+  // Draw from structural tokens and short words so strings open and close in many contexts.
+  std::vector<int32_t> pool;
+  for (int32_t id = 0; id < v.size(); ++id)
+    for (const char* t : {"{", "}", "[", "]", ",", ":", "\"", "\":", "\",", "1", "a", "ab", "name", "age", "tags"})
+      if (v.bytes(id) == t) pool.push_back(id);
+  for (auto g : {make("json_object", "", v), make("json", person, v)}) {
+    std::mt19937_64 rng(7);
+    Matcher m(g);
+    std::vector<int32_t> ids;
+    for (int step = 0; step < 300 && !m.is_terminated(); ++step) {
+      if (!ids.empty() && rng() % 4 == 0) {  // roll back 1..8 tokens
+        int n = std::min<int>(ids.size(), 1 + rng() % 8);
+        m.rollback(n);
+        ids.resize(ids.size() - n);
+      }
+      m.fill_next_token_bitmask(w.data());
+      ASSERT_EQ(w, fresh_mask(g, ids)) << "step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t id : pool)
+        if ((w[id >> 5] >> (id & 31)) & 1) allowed.push_back(id);
+      if (allowed.empty()) {  // only the stop token is left: go back and take another way
+        int n = std::min<int>(ids.size(), 3);
+        m.rollback(n);
+        ids.resize(ids.size() - n);
+        continue;
+      }
+      int32_t id = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(id));
+      ids.push_back(id);
+    }
+  }
 }
 
 }  // namespace
