@@ -86,7 +86,11 @@ def bench_xgrammar(cases, repeats, threads):
         m.is_terminated()
         call_us.append((time.perf_counter() - t0) * 1e6)
     results["_call_us"] = pct(call_us, 0.5)
-    results["_version"] = getattr(xgr, "__version__", "?")
+    try:
+        from importlib.metadata import version
+        results["_version"] = version("xgrammar")
+    except Exception:  # noqa: BLE001  (only a label)
+        results["_version"] = getattr(xgr, "__version__", "?")
     return results
 
 
