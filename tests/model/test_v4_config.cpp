@@ -125,3 +125,29 @@ TEST(V4Config, BadValuesAreNamed) {
 
 }  // namespace
 }  // namespace deepinfer::model
+
+namespace deepinfer::model {
+namespace {
+
+TEST(V4Config, FileErrorsNameTheFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string bad_json = dir + "/bad_config.json", bad_value = dir + "/bad_value.json";
+  std::ofstream(bad_json) << "{\"vocab_size\": ";
+  nlohmann::json j = golden_config("tiny-a");
+  j.erase("hidden_size");
+  std::ofstream(bad_value) << j.dump();
+  for (const auto& [path, needle] : {std::pair{bad_json, std::string("not valid JSON")},
+                                     std::pair{bad_value, std::string("hidden_size")},
+                                     std::pair{dir + "/missing.json", std::string("cannot open")}}) {
+    try {
+      V4Config::from_file(path);
+      ADD_FAILURE() << path;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::model

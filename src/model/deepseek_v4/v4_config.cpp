@@ -217,13 +217,6 @@ V4Config V4Config::from_json(const json& j) {
   return c;
 }
 
-V4Config V4Config::from_file(const std::string& path) {
-  const json j = read_json_file(path);
-  try {
-    return from_json(j);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
-}
+V4Config V4Config::from_file(const std::string& path) { return parse_json_file(path, from_json); }
 
 }  // namespace deepinfer::model

@@ -220,13 +220,6 @@ V41Config V41Config::from_json(const json& root) {
   return c;
 }
 
-V41Config V41Config::from_file(const std::string& path) {
-  const json j = read_json_file(path);
-  try {
-    return from_json(j);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
-}
+V41Config V41Config::from_file(const std::string& path) { return parse_json_file(path, from_json); }
 
 }  // namespace deepinfer::model
