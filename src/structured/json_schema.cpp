@@ -210,13 +210,28 @@ class Converter {
       static const std::set<std::string> known = {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties"};
+          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
+          "uniqueItems"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
-      for (auto& [k, v] : schema.items())
-        if (k != "$ref" && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "' next to $ref");
-      return ref_rule(schema["$ref"].get<std::string>(), path);
+      bool siblings = false;
+      for (auto& [k, v] : schema.items()) siblings |= k != "$ref" && !kAnnotations.count(k);
+      if (!siblings) return ref_rule(schema["$ref"].get<std::string>(), path);
+      // $ref next to other keywords (draft 2020-12): both apply, i.e. allOf [{$ref}, rest],
+      // merged like any allOf (the target is inlined; refs inside it stay rules).
+      if (++ref_merge_depth_ > 32) unsupported(path, "$ref with sibling keywords through a cycle of $refs");
+      Json s = Json::object();
+      Json parts = Json::array({Json{{"$ref", schema["$ref"]}}});
+      for (auto& [k, v] : schema.items()) {
+        if (k == "$ref") continue;
+        if (k == "allOf") for (auto& p : v) parts.push_back(p);
+        else s[k] = v;
+      }
+      s["allOf"] = parts;
+      int e = convert(s, path);
+      --ref_merge_depth_;
+      return e;
     }
     std::vector<std::string> types;
     if (schema.contains("type")) {
@@ -491,6 +506,9 @@ class Converter {
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
     if (hi >= 0 && lo > hi) unsupported(path, "minItems greater than the possible number of items");
+    // uniqueItems: false is a no-op; true only holds trivially (at most one item).
+    if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1))
+      unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible)");
     if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
     int sep = g_.seq({ws(), g_.lit(","), ws()});
     // rest(k): the members after the first k (k >= 1 already emitted).
@@ -515,6 +533,7 @@ class Converter {
   SchemaArgs opts_;
   Grammar g_;
   std::map<std::string, int> refs_;
+  int ref_merge_depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };
 
