@@ -2,7 +2,9 @@
 // prints each next to its floor: max(bytes / measured copy bandwidth, FLOPs / measured GEMM rate).
 // Both ceilings are measured first on the device itself. Inputs are random (never zeros) and the
 // weights rotate among copies whose total exceeds the L2, so the timings are not L2-resident.
-//   bench_cuda_ops [--quick | --attention | --profile]
+//   bench_cuda_ops [--quick | --attention | --linear | --profile]
+//   --linear:    the ceilings, then linear only (m = 1, 2, 4, 8 by the decode GEMV and by cuBLAS, and
+//                m = 32..256 by cuBLAS)
 //   --attention: the ceilings, then sparse_attention only (every kernel variant, t64/256/1024)
 //   --profile:   one t1024 launch of each sparse_attention variant, nothing else (for ncu)
 #include <cuda_runtime.h>
@@ -93,6 +95,7 @@ int main(int argc, char** argv) try {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   const bool profile = argc > 1 && std::strcmp(argv[1], "--profile") == 0;
+  const bool linear_only = argc > 1 && std::strcmp(argv[1], "--linear") == 0;
   const int reps = quick ? 10 : 50;
   if (!deepinfer::cuda::device_available()) {
     std::printf("bench_cuda_ops: no CUDA device, skipped\n");
@@ -137,7 +140,7 @@ int main(int argc, char** argv) try {
   // ---- linear: decode/prefill rows against V4-Flash projections (hidden 4096)
   struct KN { int64_t k, n; };
   const std::vector<KN> kns = {{4096, 512}, {4096, 1024}, {4096, 4096}, {2048, 4096}};
-  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 256} : std::vector<int64_t>{1, 8, 32, 128, 256};
+  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 256} : std::vector<int64_t>{1, 2, 4, 8, 32, 128, 256};
   for (KN kn : (attention_only || profile) ? std::vector<KN>{} : kns) {
     const size_t wbytes = kn.k * kn.n * 4;
     const int copies = static_cast<int>(std::max<size_t>(2, (4 * l2 + wbytes - 1) / wbytes));
@@ -152,12 +155,27 @@ int main(int argc, char** argv) try {
     for (int64_t m : ms) {
       std::string shape = "[" + std::to_string(m) + "," + std::to_string(kn.k) + "]x[" + std::to_string(kn.n) + "]";
       double flops = 2.0 * m * kn.k * kn.n;
+      const double fbytes = 4.0 * (m * kn.k + kn.k * kn.n + m * kn.n);
+      const double hbytes = 2.0 * (m * kn.k + kn.k * kn.n) + 4.0 * m * kn.n;
+      const bool gemv = m <= 8;  // the default path takes the decode GEMV there; cuBLAS alongside
       double t = time_ms(be, [&](int i) { be.linear(x, m, kn.k, w[i % copies], kn.n, y); }, reps);
-      report("linear fp32", shape, t, 4.0 * (m * kn.k + kn.k * kn.n + m * kn.n), flops, bw, fp32_rate);
+      report(gemv ? "linear fp32 (GEMV)" : "linear fp32", shape, t, fbytes, flops, bw, fp32_rate);
+      if (gemv) {
+        be.set_linear_gemv(false);
+        t = time_ms(be, [&](int i) { be.linear(x, m, kn.k, w[i % copies], kn.n, y); }, reps);
+        report("linear fp32 (cuBLAS)", shape, t, fbytes, flops, bw, fp32_rate);
+        be.set_linear_gemv(true);
+      }
       t = time_ms(be, [&](int i) { be.linear_bf16(xh, m, kn.k, wh[i % copies], kn.n, y); }, reps);
-      report("linear bf16 (cuBLAS)", shape, t, 2.0 * (m * kn.k + kn.k * kn.n) + 4.0 * m * kn.n, flops, bw, bf16_rate);
+      report(gemv ? "linear bf16 (GEMV)" : "linear bf16 (cuBLAS)", shape, t, hbytes, flops, bw, bf16_rate);
+      if (gemv) {
+        be.set_linear_gemv(false);
+        t = time_ms(be, [&](int i) { be.linear_bf16(xh, m, kn.k, wh[i % copies], kn.n, y); }, reps);
+        report("linear bf16 (cuBLAS)", shape, t, hbytes, flops, bw, bf16_rate);
+        be.set_linear_gemv(true);
+      }
     }
-    if (kn.n == 1024) {
+    if (kn.n == 1024 && !linear_only) {
       const int64_t m = 256;
       std::string shape = "[256," + std::to_string(kn.k) + "]x[1024] b128";
       double t = time_ms(be, [&](int i) { be.linear_kblocked(x, m, kn.k, w[i % copies], kn.n, 128, y); }, 10);
@@ -173,7 +191,8 @@ int main(int argc, char** argv) try {
   const int64_t heads = 64, dim = 512, k = 640, pool_rows = 65536;
   float* pool = dev_random<float>(pool_rows * dim, rng);
   float* sink = dev_random<float>(heads, rng);
-  for (int64_t tokens : quick || profile ? std::vector<int64_t>{1024} : std::vector<int64_t>{64, 256, 1024}) {
+  for (int64_t tokens : linear_only ? std::vector<int64_t>{}
+                        : quick || profile ? std::vector<int64_t>{1024} : std::vector<int64_t>{64, 256, 1024}) {
     float* q = dev_random<float>(tokens * heads * dim, rng);
     float* out = nullptr;
     ck(cudaMalloc(&out, tokens * heads * dim * 4), "cudaMalloc");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -105,6 +106,61 @@ TEST_F(CudaBackendTest, Linear) {
     Dev<float> dx(x), dw(w), dy(s.m * s.n);
     gpu_->linear(dx.get(), s.m, s.k, dw.get(), s.n, dy.get());
     std::string what = "linear " + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+    expect_close(dy.host(), ref, what.c_str());
+  }
+}
+
+// The decode GEMV (m <= 8): every m in 1..8, k with and without a tail past the 4-chunk unroll, n
+// below/at/above the rows-per-block switches (1, 2, 4 rows per block) and not a multiple of them, plus
+// k % 4 != 0 (cuBLAS fallback).
+TEST_F(CudaBackendTest, LinearDecodeGemv) {
+  struct Shape { int64_t m, k, n; };
+  std::vector<Shape> shapes;
+  for (int64_t m = 1; m <= 8; ++m) shapes.push_back({m, m % 2 ? 4096 : 2052, m < 4 ? 1059 : 531});
+  for (Shape s : {Shape{8, 4096, 4096}, Shape{3, 512, 263}, Shape{5, 2048, 2111}, Shape{2, 4, 7}, Shape{6, 302, 33}})
+    shapes.push_back(s);
+  for (Shape s : shapes) {
+    auto x = uniform(s.m * s.k), w = uniform(s.n * s.k);
+    std::vector<float> ref(s.m * s.n);
+    cpu().linear(x.data(), s.m, s.k, w.data(), s.n, ref.data());
+    Dev<float> dx(x), dw(w), dy(s.m * s.n);
+    gpu_->linear(dx.get(), s.m, s.k, dw.get(), s.n, dy.get());
+    std::string what = "linear " + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+    expect_close(dy.host(), ref, what.c_str());
+  }
+}
+
+// Batch invariance within the GEMV: a row's output is bit-identical whatever m (1..8) it is computed in.
+TEST_F(CudaBackendTest, LinearGemvBatchInvariant) {
+  const int64_t k = 4096, n = 1100;
+  auto x = uniform(8 * k), w = uniform(n * k);
+  Dev<float> dx(x), dw(w), y8(8 * n);
+  gpu_->linear(dx.get(), 8, k, dw.get(), n, y8.get());
+  const auto all = y8.host();
+  for (int64_t m = 1; m < 8; ++m) {
+    Dev<float> ym(m * n);
+    gpu_->linear(dx.get(), m, k, dw.get(), n, ym.get());
+    const auto got = ym.host();
+    EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0) << "m " << m << " differs from m 8";
+  }
+}
+
+// linear_bf16 against the CPU fp32 linear of the widened bf16 inputs (bf16 products are exact in fp32,
+// so only the summation order differs): the GEMV at m <= 8, cuBLAS above.
+TEST_F(CudaBackendTest, LinearBf16) {
+  struct Shape { int64_t m, k, n; };
+  for (Shape s : {Shape{1, 4096, 1024}, Shape{2, 2056, 600}, Shape{4, 4096, 1100}, Shape{8, 2048, 263},
+                  Shape{7, 8, 5}, Shape{16, 512, 96}}) {
+    auto xf = uniform(s.m * s.k), wf = uniform(s.n * s.k);
+    std::vector<uint16_t> xh(xf.size()), wh(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xh[i] = float_to_bf16(xf[i]), xf[i] = bf16_to_float(xh[i]);
+    for (size_t i = 0; i < wf.size(); ++i) wh[i] = float_to_bf16(wf[i]), wf[i] = bf16_to_float(wh[i]);
+    std::vector<float> ref(s.m * s.n);
+    cpu().linear(xf.data(), s.m, s.k, wf.data(), s.n, ref.data());
+    Dev<uint16_t> dx(xh), dw(wh);
+    Dev<float> dy(s.m * s.n);
+    gpu_->linear_bf16(dx.get(), s.m, s.k, dw.get(), s.n, dy.get());
+    std::string what = "linear_bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
     expect_close(dy.host(), ref, what.c_str());
   }
 }

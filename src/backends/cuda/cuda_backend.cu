@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/cuda/gemv.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -856,6 +857,7 @@ struct CudaBackend::Impl {
   cublasHandle_t blas = nullptr;
   int max_smem_optin = 48 * 1024;
   int attention_kernel = kAttnAuto;
+  bool linear_gemv = true;
 };
 
 CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
@@ -878,6 +880,7 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::set_attention_head_groups(bool on) { impl_->attention_kernel = on ? kAttnAuto : kAttnPerHead; }
 void CudaBackend::set_attention_kernel(int kind) { impl_->attention_kernel = kind; }
+void CudaBackend::set_linear_gemv(bool on) { impl_->linear_gemv = on; }
 
 void* CudaBackend::stream() const { return impl_->stream; }
 void* CudaBackend::cublas_handle() const { return impl_->blas; }
@@ -887,6 +890,7 @@ void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(impl_->stream
 void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear");
   if (m == 0 || n == 0) return;
+  if (impl_->linear_gemv && gemv_fits(x, m, k, w, n, 4)) return gemv_f32(x, m, k, w, n, y, impl_->stream);
   // Row-major y[m,n] = x[m,k] w[n,k]^T is column-major y^T[n,m] = (w^T)^T[n,k] x^T[k,m].
   const float one = 1.0f, zero = 0.0f;
   check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
@@ -899,6 +903,7 @@ void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, i
 void CudaBackend::linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y) {
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear_bf16");
   if (m == 0 || n == 0) return;
+  if (impl_->linear_gemv && gemv_fits(x, m, k, w, n, 2)) return gemv_bf16(x, m, k, w, n, y, impl_->stream);
   const float one = 1.0f, zero = 0.0f;
   check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
                             static_cast<int>(k), &one, w, CUDA_R_16BF, static_cast<int>(k), x, CUDA_R_16BF,

@@ -22,8 +22,10 @@ class CudaBackend final : public ops::Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return "cuda"; }
-  // fp32 GEMM through cuBLAS with fp32 compute (TF32 off). Not yet batch invariant: cuBLAS may pick a
-  // different kernel (so a different summation order) for a different m.
+  // fp32 GEMM with fp32 compute (TF32 off). m <= 8 (k % 4 == 0, 16-byte aligned x and w): the decode
+  // GEMV of gemv.h, one fixed summation order for every m in 1..8 (batch invariant there); otherwise
+  // cuBLAS, which may pick a different kernel (so a different order) for a different m, and whose
+  // order differs from the GEMV's: rows are batch invariant within m <= 8 only.
   void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) override;
   // freqs.inv_freq and positions are device pointers.
@@ -50,7 +52,8 @@ class CudaBackend final : public ops::Backend {
                                const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 
-  // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation.
+  // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 8
+  // (k % 8 == 0, aligned) takes the GEMV of gemv.h, larger m cuBLAS.
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
 
   // sparse_attention kernel choice, for tests and benchmarks. kAttnAuto (default): the tiled kernel
@@ -64,6 +67,8 @@ class CudaBackend final : public ops::Backend {
   void set_attention_kernel(int kind);
   // true = kAttnAuto, false = kAttnPerHead.
   void set_attention_head_groups(bool on);
+  // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing the two); default true.
+  void set_linear_gemv(bool on);
 
   void synchronize();           // waits for the stream; throws on any pending asynchronous error
   void* stream() const;         // the cudaStream_t ops run on
