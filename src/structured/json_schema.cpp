@@ -39,6 +39,9 @@ const std::map<std::string, std::string> kFormats = {
 #undef DI_DATE
 #undef DI_TIME
 
+// Internal type name: a number that is not an integer (from {"not": {"type": "integer"}}).
+const std::string kNonInteger = "\x01non-integer number";
+
 class Converter {
  public:
   Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts) {}
@@ -204,6 +207,7 @@ class Converter {
       if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
       return any_value();
     }
+    if (is_never(schema)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
@@ -211,7 +215,7 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems"};
+          "uniqueItems", "not"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -233,6 +237,7 @@ class Converter {
       --ref_merge_depth_;
       return e;
     }
+    if (schema.contains("not")) return convert_not(schema, path);
     std::vector<std::string> types;
     if (schema.contains("type")) {
       const Json& t = schema["type"];
@@ -266,6 +271,7 @@ class Converter {
       else if (t == "string") alts.push_back(string_schema(schema, path));
       else if (t == "integer") alts.push_back(numeric(schema, path, true));
       else if (t == "number") alts.push_back(numeric(schema, path, false));
+      else if (t == kNonInteger) alts.push_back(non_integer(schema, path));
       else if (t == "object") alts.push_back(object_schema(schema, path));
       else if (t == "array") alts.push_back(array_schema(schema, path));
       else fail("json schema: unknown type '", t, "' at ", path);
@@ -273,8 +279,64 @@ class Converter {
     return g_.alt(alts);
   }
 
+  // Schemas that match every / no instance ({} and true; false and {"not": {}}, recursively).
+  static bool is_always(const Json& s) {
+    if (s.is_boolean()) return s.get<bool>();
+    if (!s.is_object()) return false;
+    for (auto& [k, v] : s.items())
+      if (!kAnnotations.count(k) && !(k == "not" && is_never(v))) return false;
+    return true;
+  }
+  static bool is_never(const Json& s) {
+    if (s.is_boolean()) return !s.get<bool>();
+    return s.is_object() && s.contains("not") && is_always(s["not"]);
+  }
+
+  // `not`: only what reduces to a type complement ({"not": {"type": ...}}), or to nothing
+  // ({"not": false} and friends). Anything else would need a grammar complement: rejected.
+  int convert_not(const Json& schema, const std::string& path) {
+    const Json& n = schema["not"];
+    Json rest = schema;
+    rest.erase("not");
+    if (is_never(n)) return convert(rest, path);
+    if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
+    bool only_type = n.is_object() && n.contains("type");
+    if (only_type)
+      for (auto& [k, v] : n.items()) only_type &= k == "type" || k == "nullable" || kAnnotations.count(k) > 0;
+    if (!only_type) unsupported(path, "keyword 'not' (only the complement of 'type', true or false is supported)");
+    std::set<std::string> out;
+    if (n["type"].is_string()) out.insert(n["type"].get<std::string>());
+    else for (auto& x : n["type"]) out.insert(x.get<std::string>());
+    if (n.value("nullable", false)) out.insert("null");
+    std::vector<std::string> cur;
+    if (!rest.contains("type")) cur = {"null", "boolean", "object", "array", "number", "string"};
+    else if (rest["type"].is_string()) cur.push_back(rest["type"].get<std::string>());
+    else for (auto& x : rest["type"]) cur.push_back(x.get<std::string>());
+    if (rest.value("nullable", false)) cur.push_back("null");
+    rest.erase("nullable");
+    Json types = Json::array();
+    for (const std::string& t : cur) {
+      if (out.count(t) || (t == "integer" && out.count("number"))) continue;
+      types.push_back(t == "number" && out.count("integer") ? kNonInteger : t);
+    }
+    if (types.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed type)");
+    rest["type"] = types;
+    return convert(rest, path);
+  }
+
+  // A number that is not an integer: a nonzero fractional digit, no exponent (a safe subset:
+  // 1.5e0 is such a number too).
+  int non_integer(const Json& s, const std::string& path) {
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+      if (s.contains(k)) unsupported(path, std::string("keyword '") + k + "' on a non-integer number ('not' integer)");
+    int d = g_.cls({{'0', '9'}});
+    return g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(d)})}), g_.lit("."),
+                   g_.star(d), g_.cls({{'1', '9'}}), g_.star(d)});
+  }
+
   static bool has_type(const Json& v, const std::vector<std::string>& types) {
     for (const std::string& t : types) {
+      if (t == kNonInteger && v.is_number_float() && v.get<double>() != std::floor(v.get<double>())) return true;
       if ((t == "null" && v.is_null()) || (t == "boolean" && v.is_boolean()) || (t == "string" && v.is_string()) ||
           (t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
           (t == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
@@ -377,7 +439,7 @@ class Converter {
     if (s.contains("properties")) {
       for (auto& [k, v] : s["properties"].items()) {
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
-        if (v.is_boolean() && !v.get<bool>()) {
+        if (is_never(v)) {
           if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
           continue;
         }
@@ -394,6 +456,7 @@ class Converter {
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
+    if (is_never(ap)) ap = Json(false);
     if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -501,7 +564,7 @@ class Converter {
     long hi = s.contains("maxItems") ? s["maxItems"].get<long>() : -1;
     int item = -1;
     if (!s.contains("items")) item = any_value();
-    else if (s["items"].is_boolean()) item = s["items"].get<bool>() ? any_value() : -1;
+    else if (s["items"].is_boolean() || is_never(s["items"])) item = is_never(s["items"]) ? -1 : any_value();
     else item = convert(s["items"], path + "/items");
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
