@@ -215,7 +215,7 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems", "not"};
+          "uniqueItems", "not", "multipleOf"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -424,8 +424,68 @@ class Converter {
     bound("exclusiveMinimum", true, lo);
     bound("maximum", false, hi);
     bound("exclusiveMaximum", true, hi);
+    if (s.contains("multipleOf")) {
+      const long n = integer_modulus(s["multipleOf"], integer, path);
+      if (n > 1 || !integer) {
+        if (lo || hi) unsupported(path, "multipleOf together with minimum/maximum");
+        return g_.seq({multiple_of(n), zero_fraction()});
+      }
+    }
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
     return integer ? g_.seq({integer_in_range(g_, lo, hi), zero_fraction()}) : number_in_range(g_, lo, hi);
+  }
+
+  // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.
+  // Returns that integer modulus; numbers (not only integers) need m itself integral (their
+  // multiples are then integers, written without exponent: a safe subset).
+  long integer_modulus(const Json& m, bool integer, const std::string& path) {
+    if (!m.is_number() || m.get<double>() <= 0) fail("json schema: 'multipleOf' must be a positive number at ", path);
+    std::string t = m.dump();
+    long exp = 0;
+    if (size_t e = t.find_first_of("eE"); e != std::string::npos) {
+      exp = std::stol(t.substr(e + 1));
+      t = t.substr(0, e);
+    }
+    std::string digits;
+    for (char c : t) {
+      if (c == '.') exp -= static_cast<long>(t.size() - t.find('.') - 1);
+      else digits += c;
+    }
+    while (exp < 0 && digits.size() > 1 && digits.back() == '0') { digits.pop_back(); ++exp; }
+    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+    const long kMax = 1000;
+    if (digits.size() > 7 || exp > 3) unsupported(path, "multipleOf " + m.dump() + " (integer moduli up to 1000 only)");
+    long a = std::stol(digits);
+    for (; exp > 0; --exp) a *= 10;
+    if (exp < 0 && !integer) unsupported(path, "multipleOf " + m.dump() + " on numbers (only integral multipleOf, or type integer)");
+    for (long j = -exp; j > 0; --j) {  // divide out the 2s and 5s that 10^j shares with a
+      if (a % 2 == 0) a /= 2;
+      if (a % 5 == 0) a /= 5;
+    }
+    if (a > kMax) unsupported(path, "multipleOf " + m.dump() + " (integer moduli up to 1000 only)");
+    return a;
+  }
+
+  // Integers divisible by n (no fraction): a digit automaton over the remainder, one rule each.
+  int multiple_of(long n) {
+    if (n == 1) return g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(g_.cls({{'0', '9'}}))})})});
+    const int base = g_.num_rules();
+    for (long r = 0; r < n; ++r) g_.declare_rule("mod" + std::to_string(n) + "_" + std::to_string(base) + "_" + std::to_string(r));
+    auto digit_alts = [&](long r, char from) {
+      std::map<long, CodepointRanges> by_next;
+      for (char d = from; d <= '9'; ++d) by_next[(10 * r + (d - '0')) % n].push_back({uint32_t(d), uint32_t(d)});
+      std::vector<int> alts;
+      for (auto& [next, ranges] : by_next) alts.push_back(g_.seq({g_.cls(ranges), g_.ref(base + static_cast<int>(next))}));
+      return alts;
+    };
+    for (long r = 0; r < n; ++r) {
+      std::vector<int> alts = digit_alts(r, '0');
+      if (r == 0) alts.push_back(g_.empty());
+      g_.define_rule(base + static_cast<int>(r), g_.alt(alts));
+    }
+    std::vector<int> first = digit_alts(0, '1');
+    first.push_back(g_.lit("0"));
+    return g_.seq({g_.opt(g_.lit("-")), g_.alt(first)});
   }
 
   int object_schema(const Json& s, const std::string& path) {
