@@ -1,5 +1,7 @@
 #include "structured/earley.h"
 
+#include <algorithm>
+
 namespace deepinfer::structured {
 
 namespace {
@@ -45,16 +47,27 @@ void EarleyParser::add(uint32_t node, uint32_t origin, uint32_t seen) {
   items_.push_back(it);
 }
 
-bool EarleyParser::may_take(uint32_t seen, uint32_t rule) const {
-  const int32_t m = a_->rule_member[rule];
-  if (m < 0) return true;
+uint64_t EarleyParser::count(uint32_t seen) const {
   const std::vector<uint64_t>& s = seen_sets_[seen];
-  return size_t(m / 64) >= s.size() || !((s[m / 64] >> (m % 64)) & 1);
+  uint64_t c = s.empty() ? 0 : s[0];
+  for (size_t w = 1; w < s.size(); ++w) c += static_cast<uint64_t>(__builtin_popcountll(s[w]));
+  return c;
 }
 
-uint32_t EarleyParser::take(uint32_t seen, uint32_t rule) {
+bool EarleyParser::may_take(uint32_t seen, uint32_t rule, int32_t perm) const {
   const int32_t m = a_->rule_member[rule];
-  if (m < 0) return seen;
+  if (m < 0 && !a_->rule_extra[rule]) return true;
+  const std::vector<uint64_t>& s = seen_sets_[seen];
+  if (m >= 0 && size_t(m / 64 + 1) < s.size() && ((s[m / 64 + 1] >> (m % 64)) & 1)) return false;
+  return a_->perm_max[perm] < 0 || count(seen) < uint64_t(a_->perm_max[perm]);
+}
+
+uint32_t EarleyParser::take(uint32_t seen, uint32_t rule, int32_t perm) {
+  int32_t m = a_->rule_member[rule];
+  if (m < 0) {
+    if (!a_->rule_extra[rule]) return seen;
+    m = int32_t(0x80000000u | uint32_t(rule));  // an extra: only the count grows
+  }
   const uint64_t key = (uint64_t(seen) << 32) | uint32_t(m);
   if (take_memo_.empty()) take_memo_.assign(64, {UINT64_MAX, 0});
   size_t mask = take_memo_.size() - 1, slot = mix(seen, uint32_t(m), 0) & mask;
@@ -62,7 +75,7 @@ uint32_t EarleyParser::take(uint32_t seen, uint32_t rule) {
     if (take_memo_[slot].first == key) return take_memo_[slot].second;
     slot = (slot + 1) & mask;
   }
-  const uint32_t id = intern_with(seen, m);
+  const uint32_t id = intern_with(seen, m, perm);
   if (2 * (take_memo_used_ + 1) > take_memo_.size()) {  // grow, then find the slot again
     std::vector<std::pair<uint64_t, uint32_t>> old(take_memo_.size() * 2, {UINT64_MAX, 0});
     old.swap(take_memo_);
@@ -81,10 +94,16 @@ uint32_t EarleyParser::take(uint32_t seen, uint32_t rule) {
   return id;
 }
 
-uint32_t EarleyParser::intern_with(uint32_t seen, int32_t m) {
+uint32_t EarleyParser::intern_with(uint32_t seen, int32_t m, int32_t perm) {
   std::vector<uint64_t> s = seen_sets_[seen];
-  if (s.size() <= size_t(m / 64)) s.resize(m / 64 + 1);
-  s[m / 64] |= 1ull << (m % 64);
+  if (s.empty()) s.resize(1);
+  if (m >= 0) {
+    if (s.size() <= size_t(m / 64 + 1)) s.resize(m / 64 + 2);
+    s[m / 64 + 1] |= 1ull << (m % 64);
+  } else {  // extra member: count it, saturating where the bounds stop telling counts apart
+    const uint64_t cap = uint64_t(std::max(a_->perm_min[perm], a_->perm_max[perm] + 1));
+    if (s[0] < cap) ++s[0];
+  }
   auto [it, fresh] = seen_ids_.emplace(std::move(s), static_cast<uint32_t>(seen_sets_.size()));
   if (fresh) seen_sets_.push_back(it->first);
   return it->second;
@@ -93,9 +112,15 @@ uint32_t EarleyParser::intern_with(uint32_t seen, int32_t m) {
 bool EarleyParser::has_required(int32_t perm, uint32_t seen) const {
   const std::vector<uint64_t>& req = a_->perm_required[perm];
   const std::vector<uint64_t>& s = seen_sets_[seen];
+  auto word = [&](size_t w) { return w + 1 < s.size() ? s[w + 1] : 0; };
   for (size_t w = 0; w < req.size(); ++w)
-    if (req[w] & ~(w < s.size() ? s[w] : 0)) return false;
-  return true;
+    if (req[w] & ~word(w)) return false;
+  for (const auto& [m, deps] : a_->perm_depends[perm]) {
+    if (!((word(m / 64) >> (m % 64)) & 1)) continue;
+    for (size_t w = 0; w < deps.size(); ++w)
+      if (deps[w] & ~word(w)) return false;
+  }
+  return a_->perm_min[perm] <= 0 || count(seen) >= uint64_t(a_->perm_min[perm]);
 }
 
 // Predict and complete until the newest set is closed. Items of perm rules carry their seen
@@ -110,9 +135,9 @@ void EarleyParser::close_set() {
     const int32_t perm = a_->rule_perm[n.rule];
     for (uint32_t e = n.ref_begin; e < n.ref_end; ++e) {
       const RefEdge& r = a_->ref_edges[e];
-      if (perm >= 0 && !may_take(it.seen, r.rule)) continue;
+      if (perm >= 0 && !may_take(it.seen, r.rule, perm)) continue;
       add(a_->rule_start[r.rule], cur);
-      if (a_->rule_nullable[r.rule]) add(r.target, it.origin, perm >= 0 ? take(it.seen, r.rule) : it.seen);  // Aycock-Horspool
+      if (a_->rule_nullable[r.rule]) add(r.target, it.origin, perm >= 0 ? take(it.seen, r.rule, perm) : it.seen);  // Aycock-Horspool
     }
     if (!n.accepting || (perm >= 0 && !has_required(perm, it.seen))) continue;
     if (it.origin == kRootOrigin) {
@@ -124,11 +149,11 @@ void EarleyParser::close_set() {
     for (size_t j = set_start_[it.origin]; j < pend; ++j) {
       const EarleyItem parent = items_[j];
       const FsmNode& pn = a_->nodes[parent.node];
-      const bool pperm = a_->rule_perm[pn.rule] >= 0;
+      const int32_t pperm = a_->rule_perm[pn.rule];
       for (uint32_t e = pn.ref_begin; e < pn.ref_end; ++e) {
         if (a_->ref_edges[e].rule != rule) continue;
-        if (!pperm) add(a_->ref_edges[e].target, parent.origin, parent.seen);
-        else if (may_take(parent.seen, rule)) add(a_->ref_edges[e].target, parent.origin, take(parent.seen, rule));
+        if (pperm < 0) add(a_->ref_edges[e].target, parent.origin, parent.seen);
+        else if (may_take(parent.seen, rule, pperm)) add(a_->ref_edges[e].target, parent.origin, take(parent.seen, rule, pperm));
       }
     }
   }

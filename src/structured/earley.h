@@ -43,9 +43,11 @@ class EarleyParser {
   void close_set();
   void clear_index();
   // Perm rules: whether member rule `rule` may still follow `seen`, and the id of seen + it.
-  bool may_take(uint32_t seen, uint32_t rule) const;
-  uint32_t take(uint32_t seen, uint32_t rule);
-  uint32_t intern_with(uint32_t seen, int32_t member);
+  // A seen set is [extra count, member bits...] (the count only for perms with bounds).
+  bool may_take(uint32_t seen, uint32_t rule, int32_t perm) const;
+  uint32_t take(uint32_t seen, uint32_t rule, int32_t perm);
+  uint32_t intern_with(uint32_t seen, int32_t member, int32_t perm);
+  uint64_t count(uint32_t seen) const;
   bool has_required(int32_t perm, uint32_t seen) const;
 
   const Automaton* a_;

@@ -280,7 +280,21 @@ Automaton build_automaton(const Grammar& g) {
       if (p.required[i]) req[i / 64] |= 1ull << (i % 64);
     }
     a.perm_required.push_back(std::move(req));
+    std::vector<std::pair<int32_t, std::vector<uint64_t>>> deps;
+    for (size_t i = 0; i < p.depends.size(); ++i) {
+      if (p.depends[i].empty()) continue;
+      std::vector<uint64_t> bits((p.member_rules.size() + 63) / 64);
+      for (int d : p.depends[i]) bits[d / 64] |= 1ull << (d % 64);
+      deps.push_back({static_cast<int32_t>(i), std::move(bits)});
+    }
+    a.perm_depends.push_back(std::move(deps));
+    a.perm_min.push_back(p.min_count);
+    a.perm_max.push_back(p.max_count);
+    if (a.rule_extra.empty()) a.rule_extra.assign(g.num_rules(), 0);
+    if (p.min_count > 0 || p.max_count >= 0)
+      for (int r : p.extra_rules) a.rule_extra[r] = 1;
   }
+  if (a.rule_extra.empty()) a.rule_extra.assign(g.num_rules(), 0);
   build_transition_table(a);
   for (const FsmNode& n : a.nodes)  // their token classes would depend on the seen set
     check(a.rule_perm[n.rule] < 0 || !n.has_bytes(), "grammar: perm rule '", a.rule_names[n.rule], "' reads bytes");
@@ -291,7 +305,7 @@ Automaton build_automaton(const Grammar& g) {
     for (int r = 0; r < g.num_rules(); ++r) {
       if (a.rule_nullable[r]) continue;
       const int32_t perm = a.rule_perm[r];  // a perm rule with required members is never empty
-      if (perm >= 0 && std::any_of(a.perm_required[perm].begin(), a.perm_required[perm].end(), [](uint64_t w) { return w; })) continue;
+      if (perm >= 0 && (a.perm_min[perm] > 0 || std::any_of(a.perm_required[perm].begin(), a.perm_required[perm].end(), [](uint64_t w) { return w; }))) continue;
       std::vector<uint32_t> stack{a.rule_start[r]}, seen{a.rule_start[r]};
       while (!stack.empty() && !a.rule_nullable[r]) {
         uint32_t n = stack.back();

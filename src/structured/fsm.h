@@ -38,6 +38,11 @@ struct Automaton {
   // index it counts as inside the perm rule that references it, or -1; per perm, required bits.
   std::vector<int32_t> rule_perm, rule_member;
   std::vector<std::vector<uint64_t>> perm_required;
+  // Per perm: (member, bits of the members it needs) pairs; member-count bounds (max -1: none).
+  // Per rule: 1 for an extra member counted toward its perm's bounds.
+  std::vector<std::vector<std::pair<int32_t, std::vector<uint64_t>>>> perm_depends;
+  std::vector<int32_t> perm_min, perm_max;
+  std::vector<uint8_t> rule_extra;
 
   // Dense transitions: bytes that no edge boundary separates share a class; trans[node *
   // num_byte_classes + byte_class[b]] is the target (UINT32_MAX: none). Empty when too large.

@@ -31,6 +31,12 @@ struct PermRule {
   int rule = -1;
   std::vector<std::vector<int>> member_rules;
   std::vector<bool> required;
+  // dependentRequired: when member i was seen, every member of depends[i] must be too.
+  std::vector<std::vector<int>> depends;
+  // min/maxProperties: bounds on the number of members, counting extra_rules (repeatable,
+  // uncounted members: additional properties) too. max_count < 0: unbounded.
+  int min_count = 0, max_count = -1;
+  std::vector<int> extra_rules;
 };
 
 class Grammar {

@@ -215,7 +215,7 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems", "not", "multipleOf"};
+          "uniqueItems", "not", "multipleOf", "dependentRequired"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -514,9 +514,38 @@ class Converter {
         required.push_back(true);
       }
     }
-    int extra = -1;  // expression for one additional "key":value member, or -1
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (is_never(ap)) ap = Json(false);
+    // dependentRequired: its keys become counted members (undeclared ones valued by
+    // additionalProperties); the perm rule completes only if each seen trigger's keys were seen.
+    std::vector<std::vector<int>> depends;
+    if (s.contains("dependentRequired")) {
+      auto index_of = [&](const std::string& k) -> int {
+        const std::string lit = Json(k).dump();
+        for (size_t i = 0; i < props.size(); ++i)
+          if (props[i].first == lit) return static_cast<int>(i);
+        if (s.contains("properties") && s["properties"].contains(k)) return -1;  // schema false
+        if (ap == Json(false)) return -1;
+        props.push_back({lit, ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties")});
+        required.push_back(false);
+        return static_cast<int>(props.size()) - 1;
+      };
+      for (auto& [k, deps] : s["dependentRequired"].items()) {
+        if (!deps.is_array()) fail("json schema: dependentRequired values must be arrays at ", path);
+        if (deps.empty()) continue;
+        const int t = index_of(k);
+        if (t < 0) continue;  // the trigger key cannot appear
+        std::vector<int> d;
+        for (auto& dep : deps) {
+          const int x = index_of(dep.get<std::string>());
+          if (x < 0) unsupported(path, "dependentRequired naming key '" + dep.get<std::string>() + "' that cannot appear");
+          d.push_back(x);
+        }
+        if (depends.size() < props.size()) depends.resize(props.size());
+        depends[t].insert(depends[t].end(), d.begin(), d.end());
+      }
+    }
+    int extra = -1;  // expression for one additional "key":value member, or -1
     if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -530,6 +559,7 @@ class Converter {
     const std::string base = "obj" + std::to_string(g_.num_rules());
     const int perm = g_.declare_rule(base);
     PermRule info{perm, {}, required};
+    info.depends = depends;
     std::vector<int> firsts, afters;
     auto member = [&](const std::string& name, int body, bool counted) {
       int m = g_.declare_rule(base + "_" + name), a = g_.declare_rule(base + "_a" + name);
@@ -538,16 +568,25 @@ class Converter {
       firsts.push_back(g_.ref(m));
       afters.push_back(g_.ref(a));
       if (counted) info.member_rules.push_back({m, a});
+      else info.extra_rules = {m, a};
     };
     for (size_t k = 0; k < props.size(); ++k)
       member(std::to_string(k), g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second}), true);
     if (extra >= 0) member("x", extra, false);
-    // min/maxProperties: counted on extra keys only (declared keys would need counts in the perm state).
+    // min/maxProperties: without declared keys, repetitions of the extra member; with them, the
+    // perm rule counts every member (declared ones in its seen set, extra ones as a number).
     const long lo = s.contains("minProperties") ? static_cast<long>(s["minProperties"].get<double>()) : 0;
     const long hi = s.contains("maxProperties") ? static_cast<long>(s["maxProperties"].get<double>()) : -1;
-    if ((lo > 0 || hi >= 0) && !props.empty()) unsupported(path, "minProperties/maxProperties together with properties/required");
     if (lo > 4096 || hi > 4096 || (hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) unsupported(path, "minProperties/maxProperties bounds");
     int members = -1;
+    if ((lo > 0 || hi >= 0) && !props.empty()) {
+      info.min_count = static_cast<int>(lo);
+      info.max_count = static_cast<int>(hi);
+      if (hi != 0) members = g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))});
+      g_.define_rule(perm, members < 0 ? g_.empty() : g_.opt(members));
+      g_.add_perm(std::move(info));
+      return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
+    }
     if (!firsts.empty() && hi != 0)
       members = g_.seq({g_.alt(firsts), g_.rep(g_.alt(afters), std::max(0L, lo - 1), hi < 0 ? kUnbounded : static_cast<int>(hi - 1))});
     g_.define_rule(perm, members < 0 ? g_.empty() : lo > 0 ? members : g_.opt(members));
