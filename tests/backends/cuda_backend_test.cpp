@@ -146,7 +146,7 @@ TEST_F(CudaBackendTest, LinearGemvBatchInvariant) {
 }
 
 // linear_bf16 against the CPU fp32 linear of the widened bf16 inputs (bf16 products are exact in fp32,
-// so only the summation order differs): the GEMV at m <= 8, cuBLAS above.
+// so only the summation order differs): the GEMV at m <= 4, cuBLAS above.
 TEST_F(CudaBackendTest, LinearBf16) {
   struct Shape { int64_t m, k, n; };
   for (Shape s : {Shape{1, 4096, 1024}, Shape{2, 2056, 600}, Shape{4, 4096, 1100}, Shape{8, 2048, 263},

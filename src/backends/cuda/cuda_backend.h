@@ -52,8 +52,9 @@ class CudaBackend final : public ops::Backend {
                                const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 
-  // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 8
+  // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 4
   // (k % 8 == 0, aligned) takes the GEMV of gemv.h, larger m cuBLAS.
+  static constexpr int64_t kLinearGemvMaxM = 8, kLinearBf16GemvMaxM = 4;
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
 
   // sparse_attention kernel choice, for tests and benchmarks. kAttnAuto (default): the tiled kernel
