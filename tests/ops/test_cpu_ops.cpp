@@ -5,20 +5,14 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "op_test_util.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
 namespace {
 
-ops::Backend& be() { return ops::cpu_backend(); }
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using testing::be;
+using testing::randn;
 
 TEST(CpuOps, LinearMatchesDoublePrecision) {
   const int64_t m = 7, k = 300, n = 37;
