@@ -215,7 +215,7 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems", "not", "multipleOf", "dependentRequired"};
+          "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames"};
       if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -545,13 +545,32 @@ class Converter {
         depends[t].insert(depends[t].end(), d.begin(), d.end());
       }
     }
+    // propertyNames: a string schema for the keys, enforced by the extra-key grammar; only for
+    // objects without declared keys (the key grammar can't also exclude declared names).
+    int key_expr = -1;
+    if (s.contains("propertyNames") && !is_always(s["propertyNames"])) {
+      const Json& pn = s["propertyNames"];
+      if (!props.empty() || !names.empty()) unsupported(path, "propertyNames together with properties/required/dependentRequired");
+      if (is_never(pn)) {
+        ap = Json(false);
+      } else {
+        if (!pn.is_object()) fail("json schema: propertyNames must be a schema at ", path);
+        static const std::set<std::string> ok = {"minLength", "maxLength", "pattern", "format", "const", "enum", "type"};
+        for (auto& [k, v] : pn.items())
+          if (!ok.count(k) && !kAnnotations.count(k)) unsupported(path, "propertyNames with keyword '" + k + "'");
+        if (pn.contains("type") && pn["type"] != Json("string")) unsupported(path, "propertyNames with a non-string type");
+        Json ks = pn;
+        ks["type"] = "string";
+        if (!(ap.is_boolean() && !ap.get<bool>())) key_expr = convert(ks, path + "/propertyNames");
+      }
+    }
     int extra = -1;  // expression for one additional "key":value member, or -1
     if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
       std::sort(names.begin(), names.end());
       names.erase(std::unique(names.begin(), names.end()), names.end());
-      extra = g_.seq({names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
+      extra = g_.seq({key_expr >= 0 ? key_expr : names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
     }
     // Members in any order, each declared one at most once: a perm rule (grammar.h) whose first
     // member is M_i and later ones A_i = sep M_i, so no separator is left dangling.
