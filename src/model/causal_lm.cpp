@@ -4,10 +4,15 @@
 
 namespace deepinfer::model {
 
-std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts) {
-  check(cuts.size() >= 2 && cuts.front() == 0 && cuts.back() == static_cast<int64_t>(ids.size()),
-        "logits_in_steps: cuts must run from 0 to the number of ids");
-  auto state = lm.new_sequence();
+std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts,
+                                   SequenceState* state) {
+  check(cuts.size() >= 2 && cuts.front() >= 0 && cuts.back() <= static_cast<int64_t>(ids.size()),
+        "logits_in_steps: cuts must lie within the ids");
+  std::unique_ptr<SequenceState> fresh;
+  if (!state) {
+    fresh = lm.new_sequence();
+    state = fresh.get();
+  }
   std::vector<float> all, part;
   all.reserve(ids.size() * lm.vocab_size());
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
@@ -15,7 +20,7 @@ std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids
     ForwardBatch b;
     b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
     b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
-    b.states = {state.get()};
+    b.states = {state};
     for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
     lm.forward(b, part);
     all.insert(all.end(), part.begin(), part.end());

@@ -49,9 +49,10 @@ class CausalLM {
 
 namespace deepinfer::model {
 
-// Feeds `ids` to one fresh sequence in steps [cuts[i], cuts[i+1]) (cuts ascending from 0 to ids.size())
-// and returns the logits of every position, [ids.size(), vocab]: one prefill, chunks or
-// prefix-then-decode, depending on the cuts. Used for scoring (the CLI) and golden checks.
-std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts);
+// Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])
+// and returns the logits of every fed position: one prefill, chunks or prefix-then-decode, depending on
+// the cuts. Used for scoring (the CLI) and golden checks.
+std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts,
+                                   SequenceState* state = nullptr);
 
 }  // namespace deepinfer::model

@@ -101,22 +101,6 @@ void expect_within(const Stats& s, int S, const std::string& what) {
   }
 }
 
-// Runs ids through one state in the given chunks; returns all logits rows.
-std::vector<float> run_chunks(model::V41Model& m, model::SequenceState& st, const std::vector<int32_t>& ids,
-                              const std::vector<int64_t>& cuts) {
-  std::vector<float> all, part;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    model::ForwardBatch b;
-    b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
-    b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
-    b.states = {&st};
-    for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
-    m.forward(b, part);
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
 class V41Case : public ::testing::TestWithParam<std::string> {};
 
 TEST(V41Load, LoadCausalLmDispatchesAndNamesMissingTokenizer) {
@@ -248,7 +232,7 @@ TEST_P(V41Case, EngramTablesAndHashIdsExact) {
     std::vector<int64_t> got;
     m.on_hash_ids = [&](int64_t, const std::vector<int64_t>& h) { got.insert(got.end(), h.begin(), h.end()); };
     auto st = m.new_sequence();
-    run_chunks(m, *st, ids, {0, 2, 3, 8, 9, 10, 17});
+    model::logits_in_steps(m, ids, {0, 2, 3, 8, 9, 10, 17}, st.get());
     m.on_hash_ids = nullptr;
     EXPECT_EQ(got, golden_i64(g, "s17.engram_hash_ids"));
   }
@@ -269,7 +253,7 @@ TEST_P(V41Case, PrefillDecodeChunkedMatchReference) {
     auto ids = golden_ints(g, k + ".input_ids");
     {
       auto st = m.new_sequence();
-      auto mine = run_chunks(m, *st, ids, {0, S});
+      auto mine = model::logits_in_steps(m, ids, {0, S}, st.get());
       per_row(mine, golden_floats(g, k + ".prefill_logits"), V);
       expect_within(compare(mine, golden_floats(g, k + ".prefill_logits"), V), S, c + " prefill");
     }
@@ -277,13 +261,13 @@ TEST_P(V41Case, PrefillDecodeChunkedMatchReference) {
     std::vector<int64_t> cuts = {0, P};
     for (int64_t t = P + 1; t <= S; ++t) cuts.push_back(t);
     auto st = m.new_sequence();
-    auto dec = run_chunks(m, *st, ids, cuts);
+    auto dec = model::logits_in_steps(m, ids, cuts, st.get());
     if (std::getenv("V41_DEC")) per_row(std::vector<float>(dec.begin(), dec.begin() + std::min<size_t>(dec.size(), 64 * V)), golden_floats(g, k + ".decode_logits"), V);
     expect_within(compare(dec, golden_floats(g, k + ".decode_logits"), V), S, c + " prefix+decode");
     {  // the same with the reference's stale index-key quirk reproduced (see V41Model)
       m.emulate_reference_stale_index_keys = true;
       auto st3 = m.new_sequence();
-      auto decq = run_chunks(m, *st3, ids, cuts);
+      auto decq = model::logits_in_steps(m, ids, cuts, st3.get());
       m.emulate_reference_stale_index_keys = false;
       if (std::getenv("V41_DEC")) per_row(decq, golden_floats(g, k + ".decode_logits"), V);
       expect_within(compare(decq, golden_floats(g, k + ".decode_logits"), V), S, c + " prefix+decode (ref quirk)");
@@ -293,7 +277,7 @@ TEST_P(V41Case, PrefillDecodeChunkedMatchReference) {
       for (int64_t t = 7; t < S; t += 13) ch.push_back(t);
       ch.push_back(S);
       auto st2 = m.new_sequence();
-      expect_within(compare(run_chunks(m, *st2, ids, ch), golden_floats(g, k + ".prefill_logits"), V), S,
+      expect_within(compare(model::logits_in_steps(m, ids, ch, st2.get()), golden_floats(g, k + ".prefill_logits"), V), S,
                     c + " chunked(7,13,..) prefill");
     }
   }
@@ -339,7 +323,7 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
   std::vector<float> collapsed;
   m.on_final = [&](const std::vector<float>& y, const std::vector<float>&) { collapsed = y; };
   auto st = m.new_sequence();
-  run_chunks(m, *st, ids, {0, 64});
+  model::logits_in_steps(m, ids, {0, 64}, st.get());
   m.on_layer_input = nullptr;
   m.on_final = nullptr;
   m.on_engram_input = nullptr;
@@ -395,13 +379,13 @@ TEST_P(V41Case, DSparkDraftsMatchReference) {
     auto want_conf = golden_floats(g, k + ".dspark.confidence");
     auto st = m.new_sequence();
     auto* vs = dynamic_cast<model::V41SequenceState*>(st.get());
-    run_chunks(m, *st, ids, {0, P});
+    model::logits_in_steps(m, ids, {0, P}, st.get());
     std::vector<float> logits, conf;
     int64_t same_ids = 0, total_ids = 0;
     for (size_t i = 0; i < positions.size(); ++i) {
       const int64_t p = positions[i];
       ASSERT_EQ(p, st->length());
-      auto main = run_chunks(m, *st, ids, {p, p + 1});
+      auto main = model::logits_in_steps(m, ids, {p, p + 1}, st.get());
       (void)main;
       const int32_t anchor = want_ids[i * (Bk + 1)];  // the reference's anchor (argmax of its main logits)
       // The Markov chain is fed the reference's drafted tokens, so a near-tie argmax flip in one row does
@@ -447,7 +431,7 @@ TEST_P(V41Case, GreedyContinuationAndDSparkRings) {
   {
     auto ids = golden_ints(g, "s64.input_ids");
     auto st = m.new_sequence();
-    run_chunks(m, *st, ids, {0, 64});
+    model::logits_in_steps(m, ids, {0, 64}, st.get());
     auto* vs = dynamic_cast<model::V41SequenceState*>(st.get());
     for (int64_t s = 0; s < m.config().n_mtp_layers; ++s) {
       auto want = golden_floats(g, "s64.dspark_window_kv." + std::to_string(s));
@@ -501,8 +485,8 @@ TEST_P(V41Case, FlatBatchOfSequencesEqualsSeparateRuns) {
   auto a = golden_ints(g, "s17.input_ids"), b = golden_ints(g, "s64.input_ids");
   // Separately: a prefilled in full; b prefilled 40 then 3 decode steps.
   auto sa = m.new_sequence(), sb = m.new_sequence();
-  auto la = run_chunks(m, *sa, a, {0, 17});
-  auto lb = run_chunks(m, *sb, b, {0, 40, 41, 42, 43});
+  auto la = model::logits_in_steps(m, a, {0, 17}, sa.get());
+  auto lb = model::logits_in_steps(m, b, {0, 40, 41, 42, 43}, sb.get());
   // Together: one flat batch [a(0..16), b(0..39)], then batches of b's single decode tokens with a's.
   auto ta = m.new_sequence(), tb = m.new_sequence(), tc = m.new_sequence();
   model::ForwardBatch fb;

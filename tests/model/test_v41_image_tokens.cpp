@@ -55,21 +55,6 @@ std::vector<int32_t> prompt_with_images(const std::string& c, std::vector<uint8_
   return ids;
 }
 
-std::vector<float> run_chunks(model::V41Model& m, model::SequenceState& st, const std::vector<int32_t>& ids,
-                              const std::vector<int64_t>& cuts) {
-  std::vector<float> all, part;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    model::ForwardBatch b;
-    b.token_ids.assign(ids.begin() + cuts[i], ids.begin() + cuts[i + 1]);
-    b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
-    b.states = {&st};
-    for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
-    m.forward(b, part);
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
 std::vector<int32_t> sorted_topk(const std::vector<float>& v, int64_t k) {
   std::vector<int32_t> idx(v.size());
   for (size_t i = 0; i < v.size(); ++i) idx[i] = static_cast<int32_t>(i);
@@ -197,7 +182,7 @@ TEST_P(V41Image, EngramForwardDeadIdsAndZeroGate) {
     if (before.count(l)) after[l] = X;
   };
   auto st = m.new_sequence();
-  run_chunks(m, *st, ids, {0, S});
+  model::logits_in_steps(m, ids, {0, S}, st.get());
   m.on_hash_ids = nullptr;
   m.on_engram_input = nullptr;
   m.on_layer_input = nullptr;
@@ -228,7 +213,7 @@ TEST_P(V41Image, PrefillChunkedDecodeAgree) {
   auto run = [&](const std::vector<int64_t>& cuts) {
     hashes.clear();
     auto st = m.new_sequence();
-    auto logits = run_chunks(m, *st, ids, cuts);
+    auto logits = model::logits_in_steps(m, ids, cuts, st.get());
     return std::make_pair(logits, hashes);
   };
   const auto [ref, ref_hash] = run({0, S});
