@@ -300,7 +300,7 @@ const ops::RopeFreqs V41Model::rope_for(int64_t l) const {
 void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, const std::vector<float>& x,
                          const int64_t* pos, std::vector<float>& out) {
   const V41Block& B = blocks_[l];
-  const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window_size;
+  const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window_size;
   const ops::RopeFreqs rope = rope_for(l);
   std::vector<float> qr(n * c_.q_lora_rank), q(n * H * hd), kv(n * hd);
   lin(x.data(), n, B.wq_a, qr.data());
@@ -488,8 +488,13 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
   for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(l, (P + i) % W));
   be_.rope(o.data(), n, H, hd, pos, rope, true);
   bf16(o);
-  // grouped output projection: wo_a per group (bf16, no act quant), then wo_b
-  const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
+  output_projection(B, o, n, out);
+}
+
+// Grouped output projection: wo_a per group of heads (dequantized, bf16 out, no activation quantization),
+// then wo_b.
+void V41Model::output_projection(const V41Block& B, const std::vector<float>& o, int64_t n, std::vector<float>& out) {
+  const int64_t H = c_.n_heads, hd = c_.head_dim, G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
   std::vector<float> og(n * gin), ug(n * R), u(n * G * R);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t t = 0; t < n; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, og.data() + t * gin);
@@ -497,7 +502,7 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
     be_.round_bf16(ug.data(), n * R);
     for (int64_t t = 0; t < n; ++t) std::copy_n(ug.data() + t * R, R, u.data() + t * G * R + g * R);
   }
-  out.resize(n * D);
+  out.resize(n * c_.dim);
   lin(u.data(), n, B.wo_b, out.data());
 }
 
@@ -506,7 +511,7 @@ void V41Model::attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, 
 void V41Model::dspark_attention(int64_t l, V41SequenceState& st, int64_t p, const std::vector<float>& x,
                                 std::vector<float>& out) {
   const V41Block& B = blocks_[l];
-  const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window_size, n = c_.dspark_block_size;
+  const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window_size, n = c_.dspark_block_size;
   const ops::RopeFreqs rope = rope_main_.freqs();
   std::vector<int64_t> pos(n);
   for (int64_t i = 0; i < n; ++i) pos[i] = p + 1 + i;
@@ -538,16 +543,7 @@ void V41Model::dspark_attention(int64_t l, V41SequenceState& st, int64_t p, cons
   bf16(o);
   be_.rope(o.data(), n, H, hd, pos.data(), rope, true);
   bf16(o);
-  const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
-  std::vector<float> og(n * gin), ug(n * R), u(n * G * R);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < n; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, og.data() + t * gin);
-    be_.linear(og.data(), n, gin, B.wo_a.w.data() + g * R * gin, R, ug.data());
-    be_.round_bf16(ug.data(), n * R);
-    for (int64_t t = 0; t < n; ++t) std::copy_n(ug.data() + t * R, R, u.data() + t * G * R + g * R);
-  }
-  out.resize(n * D);
-  lin(u.data(), n, B.wo_b, out.data());
+  output_projection(B, o, n, out);
 }
 
 // ---------------------------------------------------------------------------------------------------

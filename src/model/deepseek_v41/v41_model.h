@@ -164,6 +164,7 @@ class V41Model final : public CausalLM {
   void moe(int64_t l, int64_t n, const std::vector<float>& x, const uint8_t* image, std::vector<float>& out);
   void engram_apply(int64_t l, int64_t n, const int64_t* ids, const uint8_t* image, std::vector<float>& X);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
+  void output_projection(const V41Block& B, const std::vector<float>& o, int64_t n, std::vector<float>& out);
   void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
   void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
   const ops::RopeFreqs rope_for(int64_t l) const;
