@@ -182,46 +182,41 @@ void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t di
 }
 
 namespace {
-// One block's UE8M0 scale for quantizing to a format whose largest magnitude is qmax.
-float block_scale(const float* x, int64_t n, float floor_amax, float qmax) {
-  float amax = floor_amax;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  return e8m0_to_float(ue8m0_ceil_byte(amax / qmax));
+// In-place fake quantization per `block` channels of each row: scale_of(amax) gives the block's scale
+// (amax already floored at `floor_amax`), round(v) the value on the target grid.
+template <typename ScaleOf, typename Round>
+void fake_quant_blocks(float* x, int64_t rows, int64_t dim, int64_t block, float floor_amax, ScaleOf scale_of,
+                       Round round) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < dim; b += block) {
+      float* v = x + r * dim + b;
+      const int64_t n = std::min(block, dim - b);
+      float amax = floor_amax;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float s = scale_of(amax);
+      for (int64_t i = 0; i < n; ++i) v[i] = round(v[i] / s) * s;
+    }
 }
+
+float round_e4m3(float q) { return e4m3_to_float(float_to_e4m3(std::clamp(q, -kE4M3Max, kE4M3Max))); }
+float round_e2m1(float q) { return e2m1_to_float(float_to_e2m1(std::clamp(q, -kE2M1Max, kE2M1Max))); }
 }  // namespace
 
 void CpuBackend::fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < dim; b += block) {
-      float* v = x + r * dim + b;
-      int64_t n = std::min(block, dim - b);
-      float s = block_scale(v, n, 1e-4f, kE4M3Max);
-      for (int64_t i = 0; i < n; ++i) v[i] = e4m3_to_float(float_to_e4m3(std::clamp(v[i] / s, -kE4M3Max, kE4M3Max))) * s;
-    }
+  fake_quant_blocks(x, rows, dim, block, 1e-4f,
+                    [](float amax) { return e8m0_to_float(ue8m0_ceil_byte(amax / kE4M3Max)); }, round_e4m3);
 }
 
 void CpuBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) {
-  const float floor_amax = 6.0f * std::ldexp(1.0f, -126);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < dim; b += block) {
-      float* v = x + r * dim + b;
-      int64_t n = std::min(block, dim - b);
-      float s = block_scale(v, n, floor_amax, kE2M1Max);
-      for (int64_t i = 0; i < n; ++i) v[i] = e2m1_to_float(float_to_e2m1(std::clamp(v[i] / s, -kE2M1Max, kE2M1Max))) * s;
-    }
+  fake_quant_blocks(x, rows, dim, block, 6.0f * std::ldexp(1.0f, -126),
+                    [](float amax) { return e8m0_to_float(ue8m0_ceil_byte(amax / kE2M1Max)); }, round_e2m1);
 }
 
+// V4.1's compressed KV: E4M3 (not power-of-two) scales.
 void CpuBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) {
-  const float floor_amax = 6.0f * std::ldexp(1.0f, -9);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < dim; b += block) {
-      float* v = x + r * dim + b;
-      int64_t n = std::min(block, dim - b);
-      float amax = floor_amax;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-      float s = e4m3_to_float(float_to_e4m3(std::min(amax / kE2M1Max, kE4M3Max)));
-      for (int64_t i = 0; i < n; ++i) v[i] = e2m1_to_float(float_to_e2m1(std::clamp(v[i] / s, -kE2M1Max, kE2M1Max))) * s;
-    }
+  fake_quant_blocks(x, rows, dim, block, 6.0f * std::ldexp(1.0f, -9),
+                    [](float amax) { return e4m3_to_float(float_to_e4m3(std::min(amax / kE2M1Max, kE4M3Max))); },
+                    round_e2m1);
 }
 
 void CpuBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
