@@ -24,6 +24,19 @@ constexpr int64_t kAttnBlock = 64;  // the reference kernel's online-softmax blo
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold 20
 float rb(float x) { return bf16_to_float(float_to_bf16(x)); }
 
+// The final collapse of the hc streams with the last pre-mix: y[t] = bf16(sum_k pre[t,k] X[t,k]).
+std::vector<float> collapse_streams(const std::vector<float>& X, const std::vector<float>& pre_mix, int64_t rows,
+                                    int64_t hc, int64_t D) {
+  std::vector<float> y(rows * D);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0;
+      for (int64_t k = 0; k < hc; ++k) acc += pre_mix[t * hc + k] * X[(t * hc + k) * D + d];
+      y[t * D + d] = rb(acc);
+    }
+  return y;
+}
+
 // torch.topk(largest=True) on CPU, reproduced with its tie behaviour: (value, index) pairs in index
 // order, compared by value only; std::partial_sort when k * 64 <= n, else std::nth_element at k-1
 // (then, when sorted, std::sort of the first k-1). Exact ties (e.g. bf16 index scores) are thereby
@@ -821,13 +834,7 @@ void V41Model::forward_seq(V41SequenceState& st, const int32_t* ids_in, int64_t 
     block_forward(l, st, P + row0, rows, X, pre_mix, pos.data(), image.data(), false);
   }
   // final collapse with the last pre-mix, norm
-  std::vector<float> y(rows * D);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int64_t k = 0; k < hc; ++k) acc += pre_mix[t * hc + k] * X[(t * hc + k) * D + d];
-      y[t * D + d] = rb(acc);
-    }
+  std::vector<float> y = collapse_streams(X, pre_mix, rows, hc, D);
   std::vector<float> yn = y;
   rmsnorm(yn, norm_, rows, D);
   if (on_final) on_final(y, yn);
@@ -918,13 +925,7 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
   for (int64_t s = 0; s < c_.n_mtp_layers; ++s)
     block_forward(c_.n_layers + s, st, p, n, X, pre_mix, nullptr, nullptr, true);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
-  std::vector<float> y(n * D);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int64_t k = 0; k < hc; ++k) acc += pre_mix[t * hc + k] * X[(t * hc + k) * D + d];
-      y[t * D + d] = rb(acc);
-    }
+  std::vector<float> y = collapse_streams(X, pre_mix, n, hc, D);
   std::vector<float> yn = y;
   rmsnorm(yn, L.final_norm, n, D);
   V41Draft out;
