@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "golden_reader.h"
 #include "model/deepseek_v41/v41_model.h"
+#include "v41_golden_model.h"
 #include "model/load.h"
 
 namespace deepinfer {
@@ -23,7 +24,7 @@ namespace {
 using testing::golden_floats;
 using testing::golden_ints;
 
-const std::string kRoot = "tests/data/goldens/v41/";
+const std::string& kRoot = testing::kV41GoldenRoot;
 const std::vector<int> kSeqLens = {1, 5, 17, 64, 150};
 
 std::vector<int64_t> golden_i64(const io::Checkpoint& g, const std::string& name) {
@@ -34,20 +35,10 @@ std::vector<int64_t> golden_i64(const io::Checkpoint& g, const std::string& name
   return out;
 }
 
-nlohmann::json golden_json(const std::string& c) {
-  std::ifstream in(kRoot + c + "/goldens.json");
-  return nlohmann::json::parse(in);
-}
-
 model::V41Model& model_for(const std::string& c) {
   static std::map<std::string, std::unique_ptr<model::V41Model>> cache;
   auto& m = cache[c];
-  if (!m) {
-    m = model::V41Model::load(kRoot + c);
-    auto strings = golden_json(c).at("engram").at("token_strings").get<std::vector<std::string>>();
-    m->set_engram_tokens(strings, strings);  // the synthetic tokenizer: decode == id_to_token
-    m->replay_compact = false;
-  }
+  if (!m) m = testing::load_v41_golden(c);
   return *m;
 }
 

@@ -14,27 +14,20 @@
 
 #include "golden_reader.h"
 #include "model/deepseek_v41/v41_model.h"
+#include "v41_golden_model.h"
 
 namespace deepinfer {
 namespace {
 
 using model::EngramHasher;
 
-const std::string kRoot = "tests/data/goldens/v41/";
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
+const std::string& kRoot = testing::kV41GoldenRoot;
 
 model::V41Model& model_for(const std::string& c) {
   static std::map<std::string, std::unique_ptr<model::V41Model>> cache;
   auto& m = cache[c];
   if (!m) {
-    m = model::V41Model::load(kRoot + c);
-    auto strings = read_json(kRoot + c + "/goldens.json").at("engram").at("token_strings").get<std::vector<std::string>>();
-    m->set_engram_tokens(strings, strings);
-    m->replay_compact = false;
+    m = testing::load_v41_golden(c);
     EXPECT_EQ(m->image_token_id, -1) << "the goldens' config has no vision tower";
     m->image_token_id = m->config().image_token_id;
   }
@@ -67,7 +60,7 @@ std::vector<int32_t> sorted_topk(const std::vector<float>& v, int64_t k) {
 class V41Image : public ::testing::TestWithParam<std::string> {};
 
 TEST(V41ImageConfig, ImageTokensOnlyWithVisionAndTheKey) {
-  nlohmann::json j = read_json(kRoot + "tiny-a/config.json");
+  nlohmann::json j = read_json_file(kRoot + "tiny-a/config.json");
   EXPECT_FALSE(model::V41Config::from_json(j).has_vision);
   j["vision_config"] = {{"model_type", "deepseek_v41_vision"}};
   model::V41Model with(model::V41Config::from_json(j), ops::cpu_backend());

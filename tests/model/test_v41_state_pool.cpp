@@ -12,22 +12,15 @@
 
 #include "core/error.h"
 #include "model/deepseek_v41/v41_model.h"
+#include "v41_golden_model.h"
 
 namespace deepinfer {
 namespace {
 
-const std::string kRoot = "tests/data/goldens/v41/";
-
 model::V41Model& model_for(const std::string& c) {
   static std::map<std::string, std::unique_ptr<model::V41Model>> cache;
   auto& m = cache[c];
-  if (!m) {
-    m = model::V41Model::load(kRoot + c);
-    std::ifstream in(kRoot + c + "/goldens.json");
-    auto strings = nlohmann::json::parse(in).at("engram").at("token_strings").get<std::vector<std::string>>();
-    m->set_engram_tokens(strings, strings);  // the synthetic tokenizer: decode == id_to_token
-    m->replay_compact = false;
-  }
+  if (!m) m = testing::load_v41_golden(c);
   return *m;
 }
 
