@@ -235,7 +235,7 @@ int main(int argc, char** argv) try {
       continue;
     }
     double t = time_ms(be, [&](int) {
-      be.sparse_attention_online(q, tokens, heads, dim, pool, didx, k, sink, 0.044f, 64, out);
+      be.sparse_attention_online(q, tokens, heads, dim, pool, nullptr, didx, k, sink, 0.044f, 64, out);
     }, quick ? 3 : 10);
     report("sparse_attn_online b64", shape, t, bytes, flops, bw, fp32_rate);
     cudaFree(q); cudaFree(out); cudaFree(didx);

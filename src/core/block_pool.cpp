@@ -1,16 +1,38 @@
 #include "core/block_pool.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "core/error.h"
 
 namespace deepinfer {
+namespace {
+
+// Virtual address space reserved for an unlimited pool: untouched pages cost no memory.
+constexpr size_t kUnlimitedBytes = size_t{1} << 38;  // 256 GiB
+
+std::byte* reserve(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+}
+
+}  // namespace
 
 BlockPool::BlockPool(int64_t block_bytes, int64_t capacity_blocks)
     : block_bytes_(block_bytes), capacity_(capacity_blocks > 0 ? capacity_blocks : 0) {
   check(block_bytes > 0 && block_bytes % 64 == 0, "state block size must be a positive multiple of 64 bytes, got ",
         block_bytes);
+  reserved_bytes_ = capacity_ ? static_cast<size_t>(capacity_) * block_bytes : kUnlimitedBytes;
+  base_ = reserve(reserved_bytes_);
+  for (size_t smaller = reserved_bytes_ / 2; !base_ && !capacity_ && smaller >= (size_t{1} << 30); smaller /= 2)
+    base_ = reserve(reserved_bytes_ = smaller);  // a host that limits address space: take what it gives
+  check(base_ != nullptr, "state memory: cannot reserve ", reserved_bytes_, " bytes for ", capacity_, " blocks of ",
+        block_bytes, " bytes");
+  reserved_blocks_ = static_cast<int64_t>(reserved_bytes_ / block_bytes);
 }
+
+BlockPool::~BlockPool() { munmap(base_, reserved_bytes_); }
 
 int64_t BlockPool::used() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -21,15 +43,15 @@ void* BlockPool::allocate() {
   std::lock_guard<std::mutex> lock(mu_);
   check(capacity_ == 0 || used_ < capacity_, "state memory exhausted: all ", capacity_, " blocks of ", block_bytes_,
         " bytes are in use");
-  ++used_;
   void* block;
   if (!free_.empty()) {
     block = free_.back();
     free_.pop_back();
   } else {
-    storage_.push_back(std::make_unique<std::byte[]>(block_bytes_));
-    block = storage_.back().get();
+    check(next_ < reserved_blocks_, "state memory exhausted: the arena's ", reserved_blocks_, " blocks are in use");
+    block = base_ + next_++ * block_bytes_;
   }
+  ++used_;
   std::memset(block, 0, block_bytes_);
   return block;
 }

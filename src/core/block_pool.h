@@ -1,9 +1,11 @@
-// A pool of fixed-size memory blocks with a capacity: all per-sequence model state is carved from
-// one pool sized by the state-memory budget, so state memory is bounded and blocks freed by a
-// finished or preempted sequence are reused by the next. Thread-safe.
+// The state arena: a pool of fixed-size memory blocks carved from one contiguous reservation, so that
+// all per-sequence model state lives at addresses base() + i * block_bytes(). Because of that, an op
+// can read any sequence's state rows through plain row indices relative to base() (no per-step copy
+// into a fresh pool), and the same layout maps onto one device allocation. The pool is sized by the
+// state-memory budget; blocks freed by a finished or preempted sequence are reused. Thread-safe.
 #pragma once
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -11,8 +13,9 @@ namespace deepinfer {
 
 class BlockPool {
  public:
-  // capacity_blocks <= 0: unlimited.
+  // capacity_blocks <= 0: unlimited (a large virtual reservation; pages are committed on first use).
   BlockPool(int64_t block_bytes, int64_t capacity_blocks);
+  ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -23,11 +26,21 @@ class BlockPool {
   void* allocate();
   void release(void* block);
 
+  // The arena's first byte: every block lies in [base(), base() + reserved_blocks() * block_bytes()).
+  std::byte* base() const { return base_; }
+  // Index of a `row_bytes`-wide row at `p` in units of row_bytes from base() (rows never straddle
+  // blocks when block_bytes() is a multiple of row_bytes, which the model checks).
+  int64_t row_index(const void* p, int64_t row_bytes) const {
+    return (static_cast<const std::byte*>(p) - base_) / row_bytes;
+  }
+
  private:
   const int64_t block_bytes_, capacity_;
+  int64_t reserved_blocks_ = 0;  // blocks the reservation can hold
+  std::byte* base_ = nullptr;
+  size_t reserved_bytes_ = 0;
   mutable std::mutex mu_;
-  int64_t used_ = 0;
-  std::vector<std::unique_ptr<std::byte[]>> storage_;  // every block ever allocated
+  int64_t used_ = 0, next_ = 0;  // blocks in use; blocks ever handed out (the high-water mark)
   std::vector<void*> free_;
 };
 

@@ -3,6 +3,7 @@
 // SequenceState object created by the model and owned by the caller (the engine's state manager).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -10,22 +11,46 @@
 
 namespace deepinfer::model {
 
-// Per-sequence model state (V4: window rings, compressed rows, indexer keys, compressor carry).
+// Per-sequence model state (window rings, compressed rows, indexer keys, compressor carry, ...).
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
   virtual int64_t length() const = 0;          // tokens consumed so far (next token's position)
   virtual int64_t bytes() const = 0;           // memory held now
   virtual void reset() = 0;                    // back to empty (frees memory)
+  // Takes back tokens so that length() == `length`: the state is then exactly as it was when it last
+  // had that length (rejected draft tokens). At most max_rollback() tokens; more is an error.
+  virtual void truncate(int64_t length) = 0;
+  virtual int64_t max_rollback() const = 0;
 };
 
-// One flat forward: sequence s contributes tokens token_ids[seq_start[s] .. seq_start[s+1]),
-// continuing states[s] from position states[s]->length(). Sequences are independent.
+// One flat forward: sequence s contributes tokens token_ids[seq_start[s] .. seq_start[s+1]) at
+// positions positions[seq_start[s] ..] (consecutive, from states[s]->length()), continuing states[s].
+// Sequences are independent. The engine's ModelRunner builds it; positions may be left empty (then
+// they are taken from the states).
 struct ForwardBatch {
   std::vector<int32_t> token_ids;
   std::vector<int32_t> seq_start;              // size num_sequences + 1, seq_start[0] == 0
   std::vector<SequenceState*> states;          // size num_sequences
   std::vector<int32_t> logit_rows;             // flat token indices whose logits are returned
+  std::vector<int64_t> positions;              // one per token, or empty
+};
+
+// Observation points inside a forward (tests, teacher forcing, analysis). Each is optional; the
+// arrays are the flat batch's rows in batch order. A model calls the taps it has.
+struct ForwardTaps {
+  // streams X [rows, hc, dim] and the pre-mix [rows, hc] at each backbone layer's input (after its
+  // Engram); both may be overwritten (teacher forcing).
+  std::function<void(int64_t layer, std::vector<float>& X, std::vector<float>& pre_mix)> on_layer_input;
+  // the final collapsed hidden state and its normalized form, [rows, dim] each
+  std::function<void(const std::vector<float>& collapsed, const std::vector<float>& normed)> on_final;
+  std::function<void(int64_t layer, std::vector<float>& X)> on_engram_input;  // streams before an Engram
+  // Engram hash ids [tokens, n_engram_layers, cols] of one sequence's tokens from `first_pos`
+  std::function<void(int64_t first_pos, const std::vector<int64_t>& ids)> on_hash_ids;
+  // router scores [rows, E] before the bias, selected experts [rows, k] and their weights [rows, k]
+  std::function<void(int64_t layer, const std::vector<float>& scores, const std::vector<int32_t>& experts,
+                     const std::vector<float>& weights)>
+      on_route;
 };
 
 class CausalLM {
@@ -34,7 +59,7 @@ class CausalLM {
   virtual int64_t vocab_size() const = 0;
   virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
   // Advances every state by its tokens and writes logits [logit_rows.size(), vocab] (row-major fp32).
-  virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  virtual void forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps = nullptr) = 0;
 
   // State memory comes in fixed-size blocks of one pool (the engine sizes it by its memory budget).
   virtual int64_t state_block_bytes() const = 0;
@@ -45,14 +70,14 @@ class CausalLM {
   virtual int64_t state_blocks_for(int64_t tokens) const = 0;
 };
 
-}  // namespace deepinfer::model
-
-namespace deepinfer::model {
-
 // Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])
 // and returns the logits of every fed position: one prefill, chunks or prefix-then-decode, depending on
 // the cuts. Used for scoring (the CLI) and golden checks.
 std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts,
-                                   SequenceState* state = nullptr);
+                                   SequenceState* state = nullptr, const ForwardTaps* taps = nullptr);
+
+// Checks a batch's shape against the model: sequence boundaries, ids inside the vocabulary, logit rows
+// inside the batch, positions (when given) consecutive from each state's length. Returns the positions.
+std::vector<int64_t> check_batch(const ForwardBatch& batch, int64_t vocab_size);
 
 }  // namespace deepinfer::model

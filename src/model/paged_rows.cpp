@@ -37,6 +37,15 @@ void PagedRows::resize(int64_t rows) {
   rows_ = rows;
 }
 
+void PagedRows::truncate(int64_t rows) {
+  check(rows >= 0 && rows <= rows_, "PagedRows::truncate: ", rows, " rows asked of ", rows_);
+  rows_ = rows;
+  for (int64_t keep = (rows + per_block_ - 1) / per_block_; static_cast<int64_t>(blocks_.size()) > keep;) {
+    pool_->release(blocks_.back());
+    blocks_.pop_back();
+  }
+}
+
 void PagedRows::clear() {
   for (void* b : blocks_) pool_->release(b);
   blocks_.clear();

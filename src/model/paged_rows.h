@@ -21,12 +21,14 @@ class PagedRows {
   int64_t size() const { return rows_; }
   int64_t width() const { return width_; }
   int64_t blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  const BlockPool* pool_ptr() const { return pool_; }  // null for a default-constructed (unused) array
   float* row(int64_t i) { return static_cast<float*>(blocks_[i / per_block_]) + (i % per_block_) * width_; }
   const float* row(int64_t i) const {
     return static_cast<const float*>(blocks_[i / per_block_]) + (i % per_block_) * width_;
   }
   float* append();                 // a new zeroed row at the end
   void resize(int64_t rows);       // grows with zeroed rows or shrinks (keeping the blocks)
+  void truncate(int64_t rows);     // shrinks to `rows` rows and returns the blocks no longer needed
   void clear();                    // no rows, every block back to the pool
   void copy_to(float* out) const;  // all rows, contiguous
 

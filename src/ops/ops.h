@@ -15,6 +15,10 @@ struct RopeFreqs {
   float attention_factor;
 };
 
+// The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
+constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
+constexpr int64_t fresh_row_index(int32_t r) { return -2 - static_cast<int64_t>(r); }
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -70,9 +74,11 @@ class Backend {
   // sparse_attention as DeepSeek's V4.1 kernel computes it: an online softmax over blocks of `block`
   // indices, the running max starting at -1e30 and excluding the sink, probabilities rounded to bf16
   // (relative to the running max) before the P.V product, exp(sink - max) added to the denominator.
+  // Rows come from two places: r >= 0 is row r of `pool` (the state arena, read in place), r <= -2 is
+  // row fresh_row_index(r) of `fresh` (this step's rows, not yet in the arena), r == -1 is no row.
   virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
-                                       const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
-                                       float* out) = 0;
+                                       const float* fresh, const int32_t* idx, int64_t k, const float* sink,
+                                       float scale, int64_t block, float* out) = 0;
 };
 
 Backend& cpu_backend();

@@ -219,11 +219,13 @@ TEST_F(CudaBackendTest, SparseAttention) {
   // dims 128..512 (steps of 128) take the vectorized kernels (tiled when heads % 8 == 0), 72 the generic one.
   for (Case c : {Case{8, 4, 512, 300, 37}, Case{4, 64, 512, 2048, 640}, Case{5, 16, 256, 500, 45},
                  Case{3, 32, 384, 200, 50}, Case{2, 8, 128, 64, 16}, Case{6, 3, 72, 100, 21}}) {
+    const int64_t fresh_rows = 17;  // rows of this step, referenced as ops::fresh_row(i)
     auto q = uniform(c.tokens * c.heads * c.dim), pool = uniform(c.pool_rows * c.dim), sink = uniform(c.heads);
+    auto fresh = uniform(fresh_rows * c.dim);
     std::vector<int32_t> idx(c.tokens * c.k);
-    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1));
-    std::bernoulli_distribution hole(0.2);
-    for (auto& i : idx) i = hole(rng_) ? -1 : id(rng_);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1)), fid(0, fresh_rows - 1);
+    std::bernoulli_distribution hole(0.2), from_fresh(0.25);
+    for (auto& i : idx) i = hole(rng_) ? -1 : from_fresh(rng_) ? ops::fresh_row(fid(rng_)) : id(rng_);
     for (int64_t j = 0; j < c.k; ++j) idx[(c.tokens - 1) * c.k + j] = -1;  // one row with no valid index
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.dim)) * 4.0f;   // peaky softmax
     std::vector<float> ref(c.tokens * c.heads * c.dim);
@@ -373,20 +375,22 @@ TEST_F(CudaBackendTest, RoundBf16) {
 TEST_F(CudaBackendTest, SparseAttentionOnline) {
   struct Case { int64_t tokens, heads, dim, pool_rows, k, block; };
   for (Case c : {Case{8, 4, 512, 300, 37, 16}, Case{4, 64, 512, 2048, 640, 64}, Case{6, 3, 72, 100, 21, 8}}) {
+    const int64_t fresh_rows = 17;  // rows of this step, referenced as ops::fresh_row(i)
     auto q = uniform(c.tokens * c.heads * c.dim), pool = uniform(c.pool_rows * c.dim), sink = uniform(c.heads);
+    auto fresh = uniform(fresh_rows * c.dim);
     std::vector<int32_t> idx(c.tokens * c.k);
-    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1));
-    std::bernoulli_distribution hole(0.2);
-    for (auto& i : idx) i = hole(rng_) ? -1 : id(rng_);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.pool_rows - 1)), fid(0, fresh_rows - 1);
+    std::bernoulli_distribution hole(0.2), from_fresh(0.25);
+    for (auto& i : idx) i = hole(rng_) ? -1 : from_fresh(rng_) ? ops::fresh_row(fid(rng_)) : id(rng_);
     for (int64_t j = 0; j < c.k; ++j) idx[(c.tokens - 1) * c.k + j] = -1;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.dim)) * 4.0f;
     std::vector<float> ref(c.tokens * c.heads * c.dim);
-    cpu().sparse_attention_online(q.data(), c.tokens, c.heads, c.dim, pool.data(), idx.data(), c.k, sink.data(),
-                                  scale, c.block, ref.data());
-    Dev<float> dq(q), dpool(pool), dsink(sink), dout(ref.size());
+    cpu().sparse_attention_online(q.data(), c.tokens, c.heads, c.dim, pool.data(), fresh.data(), idx.data(), c.k,
+                                  sink.data(), scale, c.block, ref.data());
+    Dev<float> dq(q), dpool(pool), dfresh(fresh), dsink(sink), dout(ref.size());
     Dev<int32_t> didx(idx);
-    gpu_->sparse_attention_online(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), didx.get(), c.k, dsink.get(),
-                                  scale, c.block, dout.get());
+    gpu_->sparse_attention_online(dq.get(), c.tokens, c.heads, c.dim, dpool.get(), dfresh.get(), didx.get(), c.k,
+                                  dsink.get(), scale, c.block, dout.get());
     std::string what = "sparse_attn_online d" + std::to_string(c.dim) + " k" + std::to_string(c.k);
     // This op rounds each probability to bf16 (steps of 2^-8 relative). Scores that differ from the
     // CPU's in the last fp32 bit (another dot order, CUDA's expf vs glibc's) flip a few of those

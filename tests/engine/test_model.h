@@ -28,6 +28,10 @@ class HashState : public model::SequenceState {
     for (void* b : blocks_) pool_->release(b);
     blocks_.clear();
   }
+  void truncate(int64_t length) override {
+    if (length != chunks_total) throw std::runtime_error("HashState keeps no history to roll back");
+  }
+  int64_t max_rollback() const override { return 0; }
   void grow() {  // after consuming tokens: the blocks this length takes
     while (static_cast<int64_t>(blocks_.size()) * tpb_ < chunks_total) blocks_.push_back(pool_->allocate());
   }
@@ -61,7 +65,7 @@ class HashLM : public model::CausalLM {
   }
   static uint64_t next_hash(uint64_t h, int32_t token) { return sampling::splitmix64(h ^ (uint64_t(token) << 20)); }
 
-  void forward(const model::ForwardBatch& b, std::vector<float>& logits) override {
+  void forward(const model::ForwardBatch& b, std::vector<float>& logits, const model::ForwardTaps* = nullptr) override {
     ++forwards;
     for (int32_t t : b.token_ids)
       if (t == poison_) throw std::runtime_error("poisoned token " + std::to_string(t));

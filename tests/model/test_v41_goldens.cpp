@@ -221,10 +221,10 @@ TEST_P(V41Case, EngramTablesAndHashIdsExact) {
   {
     auto ids = golden_ints(g, "s17.input_ids");
     std::vector<int64_t> got;
-    m.on_hash_ids = [&](int64_t, const std::vector<int64_t>& h) { got.insert(got.end(), h.begin(), h.end()); };
+    model::ForwardTaps taps;
+    taps.on_hash_ids = [&](int64_t, const std::vector<int64_t>& h) { got.insert(got.end(), h.begin(), h.end()); };
     auto st = m.new_sequence();
-    model::logits_in_steps(m, ids, {0, 2, 3, 8, 9, 10, 17}, st.get());
-    m.on_hash_ids = nullptr;
+    model::logits_in_steps(m, ids, {0, 2, 3, 8, 9, 10, 17}, st.get(), &taps);
     EXPECT_EQ(got, golden_i64(g, "s17.engram_hash_ids"));
   }
   for (const char* v : {"a", "b", "c"})
@@ -256,10 +256,10 @@ TEST_P(V41Case, PrefillDecodeChunkedMatchReference) {
     if (std::getenv("V41_DEC")) per_row(std::vector<float>(dec.begin(), dec.begin() + std::min<size_t>(dec.size(), 64 * V)), golden_floats(g, k + ".decode_logits"), V);
     expect_within(compare(dec, golden_floats(g, k + ".decode_logits"), V), S, c + " prefix+decode");
     {  // the same with the reference's stale index-key quirk reproduced (see V41Model)
-      m.emulate_reference_stale_index_keys = true;
+      testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = true; });
       auto st3 = m.new_sequence();
       auto decq = model::logits_in_steps(m, ids, cuts, st3.get());
-      m.emulate_reference_stale_index_keys = false;
+      testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = false; });
       if (std::getenv("V41_DEC")) per_row(decq, golden_floats(g, k + ".decode_logits"), V);
       expect_within(compare(decq, golden_floats(g, k + ".decode_logits"), V), S, c + " prefix+decode (ref quirk)");
     }
@@ -280,7 +280,8 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
   const auto& g = goldens_for(c);
   auto ids = golden_ints(g, "s64.input_ids");
   std::vector<double> mean_d(m.config().n_layers, 0), max_d(m.config().n_layers, 0);
-  m.on_layer_input = [&](int64_t l, std::vector<float>& X, std::vector<float>& pre) {
+  model::ForwardTaps taps;
+  taps.on_layer_input = [&](int64_t l, std::vector<float>& X, std::vector<float>& pre) {
     auto want = golden_floats(g, "s64.hidden_in." + std::to_string(l));
     double s = 0, mx = 0;
     for (size_t i = 0; i < X.size(); ++i) {
@@ -303,7 +304,7 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
     pre = golden_floats(g, "s64.pre_mix_in." + std::to_string(l));
   };
   std::map<int64_t, double> engram_d;
-  m.on_engram_input = [&](int64_t l, std::vector<float>& X) {
+  taps.on_engram_input = [&](int64_t l, std::vector<float>& X) {
     auto want = golden_floats(g, "s64.engram_in." + std::to_string(l));
     double s = 0;
     for (size_t i = 0; i < X.size(); ++i) s += std::fabs(static_cast<double>(X[i]) - want[i]);
@@ -312,12 +313,9 @@ TEST_P(V41Case, TeacherForcedLayersAtS64) {
     X = want;
   };
   std::vector<float> collapsed;
-  m.on_final = [&](const std::vector<float>& y, const std::vector<float>&) { collapsed = y; };
+  taps.on_final = [&](const std::vector<float>& y, const std::vector<float>&) { collapsed = y; };
   auto st = m.new_sequence();
-  model::logits_in_steps(m, ids, {0, 64}, st.get());
-  m.on_layer_input = nullptr;
-  m.on_final = nullptr;
-  m.on_engram_input = nullptr;
+  model::logits_in_steps(m, ids, {0, 64}, st.get(), &taps);
   for (auto [l, d] : engram_d) std::printf("[v41] %s teacher-forced -> engram_in.%lld: mean|d|=%.2e\n", c.c_str(), (long long)l, d);
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
     std::printf("[v41] %s teacher-forced block %lld (-1: embedding+Engram) -> hidden_in.%lld: mean|d|=%.2e max|d|=%.2e\n", c.c_str(),
@@ -360,7 +358,7 @@ TEST_P(V41Case, DSparkDraftsMatchReference) {
   for (int S : {5, 17, 64, -5, -17, -64}) {
     const bool quirk = S < 0;
     S = std::abs(S);
-    m.emulate_reference_stale_index_keys = quirk;
+    testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = quirk; });
     const std::string k = "s" + std::to_string(S);
     auto ids = golden_ints(g, k + ".input_ids");
     const int64_t P = golden_ints(g, k + ".decode_prefix_len")[0];
@@ -397,7 +395,7 @@ TEST_P(V41Case, DSparkDraftsMatchReference) {
     Stats s = compare(logits, want_logits, V);
     double cmax = 0;
     for (size_t i = 0; i < conf.size(); ++i) cmax = std::max(cmax, std::fabs(static_cast<double>(conf[i]) - want_conf[i]));
-    m.emulate_reference_stale_index_keys = false;
+    testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = false; });
     std::printf("[v41] %s dspark%s S=%-3d steps=%zu logits mean|d|=%.5f max|d|=%.5f argmax=%.3f conf max|d|=%.5f "
                 "draft ids equal %lld/%lld\n", c.c_str(), quirk ? " (ref quirk)" : "", S, positions.size(), s.mean, s.max, s.argmax, cmax,
                 (long long)same_ids, (long long)total_ids);
@@ -441,7 +439,7 @@ TEST_P(V41Case, GreedyContinuationAndDSparkRings) {
   auto want_ids = golden_ints(g, "greedy.output_ids");
   auto want_logits = golden_floats(g, "greedy.logits");
   for (bool quirk : {false, true}) {
-    m.emulate_reference_stale_index_keys = quirk;
+    testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = quirk; });
     auto st = m.new_sequence();
     std::vector<float> logits, all;
     std::vector<int32_t> toks = prompt;
@@ -460,7 +458,7 @@ TEST_P(V41Case, GreedyContinuationAndDSparkRings) {
       b.seq_start = {0, 1};
       b.logit_rows = {0};
     }
-    m.emulate_reference_stale_index_keys = false;
+    testing::with_options(m, [&](model::V41Options& o) { o.emulate_reference_stale_index_keys = false; });
     Stats s = compare(all, want_logits, V);
     std::printf("[v41] %s greedy%s: tokens equal %lld/%zu, logits mean|d|=%.5f max|d|=%.5f argmax=%.3f\n", c.c_str(),
                 quirk ? " (ref quirk)" : "", (long long)same, want_ids.size(), s.mean, s.max, s.argmax);
@@ -512,8 +510,8 @@ TEST_P(V41Case, SwaBoundedReplay) {
   auto ids = golden_ints(g, "s150.input_ids");
   const int64_t keep = m.config().window_size + m.config().dspark_block_size;  // the smallest KEEP allowed
   auto last_row = [&](bool compact, int64_t kp, model::SequenceState& st) {
-    m.replay_compact = compact;
-    m.replay_keep = kp;
+    testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = compact; });
+    testing::with_options(m, [&](model::V41Options& o) { o.replay_keep = kp; });
     model::ForwardBatch b;
     b.token_ids = ids;
     b.seq_start = {0, 150};
@@ -521,7 +519,7 @@ TEST_P(V41Case, SwaBoundedReplay) {
     b.logit_rows = {149};
     std::vector<float> out;
     m.forward(b, out);
-    m.replay_compact = false;
+    testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = false; });
     return out;
   };
   auto st_off = m.new_sequence(), st_cmp = m.new_sequence(), st_140 = m.new_sequence();
@@ -573,8 +571,8 @@ TEST_P(V41Case, SwaBoundedReplay) {
     }
   }
   // KEEP below the window plus the draft lookback.
-  m.replay_compact = true;
-  m.replay_keep = 3;
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = true; });
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_keep = 3; });
   auto st_bad = m.new_sequence();
   model::ForwardBatch bad;
   bad.token_ids = ids;
@@ -584,7 +582,7 @@ TEST_P(V41Case, SwaBoundedReplay) {
   std::vector<float> out;
   EXPECT_THROW(m.forward(bad, out), Error);  // KEEP < window + draft lookback is a clear error
   // Asking for every row under compact gives the exact full prefill (the replay applies to tail rows only).
-  m.replay_keep = 140;
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_keep = 140; });
   auto st_all = m.new_sequence();
   model::ForwardBatch all;
   all.token_ids = ids;
@@ -594,7 +592,7 @@ TEST_P(V41Case, SwaBoundedReplay) {
   m.forward(all, out);
   std::vector<float> out_last(out.end() - V, out.end());
   EXPECT_EQ(out_last, off);
-  m.replay_compact = false;
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = false; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, V41Case, ::testing::Values("tiny-a", "tiny-b"));

@@ -28,8 +28,8 @@ model::V41Model& model_for(const std::string& c) {
   auto& m = cache[c];
   if (!m) {
     m = testing::load_v41_golden(c);
-    EXPECT_EQ(m->image_token_id, -1) << "the goldens' config has no vision tower";
-    m->image_token_id = m->config().image_token_id;
+    EXPECT_EQ(m->image_token_id(), -1) << "the goldens' config has no vision tower";
+    testing::with_options(*m, [&](model::V41Options& o) { o.image_token_id = m->config().image_token_id; });
   }
   return *m;
 }
@@ -64,10 +64,10 @@ TEST(V41ImageConfig, ImageTokensOnlyWithVisionAndTheKey) {
   EXPECT_FALSE(model::V41Config::from_json(j).has_vision);
   j["vision_config"] = {{"model_type", "deepseek_v41_vision"}};
   model::V41Model with(model::V41Config::from_json(j), ops::cpu_backend());
-  EXPECT_EQ(with.image_token_id, 510);
+  EXPECT_EQ(with.image_token_id(), 510);
   j.erase("image_token_id");  // absent key: no image tokens
   model::V41Model without(model::V41Config::from_json(j), ops::cpu_backend());
-  EXPECT_EQ(without.image_token_id, -1);
+  EXPECT_EQ(without.image_token_id(), -1);
 }
 
 // (a) every MoE selection: image tokens take the top-k of score + bias_vl, text tokens of score + bias;
@@ -80,7 +80,8 @@ TEST_P(V41Image, ImageTokensSelectExpertsWithBiasVl) {
   std::vector<uint8_t> image;
   const std::vector<int32_t> ids = prompt_with_images(GetParam(), &image);
   int64_t checked = 0, vl_matters_image = 0, vl_matters_text = 0;
-  m.on_route = [&](int64_t l, const std::vector<float>& sc, const std::vector<int32_t>& sel,
+  model::ForwardTaps taps;
+  taps.on_route = [&](int64_t l, const std::vector<float>& sc, const std::vector<int32_t>& sel,
                    const std::vector<float>& wt) {
     const std::string p = "layers." + std::to_string(l) + ".ffn.gate.";
     const int64_t E = c.experts_for(l), k = c.active_for(l);
@@ -111,8 +112,7 @@ TEST_P(V41Image, ImageTokensSelectExpertsWithBiasVl) {
   b.states = {st.get()};
   b.logit_rows = {static_cast<int32_t>(ids.size()) - 1};
   std::vector<float> out;
-  m.forward(b, out);
-  m.on_route = nullptr;
+  m.forward(b, out, &taps);
   EXPECT_EQ(checked, static_cast<int64_t>(ids.size()) * c.n_layers);
   std::printf("[v41-image] %s: bias_vl changes the selection of %lld image and %lld text (row, layer) pairs\n",
               GetParam().c_str(), static_cast<long long>(vl_matters_image), static_cast<long long>(vl_matters_text));
@@ -169,16 +169,14 @@ TEST_P(V41Image, EngramForwardDeadIdsAndZeroGate) {
   h.hash(hist, 0, S, want.data());
   h.hash({h.compressed(m.config().engram_pad_id)}, 0, 1, all_pad.data());
   std::map<int64_t, std::vector<float>> before, after;
-  m.on_hash_ids = [&](int64_t, const std::vector<int64_t>& v) { got = v; };
-  m.on_engram_input = [&](int64_t l, std::vector<float>& X) { before[l] = X; };
-  m.on_layer_input = [&](int64_t l, std::vector<float>& X, std::vector<float>&) {
+  model::ForwardTaps taps;
+  taps.on_hash_ids = [&](int64_t, const std::vector<int64_t>& v) { got = v; };
+  taps.on_engram_input = [&](int64_t l, std::vector<float>& X) { before[l] = X; };
+  taps.on_layer_input = [&](int64_t l, std::vector<float>& X, std::vector<float>&) {
     if (before.count(l)) after[l] = X;
   };
   auto st = m.new_sequence();
-  model::logits_in_steps(m, ids, {0, S}, st.get());
-  m.on_hash_ids = nullptr;
-  m.on_engram_input = nullptr;
-  m.on_layer_input = nullptr;
+  model::logits_in_steps(m, ids, {0, S}, st.get(), &taps);
   EXPECT_EQ(got, want);
   for (int64_t p = 0; p < S; ++p)
     if (image[p]) {
@@ -202,11 +200,12 @@ TEST_P(V41Image, PrefillChunkedDecodeAgree) {
   const std::vector<int32_t> ids = prompt_with_images(GetParam());
   const int64_t S = static_cast<int64_t>(ids.size()), V = m.vocab_size();
   std::vector<int64_t> hashes;
-  m.on_hash_ids = [&](int64_t, const std::vector<int64_t>& v) { hashes.insert(hashes.end(), v.begin(), v.end()); };
+  model::ForwardTaps taps;
+  taps.on_hash_ids = [&](int64_t, const std::vector<int64_t>& v) { hashes.insert(hashes.end(), v.begin(), v.end()); };
   auto run = [&](const std::vector<int64_t>& cuts) {
     hashes.clear();
     auto st = m.new_sequence();
-    auto logits = model::logits_in_steps(m, ids, cuts, st.get());
+    auto logits = model::logits_in_steps(m, ids, cuts, st.get(), &taps);
     return std::make_pair(logits, hashes);
   };
   const auto [ref, ref_hash] = run({0, S});
@@ -236,7 +235,6 @@ TEST_P(V41Image, PrefillChunkedDecodeAgree) {
     EXPECT_LE(mean, 0.05) << name;
     EXPECT_GE(static_cast<double>(agree) / S, 0.95) << name;
   }
-  m.on_hash_ids = nullptr;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, V41Image, ::testing::Values("tiny-a", "tiny-b"));

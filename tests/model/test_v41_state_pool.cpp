@@ -96,13 +96,13 @@ TEST_P(V41Pool, PoolHoldsExactlyStateBlocksFor) {
   // A long prefill with the SWA bounded replay: the same blocks.
   auto pool = std::make_shared<BlockPool>(4096, 0);
   m.set_state_pool(pool);
-  m.replay_compact = true;
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = true; });
   {
     auto st = m.new_sequence();
     step(m, {st.get()}, {150});
     EXPECT_EQ(pool->used(), m.state_blocks_for(150));
   }
-  m.replay_compact = false;
+  testing::with_options(m, [&](model::V41Options& o) { o.replay_compact = false; });
   EXPECT_EQ(pool->used(), 0);
 }
 

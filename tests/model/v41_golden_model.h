@@ -1,6 +1,7 @@
 // Opens a V4.1 golden model (tests/data/goldens/v41/<case>) the way its reference ran: Engram's token
 // map from the case's synthetic tokenizer (goldens.json), SWA bounded replay off.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,14 +11,22 @@
 
 namespace deepinfer::testing {
 
+// Changes some of a model's run options (the rest stay).
+inline void with_options(model::V41Model& m, const std::function<void(model::V41Options&)>& change) {
+  model::V41Options o = m.options();
+  change(o);
+  m.set_options(o);
+}
+
 inline const std::string kV41GoldenRoot = "tests/data/goldens/v41/";
 
 inline std::unique_ptr<model::V41Model> load_v41_golden(const std::string& case_name) {
-  auto m = model::V41Model::load(kV41GoldenRoot + case_name);
+  model::V41Options options = model::V41Options::from_env();
+  options.replay_compact = false;
+  auto m = model::V41Model::load(kV41GoldenRoot + case_name, options);
   auto strings = read_json_file(kV41GoldenRoot + case_name + "/goldens.json")
                      .at("engram").at("token_strings").get<std::vector<std::string>>();
   m->set_engram_tokens(strings, strings);  // the synthetic tokenizer: decode == id_to_token
-  m->replay_compact = false;
   return m;
 }
 

@@ -242,8 +242,12 @@ void CpuBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                         const float* pool, const int32_t* idx, int64_t k, const float* sink,
+                                         const float* pool, const float* fresh, const int32_t* idx, int64_t k,
+                                         const float* sink,
                                          float scale, int64_t block, float* out) {
+  auto row_of = [&](int32_t r) {
+    return r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
+  };
   parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
     std::vector<float> s(block), acc(dim);
     for (int64_t a = a0; a < a1; ++a) {
@@ -257,8 +261,7 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
         float bm = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < n; ++j) {
           const int32_t r = it[j0 + j];
-          s[j] = r >= 0 ? dot(qv, pool + static_cast<int64_t>(r) * dim, dim) * scale
-                        : -std::numeric_limits<float>::infinity();
+          s[j] = r != -1 ? dot(qv, row_of(r), dim) * scale : -std::numeric_limits<float>::infinity();
           bm = std::max(bm, s[j]);
         }
         const float m_new = std::max(m, bm), rescale = std::exp(m - m_new);
@@ -266,11 +269,11 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
         for (int64_t c = 0; c < dim; ++c) acc[c] *= rescale;
         for (int64_t j = 0; j < n; ++j) {
           const int32_t r = it[j0 + j];
-          const float p = r >= 0 ? std::exp(s[j] - m_new) : 0.0f;
+          const float p = r != -1 ? std::exp(s[j] - m_new) : 0.0f;
           psum += p;
-          if (r < 0) continue;
+          if (r == -1) continue;
           const float pb = bf16_to_float(float_to_bf16(p));
-          const float* v = pool + static_cast<int64_t>(r) * dim;
+          const float* v = row_of(r);
           for (int64_t c = 0; c < dim; ++c) acc[c] += pb * v[c];
         }
         z = z * rescale + psum;

@@ -27,7 +27,7 @@ class CpuBackend final : public ops::Backend {
   void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
                        float* y) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
-                               const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                               const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 };
 

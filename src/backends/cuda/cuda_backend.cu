@@ -776,8 +776,8 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // [dim] q, [kAttnWarps][dim] acc, [block] p.
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kernel(
     const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
-    const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink, float scale, int64_t block,
-    float* __restrict__ out) {
+    const float* __restrict__ fresh, const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink,
+    float scale, int64_t block, float* __restrict__ out) {
   extern __shared__ float sm[];
   __shared__ float red[32];
   const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
@@ -796,12 +796,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
     for (int64_t j = warp; j < n; j += kAttnWarps) {
       const int32_t r = it[j0 + j];
       float d = 0.0f;
-      if (r >= 0) {
-        const float* pv = pool + static_cast<int64_t>(r) * dim;
+      if (r != -1) {
+        const float* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
         for (int64_t c = lane; c < dim; c += 32) d += qs[c] * pv[c];
       }
       d = warp_sum(d);
-      if (lane == 0) ps[j] = r >= 0 ? d * scale : -kInf;
+      if (lane == 0) ps[j] = r != -1 ? d * scale : -kInf;
     }
     __syncthreads();
     float bm = -kInf;
@@ -812,7 +812,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
     __syncthreads();  // all warps have read the scores
     float psum = 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float p = it[j0 + j] >= 0 ? expf(ps[j] - m_new) : 0.0f;
+      const float p = it[j0 + j] != -1 ? expf(ps[j] - m_new) : 0.0f;
       psum += p;
       ps[j] = p;
     }
@@ -822,9 +822,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
     for (int64_t c = lane; c < dim; c += 32) accw[c] *= rescale;
     for (int64_t j = warp; j < n; j += kAttnWarps) {
       const int32_t r = it[j0 + j];
-      if (r < 0) continue;
+      if (r == -1) continue;
       const float pb = round_bf16_d(ps[j]);
-      const float* pv = pool + static_cast<int64_t>(r) * dim;
+      const float* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
       for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * pv[c];
     }
     __syncthreads();  // ps is rewritten by the next block
@@ -1114,7 +1114,7 @@ void CudaBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
-                                          const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                                          const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                           float* out) {
   check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && block > 0 && tokens * heads <= INT32_MAX,
               "sparse_attention_online");
@@ -1128,7 +1128,7 @@ void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_
                                     static_cast<int>(smem)),
                "cudaFuncSetAttribute(sparse_attention_online_kernel)");
   sparse_attention_online_kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, smem, impl_->stream>>>(
-      q, heads, dim, pool, idx, k, sink, scale, block, out);
+      q, heads, dim, pool, fresh, idx, k, sink, scale, block, out);
   check_launch("sparse_attention_online_kernel");
 }
 

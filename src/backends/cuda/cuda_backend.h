@@ -49,7 +49,7 @@ class CudaBackend final : public ops::Backend {
                        float* y) override;
   void round_bf16(float* x, int64_t n) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
-                               const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+                               const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 4

@@ -29,7 +29,7 @@ class V4Model final : public CausalLM {
 
   int64_t vocab_size() const override { return config_.vocab_size; }
   std::unique_ptr<SequenceState> new_sequence() const override;
-  void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  void forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps = nullptr) override;
 
   const V4Config& config() const { return config_; }
   // State memory: sequences created after set_state_pool draw their blocks from `pool`.

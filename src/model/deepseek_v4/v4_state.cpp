@@ -1,5 +1,7 @@
 #include "model/deepseek_v4/v4_state.h"
 
+#include "core/error.h"
+
 namespace deepinfer::model {
 namespace {
 
@@ -64,6 +66,11 @@ int64_t V4SequenceState::bytes() const {
                 c->rows.blocks();
   }
   return blocks * pool_->block_bytes();
+}
+
+void V4SequenceState::truncate(int64_t length) {
+  check(length == length_, "truncate: the DeepSeek-V4 state cannot take tokens back (asked ", length_ - length,
+        "); only DeepSeek-V4.1 states keep rollback rows");
 }
 
 void V4SequenceState::reset() {

@@ -33,6 +33,9 @@ class V4SequenceState final : public SequenceState {
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   void reset() override;
+  // V4's compressor carry keeps no history yet: only a truncate to the current length is possible.
+  void truncate(int64_t length) override;
+  int64_t max_rollback() const override { return 0; }
   V4LayerState& layer(int64_t l) { return layers_[l]; }
   void advance(int64_t tokens) { length_ += tokens; }
   // Allocates the fixed-size parts (rings, carries) before the first token.

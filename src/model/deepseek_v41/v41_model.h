@@ -4,8 +4,11 @@
 // DeepSeek's reference inference/model.py under bf16: activations rounded to bf16 where the reference
 // holds them in bf16, FP8 activation quantization (block 32, UE8M0) before every FP8/FP4 GEMM, FP8
 // window KV, FP4 (E4M3 block-16 scales) compressed KV, FP4 (UE8M0 block 32) index keys/queries.
+//
+// forward() runs the whole flat batch (prefill chunks and decode tokens of many sequences) through
+// each layer at once: one GEMM per projection for all rows; only the per-sequence parts (compressor
+// carry, indexer scores over the sequence's keys, window lists) loop over sequences.
 #pragma once
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,13 +17,11 @@
 #include "model/causal_lm.h"
 #include "model/deepseek_v41/v41_config.h"
 #include "model/deepseek_v41/v41_engram.h"
-#include "model/paged_rows.h"
+#include "model/deepseek_v41/v41_state.h"
 #include "model/rope.h"
 #include "ops/ops.h"
 
 namespace deepinfer::model {
-
-using V41Floats = std::vector<float>;
 
 struct V41Linear {  // [n, k] fp32 (dequantized); quant = stored FP8/FP4 -> activations FP8-quantized first
   V41Floats w;
@@ -59,38 +60,26 @@ struct V41Block {
   V41Linear markov_head, confidence;
 };
 
-// Per-sequence state (spec §6.1). Everything sized by the window or the sequence lives in PagedRows
-// over one BlockPool: `fixed` holds the window ring of every layer and DSpark stage (ring l = rows
-// [l*window, (l+1)*window)) followed by the ratio>1 carries (kv rows then score rows, [ratio, head_dim]
-// each, at carry_row[layer]), allocated on the first token; each KV source's compressed rows and index
-// keys grow with the sequence. The Engram history (at most max_ngram-1 ids) stays a small vector.
-class V41SequenceState final : public SequenceState {
- public:
-  struct Source {
-    PagedRows ckv, ik;  // [rows, head_dim], [rows, index_head_dim]
-  };
-  V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c);
-  int64_t length() const override { return length_; }
-  int64_t bytes() const override { return blocks() * pool_->block_bytes(); }
-  void reset() override;
-  int64_t blocks() const;  // pool blocks held
-  BlockPool& pool() const { return *pool_; }
+// How a V4.1 model runs (load-time choices; the engine fills them from DEEPINFER_* variables).
+struct V41Options {
+  static constexpr int64_t kAuto = -2;
+  // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV
+  // source only on its last replay_keep tokens when replay_compact is set.
+  bool replay_compact = true;
+  int64_t replay_keep = 140;
+  // Reproduces a quirk of DeepSeek's model.py (off by default): its shared index-key pointer is only
+  // re-published by a KV source that produced a latent this step, so during decode a ratio-2 index
+  // source on a step that completes no group scores against the last publisher's keys (the ratio-1
+  // source's cache). On for verification against the reference's decode goldens only.
+  bool emulate_reference_stale_index_keys = false;
+  // Positions holding this token id are image-span tokens (spec §5.3, §5.5, §5.7): DEAD in the Engram
+  // history with gate 0, experts selected with gate.bias_vl. kAuto: the config's image_token_id when
+  // the model has a vision tower (the reference marks image tokens only then), else none (-1).
+  int64_t image_token_id = kAuto;
+  // Tokens a state can take back (truncate); kAuto: the DSpark block size (0 without DSpark).
+  int64_t max_rollback_tokens = kAuto;
 
-  float* ring_row(int64_t ring, int64_t slot) { return fixed.row(ring * window_ + slot); }
-  // Contiguous copies (tests, inspection): ring [window, head_dim] in slot order, a source's rows.
-  V41Floats ring(int64_t layer) const;
-  static V41Floats floats(const PagedRows& rows);
-
-  std::shared_ptr<BlockPool> pool_;  // declared first: outlives the rows below
-  int64_t length_ = 0;
-  PagedRows fixed;                   // rings then carries; empty until the first token
-  int64_t fixed_rows = 0;
-  std::vector<int64_t> carry_row;    // per layer: first carry row in `fixed` (-1: none)
-  std::vector<Source> sources;       // indexed by layer (empty for non-sources)
-  std::vector<int64_t> engram_hist;  // compressed ids (or DEAD) of the last max_ngram-1 positions
-  std::vector<int64_t> ring_from;    // per ring: first position it holds (> 0 after a compact replay)
-  int64_t last_ik_owner = -1;        // last KV source that wrote index keys (reference emulation only)
-  int64_t window_, head_dim_;
+  static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS
 };
 
 struct V41Draft {  // one DSpark draft block
@@ -101,14 +90,14 @@ struct V41Draft {  // one DSpark draft block
 
 class V41Model final : public CausalLM {
  public:
-  static std::unique_ptr<V41Model> load(const std::string& dir);
+  static std::unique_ptr<V41Model> load(const std::string& dir, const V41Options& options = V41Options::from_env());
   // token strings: decoded[i] (single-token decode) and raw[i] (vocabulary string) for the Engram map;
   // when empty the model folder's tokenizer.json is not consulted and Engram needs set_engram_tokens().
   void set_engram_tokens(const std::vector<std::string>& decoded, const std::vector<std::string>& raw);
 
   int64_t vocab_size() const override { return c_.vocab_size; }
   std::unique_ptr<SequenceState> new_sequence() const override;
-  void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  void forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps = nullptr) override;
 
   // State memory: sequences allocate fixed-size blocks from the pool set when they were created
   // (initially the model's own unlimited pool of 16384-byte blocks).
@@ -123,67 +112,47 @@ class V41Model final : public CausalLM {
   V41Draft draft(V41SequenceState& state, int32_t anchor, const int32_t* force_tokens = nullptr);
 
   const V41Config& config() const { return c_; }
+  const V41Options& options() const { return o_; }
+  // Changes the run options; rollback length only for states created afterwards.
+  void set_options(const V41Options& options);
+  int64_t image_token_id() const { return image_token_; }
+  int64_t max_rollback() const { return rollback_; }
   const EngramHasher* engram() const { return engram_.get(); }
 
-  // Test hooks. on_layer_input(layer, X [T,hc,D], pre_mix [T,hc]) runs at each backbone layer's input
-  // (after its Engram); it may overwrite both (teacher forcing). on_final(collapsed, normed).
-  std::function<void(int64_t, std::vector<float>&, std::vector<float>&)> on_layer_input;
-  std::function<void(const std::vector<float>&, const std::vector<float>&)> on_final;
-  std::function<void(int64_t, std::vector<float>&)> on_engram_input;  // streams before layer L's Engram
-  // on_hash_ids(first position, ids [T, n_engram_layers, cols]) for every forward's Engram hash ids.
-  std::function<void(int64_t, const std::vector<int64_t>&)> on_hash_ids;
-  // on_route(layer, router scores [n, E] before the bias, selected experts [n, k], their weights [n, k]).
-  std::function<void(int64_t, const std::vector<float>&, const std::vector<int32_t>&, const std::vector<float>&)>
-      on_route;
-  // Positions holding this token id are image-span tokens (spec §5.3, §5.5, §5.7): DEAD in the Engram
-  // history with gate 0, experts selected with gate.bias_vl. Set at construction to the config's
-  // image_token_id when the model has a vision tower (the reference marks image tokens only when it
-  // has one), else -1. There is no vision tower here: image positions keep the token's embedding.
-  int64_t image_token_id = -1;
-  // SWA bounded replay (spec §5.9): a prefill from position 0 runs the layers after the last KV source
-  // only on its last keep_tokens tokens when compact is set. Defaults from the environment.
-  bool replay_compact = false;
-  // Reproduces a quirk of DeepSeek's model.py (off by default): its shared index-key pointer is only
-  // re-published by a KV source that produced a latent this step, so during decode a ratio-2 index
-  // source on a step that completes no group scores against the last publisher's keys (the ratio-1
-  // source's cache). On for verification against the reference's decode goldens only.
-  bool emulate_reference_stale_index_keys = false;
-  int64_t replay_keep = 140;
-
-  V41Model(V41Config c, ops::Backend& be);
+  V41Model(V41Config c, ops::Backend& be, const V41Options& options = {});
 
  private:
-  void forward_seq(V41SequenceState& st, const int32_t* ids, int64_t n, std::vector<float>& normed_rows,
-                   const std::vector<int64_t>& want_rows);
-  void block_forward(int64_t l, V41SequenceState& st, int64_t P, int64_t n, std::vector<float>& X,
-                     std::vector<float>& pre_mix, const int64_t* pos, const uint8_t* image, bool dspark);
-  void attention(int64_t l, V41SequenceState& st, int64_t P, int64_t n, const std::vector<float>& x,
-                 const int64_t* pos, std::vector<float>& out);
-  void dspark_attention(int64_t l, V41SequenceState& st, int64_t p, const std::vector<float>& x,
-                        std::vector<float>& out);
-  void moe(int64_t l, int64_t n, const std::vector<float>& x, const uint8_t* image, std::vector<float>& out);
-  void engram_apply(int64_t l, int64_t n, const int64_t* ids, const uint8_t* image, std::vector<float>& X);
+  struct Step;  // one forward's flat batch layout (defined in v41_step.h)
+  void layers(Step& s, std::vector<float>& X, std::vector<float>& pre_mix, const ForwardTaps* taps);
+  void block_forward(int64_t l, Step& s, std::vector<float>& X, std::vector<float>& pre_mix,
+                     const ForwardTaps* taps);
+  void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out);
+  void compress(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& lat,
+                std::vector<int64_t>& lat_pos, std::vector<int64_t>& lat_begin);
+  void index(int64_t l, Step& s, const std::vector<float>& x, const std::vector<float>& qr,
+             const std::vector<float>& lat, const std::vector<int64_t>& lat_pos, const std::vector<int64_t>& lat_begin);
+  void dspark_attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out);
+  void moe(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out, const ForwardTaps* taps);
+  void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, std::vector<float>& X);
+  void dspark_rings(Step& s, const std::vector<float>& main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
   void output_projection(const V41Block& B, const std::vector<float>& o, int64_t n, std::vector<float>& out);
   void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
   void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
   const ops::RopeFreqs rope_for(int64_t l) const;
   int64_t blocks_for(int64_t tokens, int64_t block_bytes) const;
+  void check_pool(const BlockPool& pool) const;
 
   V41Config c_;
   ops::Backend& be_;
+  V41Options o_;
+  int64_t image_token_ = -1, rollback_ = 0;
   std::unique_ptr<io::Checkpoint> ckpt_;
   V41Floats embed_, head_, norm_;
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;
   std::unique_ptr<EngramHasher> engram_;
   std::shared_ptr<BlockPool> pool_;
-
-  // per-forward shared results of sources (reference's shared_attn), for the sequence being run
-  std::vector<std::vector<int32_t>> selection_;  // per index source layer: [n, topk] raw positions or -1
-  std::vector<int64_t> selection_k_;             // per index source layer: topk of this forward
-  std::vector<uint8_t> candidates_;              // [n, width]
-  int64_t cand_width_ = 0;
 };
 
 }  // namespace deepinfer::model

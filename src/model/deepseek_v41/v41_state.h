@@ -1,0 +1,66 @@
+// Per-sequence DeepSeek-V4.1 state (spec §6.1) and its rollback. Everything sized by the window or the
+// sequence lives in PagedRows over one BlockPool arena: `fixed` holds the window ring of every layer and
+// DSpark stage (ring l = rows [l*ring, (l+1)*ring)), followed by the ratio>1 compressor carries (kv rows
+// then score rows, a ring of `carry` positions each); each KV source's compressed rows and index keys
+// grow with the sequence. Rings and carries are `rollback` positions longer than the reference's, so
+// that truncate() can take back up to `rollback` tokens exactly (the rows of the kept positions are
+// never overwritten by the tokens taken back).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/deepseek_v41/v41_config.h"
+#include "model/paged_rows.h"
+
+namespace deepinfer::model {
+
+using V41Floats = std::vector<float>;
+
+class V41SequenceState final : public SequenceState {
+ public:
+  struct Source {
+    PagedRows ckv, ik;  // [rows, head_dim], [rows, index_head_dim]
+  };
+  V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c, int64_t rollback);
+  int64_t length() const override { return length_; }
+  int64_t bytes() const override { return blocks() * pool_->block_bytes(); }
+  void reset() override;
+  // Takes back the last length()-`length` tokens (at most max_rollback()): every row a later forward
+  // reads is then what it was before those tokens were appended.
+  void truncate(int64_t length) override;
+  int64_t max_rollback() const override { return rollback_; }
+  int64_t blocks() const;  // pool blocks held
+  BlockPool& pool() const { return *pool_; }
+
+  // The ring row holding position `pos` of ring `ring` (a layer, or n_layers + DSpark stage).
+  float* ring_row(int64_t ring, int64_t pos) { return fixed.row(ring * ring_size_ + pos % ring_size_); }
+  // The compressor carry of layer l: kv and score rows of position `pos`.
+  float* carry_kv(int64_t l, int64_t pos) { return fixed.row(carry_row[l] + pos % carry_size_[l]); }
+  float* carry_score(int64_t l, int64_t pos) { return fixed.row(carry_row[l] + carry_size_[l] + pos % carry_size_[l]); }
+  // Contiguous copies (tests, inspection): a ring as the reference holds it ([window, head_dim], position
+  // p at slot p % window), a source's rows.
+  V41Floats ring(int64_t layer) const;
+  static V41Floats floats(const PagedRows& rows);
+  // Rows of `fixed` (rings + carries) for a config and rollback length.
+  static int64_t fixed_rows_for(const V41Config& c, int64_t rollback);
+  void start();  // allocates rings and carries at the first token
+
+  std::shared_ptr<BlockPool> pool_;  // declared first: outlives the rows below
+  int64_t length_ = 0;
+  PagedRows fixed;                   // rings then carries; empty until the first token
+  int64_t fixed_rows = 0;
+  std::vector<int64_t> carry_row;    // per layer: first carry row in `fixed` (-1: none)
+  std::vector<Source> sources;       // indexed by layer (empty for non-sources)
+  std::vector<int64_t> engram_hist;  // compressed ids (or DEAD) of the last max_ngram-1+rollback positions
+  std::vector<int64_t> ring_from;    // per ring: first position it holds (> 0 after a compact replay)
+  int64_t last_ik_owner = -1;        // last KV source that wrote index keys (reference emulation only)
+
+ private:
+  const V41Config* c_;
+  int64_t window_, head_dim_, rollback_, ring_size_;
+  std::vector<int64_t> carry_size_, ratio_;
+};
+
+}  // namespace deepinfer::model
