@@ -19,7 +19,8 @@ class SequenceState {
   virtual int64_t bytes() const = 0;           // memory held now
   virtual void reset() = 0;                    // back to empty (frees memory)
   // Takes back tokens so that length() == `length`: the state is then exactly as it was when it last
-  // had that length (rejected draft tokens). At most max_rollback() tokens; more is an error.
+  // had that length (rejected draft tokens). Down to the longest length reached minus max_rollback();
+  // further is an error.
   virtual void truncate(int64_t length) = 0;
   virtual int64_t max_rollback() const = 0;
 };

@@ -427,7 +427,7 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
     std::copy_n(yn.data() + (s.begin[qs] + local) * D, D, normed.data() + i * D);
   }
   if (has_dspark) dspark_rings(s, main_hidden);
-  for (int64_t q = 0; q < s.num(); ++q) s.st[q]->length_ = s.end_pos[q];
+  for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
   logits.resize(R * c_.vocab_size);
   be_.linear(normed.data(), R, D, head_.data(), c_.vocab_size, logits.data());
 }

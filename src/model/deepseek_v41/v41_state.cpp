@@ -55,7 +55,7 @@ int64_t V41SequenceState::blocks() const {
 }
 
 void V41SequenceState::reset() {
-  length_ = 0;
+  length_ = peak_ = 0;
   fixed.clear();
   for (auto& s : sources) {
     s.ckv.clear();
@@ -69,8 +69,11 @@ void V41SequenceState::reset() {
 void V41SequenceState::truncate(int64_t length) {
   const int64_t back = length_ - length;
   check(length >= 0 && back >= 0, "truncate: length ", length, " outside [0, ", length_, "]");
-  check(back <= rollback_, "truncate: ", back, " tokens asked back, the state keeps ", rollback_,
-        " (the model's max_rollback_tokens)");
+  // Rows of positions >= peak - rollback are intact (ring and carry positions wrap after window/ratio +
+  // rollback positions; the Engram history keeps max_ngram - 1 + rollback ids).
+  check(length >= peak_ - rollback_, "truncate: back to ", length, " asked, the state can go back to ",
+        std::max<int64_t>(peak_ - rollback_, 0), " (it keeps ", rollback_,
+        " tokens of history past its longest length; the model's max_rollback_tokens)");
   if (back == 0) return;
   if (length == 0) return reset();
   for (int64_t r : ring_from)

@@ -6,6 +6,7 @@
 // that truncate() can take back up to `rollback` tokens exactly (the rows of the kept positions are
 // never overwritten by the tokens taken back).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -27,9 +28,13 @@ class V41SequenceState final : public SequenceState {
   int64_t length() const override { return length_; }
   int64_t bytes() const override { return blocks() * pool_->block_bytes(); }
   void reset() override;
-  // Takes back the last length()-`length` tokens (at most max_rollback()): every row a later forward
-  // reads is then what it was before those tokens were appended.
+  // Takes back the last length()-`length` tokens: every row a later forward reads is then what it was
+  // before those tokens were appended. Allowed down to the longest length reached minus max_rollback().
   void truncate(int64_t length) override;
+  void advance_to(int64_t length) {  // after a forward
+    length_ = length;
+    peak_ = std::max(peak_, length);
+  }
   int64_t max_rollback() const override { return rollback_; }
   int64_t blocks() const;  // pool blocks held
   BlockPool& pool() const { return *pool_; }
@@ -48,7 +53,7 @@ class V41SequenceState final : public SequenceState {
   void start();  // allocates rings and carries at the first token
 
   std::shared_ptr<BlockPool> pool_;  // declared first: outlives the rows below
-  int64_t length_ = 0;
+  int64_t length_ = 0, peak_ = 0;  // length now, longest length since the last reset
   PagedRows fixed;                   // rings then carries; empty until the first token
   int64_t fixed_rows = 0;
   std::vector<int64_t> carry_row;    // per layer: first carry row in `fixed` (-1: none)
