@@ -1,8 +1,9 @@
 // Times the raw-pointer kernels (src/backends/cuda/kernels/) at DeepSeek-V4.1-Flash shapes, decode and
-// prefill, with CUDA events (median of the reps after warm-up). Inputs are random bytes (never zeros)
+// prefill: per call inside a CUDA graph of `reps` calls (median of 5 replays; what a graph-captured
+// forward sees, without the per-launch gaps), and one launch at a time between CUDA events (median). Inputs are random bytes (never zeros)
 // and each timed call reads another copy of the weights and activations among copies totalling >= 4x
 // the L2, so weights stream from HBM as in a real forward. Prints one machine-readable line per row:
-//   KROW|kernel|shape|measured_us|bytes|flops
+//   KROW|kernel|shape|graph_us|bytes|flops|event_us
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
@@ -78,8 +79,24 @@ double time_us(cudaStream_t s, const std::function<void(int)>& fn, int reps, int
   return 1e3 * ms[reps / 2];
 }
 
-void row(const std::string& kernel, const std::string& shape, double us, double bytes, double flops) {
-  std::printf("KROW|%s|%s|%.2f|%.0f|%.0f\n", kernel.c_str(), shape.c_str(), us, bytes, flops);
+// Per-call microseconds of fn(0..reps-1) captured in one CUDA graph (median of 5 replays after one).
+double time_graph_us(cudaStream_t s, const std::function<void(int)>& fn, int reps) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < reps; ++i) fn(i);
+  ck(cudaStreamEndCapture(s, &g), "end capture");
+  ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  const double us = time_us(s, [&](int) { ck(cudaGraphLaunch(ge, s), "graph launch"); }, 5, 1);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return us / reps;
+}
+
+void row(const std::string& kernel, const std::string& shape, cudaStream_t s, const std::function<void(int)>& fn,
+         int reps, double bytes, double flops) {
+  const double event_us = time_us(s, fn, reps), graph_us = time_graph_us(s, fn, reps);
+  std::printf("KROW|%s|%s|%.2f|%.0f|%.0f|%.2f\n", kernel.c_str(), shape.c_str(), graph_us, bytes, flops, event_us);
   std::fflush(stdout);
 }
 
@@ -153,12 +170,11 @@ int main(int argc, char** argv) {
           a.m = m, a.n = p.n, a.k = p.k, a.blk = blk;
           deepinfer::cuda::fp8_gemm(a, work, s);
         };
-        const double us = time_us(s, call, reps);
         const double bytes = a_bytes + w_bytes + as_bytes + ws_bytes + 2.0 * m * p.n;
         char shape[96];
         std::snprintf(shape, sizeof shape, "%s m%lld k%lld n%lld", p.name, static_cast<long long>(m),
                       static_cast<long long>(p.k), static_cast<long long>(p.n));
-        row("fp8_gemm blk" + std::to_string(blk), shape, us, bytes, 2.0 * m * p.n * p.k);
+        row("fp8_gemm blk" + std::to_string(blk), shape, s, call, reps, bytes, 2.0 * m * p.n * p.k);
       }
 
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
@@ -174,10 +190,9 @@ int main(int argc, char** argv) {
         const auto* x = reinterpret_cast<const uint16_t*>(codes.slice(i % copies, 2 * m * k));
         deepinfer::cuda::fp8_quantize_act(x, k, m, k, blk, q, k, sc, m, s);
       };
-      const double us = time_us(s, call, reps);
       char shape[64];
       std::snprintf(shape, sizeof shape, "m%lld k%lld", static_cast<long long>(m), static_cast<long long>(k));
-      row("fp8_quantize_act blk" + std::to_string(blk), shape, us, 3.0 * m * k + m * k / blk, 0);
+      row("fp8_quantize_act blk" + std::to_string(blk), shape, s, call, reps, 3.0 * m * k + m * k / blk, 0);
       cudaFree(q);
       cudaFree(sc);
     }

@@ -16,20 +16,46 @@ MS = [1, 64, 4096] if QUICK else [1, 8, 32, 64, 256, 4096, 16384]
 ROTATE = 4 * 60 * 2**20
 
 
-def time_us(fn, copies):
-    """Median of REPS event-timed calls after 3 warm-ups; call i uses operand copy i % copies."""
+def time_us(fn, copies, graph=False):
+    """Per-call microseconds. graph=False: median of REPS event-timed single calls after 3 warm-ups.
+    graph=True: REPS calls captured in one CUDA graph, median of 5 replays / REPS (as bench_cuda_kernels).
+    Call i uses operand copy i % copies."""
     for i in range(3):
         fn(i % copies)
     torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(REPS):
+                fn(i % copies)
+        g.replay()
+        torch.cuda.synchronize()
     times = []
-    for i in range(REPS):
+    for i in range(5 if graph else REPS):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn(i % copies)
+        if graph:
+            g.replay()
+        else:
+            fn(i % copies)
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
+        times.append(a.elapsed_time(b) * 1e3 / (REPS if graph else 1))
     return sorted(times)[len(times) // 2]
+
+
+def blockwise_variants():
+    """Ways this torch may spell cuBLASLt's DeepSeek-style FP8 GEMM (1x128 activations, 128x128 weights)."""
+    import torch.nn.functional as F
+    out = []
+    st = getattr(F, "ScalingType", None)
+    if st is not None and hasattr(F, "scaled_mm"):
+        r1 = next((getattr(st, n) for n in ("BlockWise1x128", "Blockwise_1x128") if hasattr(st, n)), None)
+        r2 = next((getattr(st, n) for n in ("BlockWise128x128", "Blockwise_128x128") if hasattr(st, n)), None)
+        if r1 is not None and r2 is not None:
+            out.append(("F.scaled_mm", lambda x, wt, sa, sb: F.scaled_mm(x, wt, sa, r1, sb, r2, output_dtype=torch.bfloat16)))
+    out.append(("_scaled_mm", lambda x, wt, sa, sb: torch._scaled_mm(x, wt, sa, sb, out_dtype=torch.bfloat16)))
+    return out
 
 
 def fp8(shape):
@@ -50,28 +76,37 @@ def main():
     one = torch.ones((), device="cuda")
     print(f"CEIL|fp8_tflops|{2 * n**3 / time_us(lambda i: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16), 1) * 1e-6:.1f}")
     del a16, b16, a8, b8
-    blockwise_ok = True
+    variants, errors = blockwise_variants(), set()
     for name, k, nn in PROJS:
         for m in MS:
             shape = f"{name} m{m} k{k} n{nn}"
+            graph = m <= 256
             copies = max(1, min(16, ROTATE // (m * k + nn * k) + 1))
             w16 = [torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
             x16 = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-            print(f"PEER|torch bf16 matmul|{shape}|{time_us(lambda i: x16[i] @ w16[i].t(), copies):.2f}")
+            print(f"PEER|torch bf16 matmul|{shape}|{time_us(lambda i: x16[i] @ w16[i].t(), copies, graph):.2f}")
             del w16, x16
-            if not blockwise_ok:
-                continue
             w8 = [fp8((nn, k)) for _ in range(copies)]
             x8 = [fp8((m, k)) for _ in range(copies)]
             sa = [(torch.rand(m, k // 128, device="cuda") + 0.5).t().contiguous().t() for _ in range(copies)]
-            sb = (torch.rand(k // 128, nn // 128, device="cuda") + 0.5).contiguous()
-            try:
-                us = time_us(lambda i: torch._scaled_mm(x8[i], w8[i].t(), sa[i], sb, out_dtype=torch.bfloat16), copies)
-                print(f"PEER|torch _scaled_mm fp8 1x128/128x128 (cuBLASLt)|{shape}|{us:.2f}")
-            except Exception as e:  # an older torch/cuBLASLt without block scaling: say so once
-                print(f"peer: blockwise _scaled_mm unavailable: {str(e).splitlines()[0]}")
-                blockwise_ok = False
-            del w8, x8, sa
+            sbs = [(torch.rand(k // 128, nn // 128, device="cuda") + 0.5).contiguous(),
+                   (torch.rand(nn // 128, k // 128, device="cuda") + 0.5).contiguous()]
+            done = False
+            for vname, call in variants:
+                for sb in sbs:
+                    if done:
+                        break
+                    try:
+                        call(x8[0], w8[0].t(), sa[0], sb)
+                        us = time_us(lambda i: call(x8[i], w8[i].t(), sa[i], sb), copies, graph)
+                        print(f"PEER|torch {vname} fp8 1x128/128x128 (cuBLASLt)|{shape}|{us:.2f}")
+                        done = True
+                    except Exception as e:  # say each distinct refusal once
+                        msg = f"{vname} scale_b {tuple(sb.shape)}: {str(e).splitlines()[0][:160]}"
+                        if msg not in errors:
+                            errors.add(msg)
+                            print(f"peer: blockwise refused ({shape}): {msg}")
+            del w8, x8, sa, sbs
     print("peer: done")
 
 

@@ -23,7 +23,9 @@ __device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 
 
 template <int BN, int BLK, bool SWAP>
 struct Cfg {
-  static constexpr int kStages = BN == 128 ? 6 : 8;
+  // Decode tiles (BN <= 32) run two CTAs per SM, so one CTA's pipeline fill overlaps another's stream.
+  static constexpr int kCtasPerSm = BN <= 32 ? 2 : 1;
+  static constexpr int kStages = kCtasPerSm == 2 ? (BN == 16 ? 6 : 5) : BN == 128 ? 6 : 8;
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK, kStageBytes = kPBytes + kQBytes;
   static constexpr int kG = BLK / 32;                      // k32 wgmma steps per K block
   static constexpr int kR = BN / 2;                        // accumulators per thread
@@ -79,7 +81,7 @@ __device__ __forceinline__ void promote(float (&acc)[BN / 2], const float (&t)[B
 }
 
 template <int BN, int BLK, bool SWAP>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP>::kCtasPerSm)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q, Params p) {
   using C = Cfg<BN, BLK, SWAP>;
   extern __shared__ uint8_t smem_raw[];
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // producer: one thread streams the K stages of both tiles
-    setmaxnreg_dec<40>();
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
       tma_prefetch_map(&map_q);
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<232>();
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int p_warp_row = tp * kBM + cw * 64 + warp * 16;
   const int p_row = p_warp_row + lane / 4;             // and p_row + 8
@@ -124,11 +126,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sbase = smem_addr(smem);
   const int ng = nst * 4 / C::kG, kb0 = s0 * (kBK / BLK);
 
-  float acc[C::kR], t[C::kR], sp[2], sq[C::kNQ];
+  float acc[C::kR], t[C::kR], sp[2], sq[C::kNQ], sp_next[2], sq_next[C::kNQ];
 #pragma unroll
   for (int i = 0; i < C::kR; ++i) acc[i] = 0.0f;
+  load_scales<BN, BLK, SWAP>(p, kb0, p_row, p_warp_row, q_col, sp, sq);
   // Per K block: its wgmmas into t, then t scaled into acc. While one consumer warpgroup promotes, the
-  // other's wgmmas keep the tensor cores busy.
+  // other's wgmmas keep the tensor cores busy; the next block's scales load a whole block ahead.
   for (int g = 0; g < ng; ++g) {
     const int kq = g * C::kG, s = kq / 4, slot = s % C::kStages;
     if (kq % 4 == 0) mbar_wait(&full[slot], (s / C::kStages) & 1);
@@ -139,11 +142,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int u = 0; u < C::kG; ++u) Wgmma<BN>::mma(t, dp + 2 * u, dq + 2 * u, u > 0);
     wgmma_commit();
-    load_scales<BN, BLK, SWAP>(p, kb0 + g, p_row, p_warp_row, q_col, sp, sq);  // overlaps the wgmmas
+    if (g + 1 < ng) load_scales<BN, BLK, SWAP>(p, kb0 + g + 1, p_row, p_warp_row, q_col, sp_next, sq_next);
     wgmma_wait<0>();
     fence_regs(t);
     if (kq % 4 + C::kG == 4 && lane == 0) mbar_arrive(&empty[slot]);  // stage fully read
     promote<BN, BLK, SWAP>(acc, t, sp, sq);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) sp[i] = sp_next[i];
+#pragma unroll
+    for (int i = 0; i < C::kNQ; ++i) sq[i] = sq_next[i];
   }
 
   // Epilogue: C[i, j] -> y[m, n] (swap: m = j, n = i), bf16, or fp32 into this split's partial.
@@ -232,7 +239,8 @@ int sm_count() {
 }
 
 // Tile shape and K split from the shape alone: decode swaps and takes the narrowest N tile holding m;
-// when the tiles fill fewer than one wave, K is split (>= 4 stages of 128 per split) up to one wave.
+// when the tiles fill fewer than one wave (one or two CTAs per SM), K is split (>= 4 stages of 128 per
+// split) up to one wave.
 Plan plan_for(int64_t m, int64_t n, int64_t k) {
   Plan pl{};
   pl.swap = m <= 64;
@@ -240,7 +248,8 @@ Plan plan_for(int64_t m, int64_t n, int64_t k) {
   const int64_t rows_p = pl.swap ? n : m, rows_q = pl.swap ? m : n;
   const int64_t tiles = ((rows_p + kBM - 1) / kBM) * ((rows_q + pl.bn - 1) / pl.bn);
   const int64_t kt = k / kBK;
-  pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, sm_count() / tiles)));
+  const int64_t slots = sm_count() * (pl.bn <= 32 ? 2 : 1);
+  pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
   return pl;
 }
 
