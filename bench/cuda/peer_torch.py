@@ -89,8 +89,12 @@ def main():
             w8 = [fp8((nn, k)) for _ in range(copies)]
             x8 = [fp8((m, k)) for _ in range(copies)]
             sa = [(torch.rand(m, k // 128, device="cuda") + 0.5).t().contiguous().t() for _ in range(copies)]
-            sbs = [(torch.rand(k // 128, nn // 128, device="cuda") + 0.5).contiguous(),
-                   (torch.rand(nn // 128, k // 128, device="cuda") + 0.5).contiguous()]
+            # 128x128 weight scales as cuBLASLt wants them (seen in torch's refusals): [n/128, K blocks
+            # padded to 4] row-major, passed transposed; then the plain layouts as fallbacks.
+            kpad = (k // 128 + 3) // 4 * 4
+            sbs = [(torch.rand(nn // 128, kpad, device="cuda") + 0.5).t()[: k // 128],
+                   (torch.rand(nn // 128, kpad, device="cuda") + 0.5).t(),
+                   (torch.rand(k // 128, nn // 128, device="cuda") + 0.5).contiguous()]
             done = False
             for vname, call in variants:
                 for sb in sbs:

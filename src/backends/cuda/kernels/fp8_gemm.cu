@@ -23,9 +23,11 @@ __device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 
 
 template <int BN, int BLK, bool SWAP>
 struct Cfg {
-  // Decode tiles (BN <= 32) run two CTAs per SM, so one CTA's pipeline fill overlaps another's stream.
-  static constexpr int kCtasPerSm = BN <= 32 ? 2 : 1;
-  static constexpr int kStages = kCtasPerSm == 2 ? (BN == 16 ? 6 : 5) : BN == 128 ? 6 : 8;
+  // The narrowest decode tile runs two CTAs per SM, so one CTA's pipeline fill overlaps another's stream.
+  static constexpr int kCtasPerSm = BN == 16 ? 2 : 1;
+  static constexpr int kStages = kCtasPerSm == 2 ? 6 : BN == 128 ? 6 : 8;
+  // K blocks whose wgmmas are issued before one wait (a partial each): fewer round trips at blk 32.
+  static constexpr int kT = BLK == 128 ? 1 : BN == 16 ? 4 : 2;
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK, kStageBytes = kPBytes + kQBytes;
   static constexpr int kG = BLK / 32;                      // k32 wgmma steps per K block
   static constexpr int kR = BN / 2;                        // accumulators per thread
@@ -126,13 +128,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP>::kCtasPerSm)
   const uint32_t sbase = smem_addr(smem);
   const int ng = nst * 4 / C::kG, kb0 = s0 * (kBK / BLK);
 
-  float acc[C::kR], t[C::kR], sp[2], sq[C::kNQ], sp_next[2], sq_next[C::kNQ];
+  float acc[C::kR], t[C::kT][C::kR], sp[C::kT][2], sq[C::kT][C::kNQ];
 #pragma unroll
   for (int i = 0; i < C::kR; ++i) acc[i] = 0.0f;
-  load_scales<BN, BLK, SWAP>(p, kb0, p_row, p_warp_row, q_col, sp, sq);
-  // Per K block: its wgmmas into t, then t scaled into acc. While one consumer warpgroup promotes, the
-  // other's wgmmas keep the tensor cores busy; the next block's scales load a whole block ahead.
-  for (int g = 0; g < ng; ++g) {
+  // Per batch of kT K blocks (within one stage): their wgmmas into t[0..kT), one wait, then each partial
+  // scaled into acc. While one consumer warpgroup promotes, the other's wgmmas keep the tensor cores busy.
+  for (int g = 0; g < ng; g += C::kT) {
     const int kq = g * C::kG, s = kq / 4, slot = s % C::kStages;
     if (kq % 4 == 0) mbar_wait(&full[slot], (s / C::kStages) & 1);
     const uint32_t st = sbase + slot * C::kStageBytes;
@@ -140,17 +141,20 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP>::kCtasPerSm)
     const uint64_t dq = desc_k_sw128(st + C::kPBytes) + 2 * (kq % 4);
     wgmma_fence();
 #pragma unroll
-    for (int u = 0; u < C::kG; ++u) Wgmma<BN>::mma(t, dp + 2 * u, dq + 2 * u, u > 0);
+    for (int b = 0; b < C::kT; ++b)
+#pragma unroll
+      for (int u = 0; u < C::kG; ++u)
+        Wgmma<BN>::mma(t[b], dp + 2 * (b * C::kG + u), dq + 2 * (b * C::kG + u), u > 0);
     wgmma_commit();
-    if (g + 1 < ng) load_scales<BN, BLK, SWAP>(p, kb0 + g + 1, p_row, p_warp_row, q_col, sp_next, sq_next);
+#pragma unroll
+    for (int b = 0; b < C::kT; ++b)  // overlaps the wgmmas
+      load_scales<BN, BLK, SWAP>(p, kb0 + g + b, p_row, p_warp_row, q_col, sp[b], sq[b]);
     wgmma_wait<0>();
-    fence_regs(t);
-    if (kq % 4 + C::kG == 4 && lane == 0) mbar_arrive(&empty[slot]);  // stage fully read
-    promote<BN, BLK, SWAP>(acc, t, sp, sq);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) sp[i] = sp_next[i];
+    for (int b = 0; b < C::kT; ++b) fence_regs(t[b]);
+    if (kq % 4 + C::kT * C::kG == 4 && lane == 0) mbar_arrive(&empty[slot]);  // stage fully read
 #pragma unroll
-    for (int i = 0; i < C::kNQ; ++i) sq[i] = sq_next[i];
+    for (int b = 0; b < C::kT; ++b) promote<BN, BLK, SWAP>(acc, t[b], sp[b], sq[b]);
   }
 
   // Epilogue: C[i, j] -> y[m, n] (swap: m = j, n = i), bf16, or fp32 into this split's partial.
@@ -248,7 +252,7 @@ Plan plan_for(int64_t m, int64_t n, int64_t k) {
   const int64_t rows_p = pl.swap ? n : m, rows_q = pl.swap ? m : n;
   const int64_t tiles = ((rows_p + kBM - 1) / kBM) * ((rows_q + pl.bn - 1) / pl.bn);
   const int64_t kt = k / kBK;
-  const int64_t slots = sm_count() * (pl.bn <= 32 ? 2 : 1);
+  const int64_t slots = sm_count() * (pl.bn == 16 ? 2 : 1);
   pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
   return pl;
 }
