@@ -1,0 +1,202 @@
+// Times the raw-pointer kernels (src/backends/cuda/kernels/) at DeepSeek-V4.1-Flash shapes, decode and
+// prefill: per call inside a CUDA graph of `reps` calls (median of 5 replays; what a graph-captured
+// forward sees, without the per-launch gaps), and one launch at a time between CUDA events (median). Inputs are random bytes (never zeros)
+// and each timed call reads another copy of the weights and activations among copies totalling >= 4x
+// the L2, so weights stream from HBM as in a real forward. Prints one machine-readable line per row:
+//   KROW|kernel|shape|graph_us|bytes|flops|event_us
+// (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
+// the table with floors), plus the copy ceiling measured here:
+//   CEIL|copy_tb_s|value
+//   bench_cuda_kernels [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/fp8_gemm.h"
+#include "core/dtype.h"
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// A device pool of random bytes; `pick` hands out 256-byte-aligned slices at rotating offsets.
+struct Pool {
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+  explicit Pool(size_t n, uint64_t seed, uint8_t (*map)(uint64_t)) : bytes(n) {
+    std::vector<uint8_t> h(n);
+    uint64_t x = seed;
+    for (size_t i = 0; i < n; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      h[i] = map(x);
+    }
+    ck(cudaMalloc(&base, n), "cudaMalloc pool");
+    ck(cudaMemcpy(base, h.data(), n, cudaMemcpyHostToDevice), "pool upload");
+  }
+  ~Pool() { cudaFree(base); }
+  // The i-th of a run of `len`-byte slices, 256-byte aligned, wrapping around the pool.
+  uint8_t* slice(int i, size_t len) const {
+    const size_t stride = (len + 255) / 256 * 256;
+    return base + (static_cast<size_t>(i) * stride) % (bytes - len + 1) / 256 * 256;
+  }
+};
+
+uint8_t e4m3_byte(uint64_t x) {  // finite e4m3, magnitude code 0x00..0x5f (|v| <= 4): sums stay tame
+  uint8_t b = static_cast<uint8_t>(x >> 24);
+  return static_cast<uint8_t>((b & 0x80) | ((b & 0x7f) % 0x60));
+}
+uint8_t scale_byte(uint64_t x) { return static_cast<uint8_t>(120 + (x >> 33) % 12); }
+
+double time_us(cudaStream_t s, const std::function<void(int)>& fn, int reps, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  ck(cudaStreamSynchronize(s), "warmup");
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    ck(cudaEventRecord(a, s), "record");
+    fn(warmup + i);
+    ck(cudaEventRecord(b, s), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    ck(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
+  }
+  ck(cudaGetLastError(), "timed launches");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[reps / 2];
+}
+
+// Per-call microseconds of fn(0..reps-1) captured in one CUDA graph (median of 5 replays after one).
+double time_graph_us(cudaStream_t s, const std::function<void(int)>& fn, int reps) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < reps; ++i) fn(i);
+  ck(cudaStreamEndCapture(s, &g), "end capture");
+  ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  const double us = time_us(s, [&](int) { ck(cudaGraphLaunch(ge, s), "graph launch"); }, 5, 1);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return us / reps;
+}
+
+void row(const std::string& kernel, const std::string& shape, cudaStream_t s, const std::function<void(int)>& fn,
+         int reps, double bytes, double flops) {
+  const double event_us = time_us(s, fn, reps), graph_us = time_graph_us(s, fn, reps);
+  std::printf("KROW|%s|%s|%.2f|%.0f|%.0f|%.2f\n", kernel.c_str(), shape.c_str(), graph_us, bytes, flops, event_us);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int reps = quick ? 10 : 30;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("bench_cuda_kernels: no CUDA device, skipped\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  ck(cudaGetDeviceProperties(&prop, 0), "props");
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  cudaStream_t s;
+  ck(cudaStreamCreate(&s), "stream");
+  const size_t rotate_bytes = 4 * static_cast<size_t>(prop.l2CacheSize);
+
+  {  // copy ceiling: 2 GiB device-to-device, bytes read + written
+    const size_t n = size_t{1} << 31;
+    void *x, *y;
+    ck(cudaMalloc(&x, n), "cudaMalloc");
+    ck(cudaMalloc(&y, n), "cudaMalloc");
+    ck(cudaMemset(x, 0x5a, n), "memset");
+    const double us = time_us(s, [&](int) { ck(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice, s), "copy"); }, 10);
+    std::printf("CEIL|copy_tb_s|%.3f\n", 2.0 * n / us * 1e-6);
+    cudaFree(x);
+    cudaFree(y);
+  }
+
+  // Operand pools: 1 GiB of e4m3 codes, 64 MiB of scale bytes.
+  Pool codes(size_t{1} << 30, 0x9e3779b97f4a7c15ull, e4m3_byte);
+  Pool scales(size_t{64} << 20, 0x243f6a8885a308d3ull, scale_byte);
+  uint16_t* y = nullptr;
+  ck(cudaMalloc(&y, size_t{16384} * 32768 * 2), "cudaMalloc y");
+  void* work = nullptr;
+  size_t work_bytes = 0;
+
+  // V4.1-Flash projections (k -> n): q_a, q_b, o_b, shared expert gate+up, shared expert down.
+  struct Proj { const char* name; int64_t k, n; };
+  const Proj projs[] = {{"q_a", 5120, 1280}, {"q_b", 1280, 32768}, {"o_b", 8192, 5120}, {"sh_gate_up", 5120, 4608},
+                        {"sh_down", 2304, 5120}};
+  std::vector<int64_t> ms = {1, 8, 32, 64, 256, 4096, 16384};
+  if (quick) ms = {1, 64, 4096};
+  for (int blk : {32, 128})
+    for (const Proj& p : projs)
+      for (int64_t m : ms) {
+        const size_t a_bytes = m * p.k, w_bytes = p.n * p.k;
+        const size_t as_bytes = p.k / blk * m, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
+        const int copies = static_cast<int>(std::clamp<size_t>(rotate_bytes / (a_bytes + w_bytes) + 1, 1, 64));
+        const size_t need = deepinfer::cuda::fp8_gemm_workspace_bytes(m, p.n, p.k, blk);
+        if (need > work_bytes) {
+          cudaFree(work);
+          ck(cudaMalloc(&work, need), "cudaMalloc workspace");
+          work_bytes = need;
+        }
+        auto call = [&](int i) {
+          deepinfer::cuda::Fp8GemmArgs a;
+          const int c = i % copies;
+          a.w = codes.slice(2 * c, w_bytes);
+          a.a = codes.slice(2 * c + 1, a_bytes);
+          a.a_scale = scales.slice(2 * c, as_bytes);
+          a.w_scale = scales.slice(2 * c + 1, ws_bytes);
+          a.lda = a.ldw = p.k;
+          a.ld_as = m;
+          a.ld_ws = p.k / blk;
+          a.y = y;
+          a.ldy = p.n;
+          a.m = m, a.n = p.n, a.k = p.k, a.blk = blk;
+          deepinfer::cuda::fp8_gemm(a, work, s);
+        };
+        const double bytes = a_bytes + w_bytes + as_bytes + ws_bytes + 2.0 * m * p.n;
+        char shape[96];
+        std::snprintf(shape, sizeof shape, "%s m%lld k%lld n%lld", p.name, static_cast<long long>(m),
+                      static_cast<long long>(p.k), static_cast<long long>(p.n));
+        row("fp8_gemm blk" + std::to_string(blk), shape, s, call, reps, bytes, 2.0 * m * p.n * p.k);
+      }
+
+  // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
+  for (int blk : {32, 128})
+    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+      const int64_t k = 5120;
+      uint8_t* q = nullptr;
+      uint8_t* sc = nullptr;
+      ck(cudaMalloc(&q, m * k), "cudaMalloc");
+      ck(cudaMalloc(&sc, m * k / blk), "cudaMalloc");
+      const int copies = static_cast<int>(std::clamp<size_t>(rotate_bytes / (2 * m * k) + 1, 1, 64));
+      auto call = [&](int i) {
+        const auto* x = reinterpret_cast<const uint16_t*>(codes.slice(i % copies, 2 * m * k));
+        deepinfer::cuda::fp8_quantize_act(x, k, m, k, blk, q, k, sc, m, s);
+      };
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "m%lld k%lld", static_cast<long long>(m), static_cast<long long>(k));
+      row("fp8_quantize_act blk" + std::to_string(blk), shape, s, call, reps, 3.0 * m * k + m * k / blk, 0);
+      cudaFree(q);
+      cudaFree(sc);
+    }
+  ck(cudaStreamSynchronize(s), "final sync");
+  std::printf("bench_cuda_kernels: done\n");
+  return 0;
+}

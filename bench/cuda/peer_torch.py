@@ -1,0 +1,118 @@
+"""Peer timings for bench_cuda_kernels, on the same GPU in the same run: the ceilings (copy, bf16 and FP8
+GEMM at 8192^3 on random data) and, per fp8_gemm shape, torch's bf16 matmul and torch._scaled_mm with
+DeepSeek-style block scales (1x128 activations, 128x128 weights: cuBLASLt's block-scaled FP8 on SM90;
+it has no 32x32 mode). Prints PEER|name|shape|us and CEIL|name|value lines for report.py.
+    python3 bench/cuda/peer_torch.py [--quick]
+"""
+import sys
+
+import torch
+
+QUICK = "--quick" in sys.argv
+REPS = 10 if QUICK else 30
+PROJS = [("q_a", 5120, 1280), ("q_b", 1280, 32768), ("o_b", 8192, 5120), ("sh_gate_up", 5120, 4608),
+         ("sh_down", 2304, 5120)]
+MS = [1, 64, 4096] if QUICK else [1, 8, 32, 64, 256, 4096, 16384]
+ROTATE = 4 * 60 * 2**20
+
+
+def time_us(fn, copies, graph=False):
+    """Per-call microseconds. graph=False: median of REPS event-timed single calls after 3 warm-ups.
+    graph=True: REPS calls captured in one CUDA graph, median of 5 replays / REPS (as bench_cuda_kernels).
+    Call i uses operand copy i % copies."""
+    for i in range(3):
+        fn(i % copies)
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(REPS):
+                fn(i % copies)
+        g.replay()
+        torch.cuda.synchronize()
+    times = []
+    for i in range(5 if graph else REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        if graph:
+            g.replay()
+        else:
+            fn(i % copies)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / (REPS if graph else 1))
+    return sorted(times)[len(times) // 2]
+
+
+def blockwise_variants():
+    """Ways this torch may spell cuBLASLt's DeepSeek-style FP8 GEMM (1x128 activations, 128x128 weights)."""
+    import torch.nn.functional as F
+    out = []
+    st = getattr(F, "ScalingType", None)
+    if st is not None and hasattr(F, "scaled_mm"):
+        r1 = next((getattr(st, n) for n in ("BlockWise1x128", "Blockwise_1x128") if hasattr(st, n)), None)
+        r2 = next((getattr(st, n) for n in ("BlockWise128x128", "Blockwise_128x128") if hasattr(st, n)), None)
+        if r1 is not None and r2 is not None:
+            out.append(("F.scaled_mm", lambda x, wt, sa, sb: F.scaled_mm(x, wt, sa, r1, sb, r2, output_dtype=torch.bfloat16)))
+    out.append(("_scaled_mm", lambda x, wt, sa, sb: torch._scaled_mm(x, wt, sa, sb, out_dtype=torch.bfloat16)))
+    return out
+
+
+def fp8(shape):
+    return (torch.rand(shape, device="cuda") * 8 - 4).to(torch.float8_e4m3fn)
+
+
+def main():
+    dev = torch.cuda.get_device_name(0)
+    print(f"peer: torch {torch.__version__} on {dev}")
+    x = torch.empty(2**31, dtype=torch.uint8, device="cuda").random_(1, 255)
+    y = torch.empty_like(x)
+    print(f"CEIL|torch_copy_tb_s|{2 * 2**31 / time_us(lambda i: y.copy_(x), 1) * 1e-6:.3f}")
+    del x, y
+    n = 8192
+    a16, b16 = torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    print(f"CEIL|bf16_tflops|{2 * n**3 / time_us(lambda i: a16 @ b16, 1) * 1e-6:.1f}")
+    a8, b8 = fp8((n, n)), fp8((n, n))
+    one = torch.ones((), device="cuda")
+    print(f"CEIL|fp8_tflops|{2 * n**3 / time_us(lambda i: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16), 1) * 1e-6:.1f}")
+    del a16, b16, a8, b8
+    variants, errors = blockwise_variants(), set()
+    for name, k, nn in PROJS:
+        for m in MS:
+            shape = f"{name} m{m} k{k} n{nn}"
+            graph = m <= 256
+            copies = max(1, min(16, ROTATE // (m * k + nn * k) + 1))
+            w16 = [torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+            x16 = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+            print(f"PEER|torch bf16 matmul|{shape}|{time_us(lambda i: x16[i] @ w16[i].t(), copies, graph):.2f}")
+            del w16, x16
+            w8 = [fp8((nn, k)) for _ in range(copies)]
+            x8 = [fp8((m, k)) for _ in range(copies)]
+            sa = [(torch.rand(m, k // 128, device="cuda") + 0.5).t().contiguous().t() for _ in range(copies)]
+            # 128x128 weight scales as cuBLASLt wants them (seen in torch's refusals): [n/128, K blocks
+            # padded to 4] row-major, passed transposed; then the plain layouts as fallbacks.
+            kpad = (k // 128 + 3) // 4 * 4
+            sbs = [(torch.rand(nn // 128, kpad, device="cuda") + 0.5).t()[: k // 128],
+                   (torch.rand(nn // 128, kpad, device="cuda") + 0.5).t(),
+                   (torch.rand(k // 128, nn // 128, device="cuda") + 0.5).contiguous()]
+            done = False
+            for vname, call in variants:
+                for sb in sbs:
+                    if done:
+                        break
+                    try:
+                        call(x8[0], w8[0].t(), sa[0], sb)
+                        us = time_us(lambda i: call(x8[i], w8[i].t(), sa[i], sb), copies, graph)
+                        print(f"PEER|torch {vname} fp8 1x128/128x128 (cuBLASLt)|{shape}|{us:.2f}")
+                        done = True
+                    except Exception as e:  # say each distinct refusal once
+                        msg = f"{vname} scale_b {tuple(sb.shape)}: {str(e).splitlines()[0][:160]}"
+                        if msg not in errors:
+                            errors.add(msg)
+                            print(f"peer: blockwise refused ({shape}): {msg}")
+            del w8, x8, sa, sbs
+    print("peer: done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+// FP8 e4m3 GEMM with UE8M0 block scales (DeepSeek's V4 / V4.1 weight format), raw device pointers:
+//   y[m, n] = bf16( sum over K blocks b, in order, of (a_s[b, i] w_s[n / blk, b]) * sum_{k in b} a[i, k] w[n, k] )
+// blk = 32 (V4.1: 32x32 weight blocks, 1x32 activation scales) or 128 (V4: 128x128 and 1x128).
+// Each K block's partial is formed by the tensor cores in fp32 and promoted into an fp32 accumulator
+// with its two scales (the accumulation order of the reference's block-scaled GEMM).
+//
+// Layouts (all row-major, strides in elements):
+//   a       [m, k] e4m3, row stride lda
+//   a_scale [k / blk, m] UE8M0 bytes, K-block-major (row stride ld_as >= m): what fp8_quantize_act writes,
+//           so the scales of one K block for a run of tokens are contiguous
+//   w       [n, k] e4m3, row stride ldw (the checkpoint's layout)
+//   w_scale [ceil(n / blk), k / blk] UE8M0 bytes, row stride ld_ws (the checkpoint's layout)
+//   y       [m, n] bf16 bits, row stride ldy
+// Requirements (checked, deepinfer::Error otherwise): k % 128 == 0; lda, ldw % 16 == 0; a, w 16-byte
+// aligned; n, ldy even; m, n >= 1.
+//
+// Kernel: TMA (128-byte swizzle) into a multi-stage shared-memory ring filled by one producer warpgroup,
+// two consumer warpgroups issuing wgmma m64nNk32 into a partial per K block that is then scaled into the
+// fp32 accumulator (one warpgroup's promotion overlaps the other's wgmmas). m <= 64 (decode) swaps the operands (weights on
+// the 128-row side, tokens on the N = 16..64 side) and splits K over CTAs so the weight stream fills
+// the GPU; the splits are reduced in a fixed order (no atomics), so results depend on (m, n, k) only.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+struct Fp8GemmArgs {
+  const uint8_t* a = nullptr;
+  int64_t lda = 0;
+  const uint8_t* a_scale = nullptr;
+  int64_t ld_as = 0;
+  const uint8_t* w = nullptr;
+  int64_t ldw = 0;
+  const uint8_t* w_scale = nullptr;
+  int64_t ld_ws = 0;
+  uint16_t* y = nullptr;
+  int64_t ldy = 0;
+  int64_t m = 0, n = 0, k = 0;
+  int blk = 128;
+};
+
+// Bytes of device workspace fp8_gemm needs for this shape (0 when it runs unsplit).
+size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk);
+// Enqueues the GEMM on `stream` (a cudaStream_t); `workspace` holds fp8_gemm_workspace_bytes bytes.
+void fp8_gemm(const Fp8GemmArgs& args, void* workspace, void* stream);
+
+// Activation quantization (act_quant): x [m, k] bf16 (row stride ldx) -> q [m, k] e4m3 (row stride ldq)
+// and scales [k / blk, m] UE8M0 (row stride ld_s), per 1 x blk block: amax floored at 1e-4,
+// s = 2^ceil(log2(amax / 448)), q = e4m3(clamp(x / s, +-448)), RNE; bit-identical to the CPU backend's
+// fake_quant_fp8. k % blk == 0, blk 32 or 128, ldx % 8 == 0, ldq % 8 == 0, 16-byte aligned x and q.
+void fp8_quantize_act(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, int blk, uint8_t* q, int64_t ldq,
+                      uint8_t* scale, int64_t ld_s, void* stream);
+
+}  // namespace deepinfer::cuda
