@@ -19,9 +19,16 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
-    "$comment", "$schema", "$defs", "definitions", "$id", "contentMediaType", "contentEncoding"};
+// Keywords that constrain instances. Every other keyword (annotations, vendor `x-*`, draft-04
+// `id`, unknown ones) is ignored, as JSON Schema says; `normalize` keeps only these.
+const std::set<std::string> kConstraining = {
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "$ref", "properties", "required",
+    "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "dependentRequired", "dependentSchemas", "dependencies", "items", "prefixItems", "additionalItems",
+    "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
+    "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -44,7 +51,7 @@ const std::string kNonInteger = "\x01non-integer number";
 
 class Converter {
  public:
-  Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts) {}
+  Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts), draft_(draft_of(root)) {}
 
   Grammar run() {
     int r = g_.declare_rule("root");
@@ -111,8 +118,67 @@ class Converter {
     return g_.ref(integer_rule_);
   }
 
-  // Draft 2020-12: a number with a zero fractional part is an integer (1.0).
-  int zero_fraction() { return g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
+  // Since draft 06 a number with a zero fractional part is an integer (1.0); not in draft 04.
+  int zero_fraction() { return draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
+
+  // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
+  static int draft_of(const Json& root) {
+    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return 2020;
+    const std::string u = root["$schema"].get<std::string>();
+    for (auto [name, d] : {std::pair{"draft-03", 3}, {"draft-04", 4}, {"draft-06", 6}, {"draft-07", 7}, {"2019-09", 2019}})
+      if (u.find(name) != std::string::npos) return d;
+    return 2020;
+  }
+
+  // One level of a schema in draft 2020-12 terms: keywords that do not constrain dropped (and
+  // formats we do not enforce), older drafts' spellings rewritten: `items` arrays and
+  // `additionalItems`, boolean `exclusiveMinimum`/`exclusiveMaximum`, `dependencies`, draft-03
+  // `required: true`, and `$ref` siblings (ignored before 2019-09). Subschemas are normalized
+  // when they are converted.
+  Json normalize(const Json& s) const {
+    if (!s.is_object()) return s;
+    Json out = Json::object();
+    for (auto& [k, v] : s.items())
+      if (kConstraining.count(k) || (draft_ == 3 && (k == "disallow" || k == "extends" || k == "divisibleBy"))) out[k] = v;
+    if (out.contains("format") && (!out["format"].is_string() || !kFormats.count(out["format"].get<std::string>()))) out.erase("format");
+    if (out.contains("$ref") && draft_ < 2019) return Json{{"$ref", out["$ref"]}};
+    if (out.contains("required") && out["required"].is_boolean()) out.erase("required");
+    if (draft_ == 3 && out.contains("properties") && out["properties"].is_object())
+      for (auto& [k, v] : out["properties"].items())
+        if (v.is_object() && v.value("required", Json(false)) == Json(true)) out["required"].push_back(k);
+    if (out.contains("items") && out["items"].is_array()) {
+      out["prefixItems"] = out["items"];
+      out.erase("items");
+      if (out.contains("additionalItems")) out["items"] = out["additionalItems"];
+    }
+    out.erase("additionalItems");
+    for (auto [ex, in] : {std::pair{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}}) {
+      if (!out.contains(ex) || !out[ex].is_boolean()) continue;
+      if (out[ex].get<bool>() && out.contains(in)) {
+        out[ex] = out[in];
+        out.erase(in);
+      } else {
+        out.erase(ex);
+      }
+    }
+    if (out.contains("dependencies")) {
+      for (auto& [k, v] : out["dependencies"].items()) out[v.is_array() ? "dependentRequired" : "dependentSchemas"][k] = v;
+      out.erase("dependencies");
+    }
+    // Keywords that do nothing alone: then/else without if, if without both, min/maxContains
+    // without contains.
+    if (!out.contains("if")) {
+      out.erase("then");
+      out.erase("else");
+    } else if (!out.contains("then") && !out.contains("else")) {
+      out.erase("if");
+    }
+    if (!out.contains("contains")) {
+      out.erase("minContains");
+      out.erase("maxContains");
+    }
+    return out;
+  }
 
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
@@ -154,13 +220,13 @@ class Converter {
     std::vector<Json> levels{Json::object()};
     for (auto& [k, v] : schema.items()) if (k != "allOf") levels[0][k] = v;
     for (const Json& part0 : schema["allOf"]) {
-      Json part = part0;
+      Json part = normalize(part0);
       if (part.is_boolean()) {
         if (!part.get<bool>()) unsupported(path, "allOf containing false");
         continue;
       }
       if (part.contains("$ref")) {
-        part = resolve_pointer(part["$ref"].get<std::string>(), path);
+        part = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
         if (part.is_boolean()) continue;
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
@@ -202,7 +268,8 @@ class Converter {
     return merged;
   }
 
-  int convert(const Json& schema, const std::string& path) {
+  int convert(const Json& schema0, const std::string& path) {
+    const Json schema = normalize(schema0);
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
       return any_value();
@@ -216,11 +283,11 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames"};
-      if (!known.count(k) && !kAnnotations.count(k)) unsupported(path, "keyword '" + k + "'");
+      if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
       bool siblings = false;
-      for (auto& [k, v] : schema.items()) siblings |= k != "$ref" && !kAnnotations.count(k);
+      for (auto& [k, v] : schema.items()) siblings |= k != "$ref";
       if (!siblings) return ref_rule(schema["$ref"].get<std::string>(), path);
       // $ref next to other keywords (draft 2020-12): both apply, i.e. allOf [{$ref}, rest],
       // merged like any allOf (the target is inlined; refs inside it stay rules).
@@ -254,10 +321,14 @@ class Converter {
       const char* key = schema.contains("anyOf") ? "anyOf" : "oneOf";
       // Sibling keywords other than annotations/type would need an intersection: rejected.
       for (auto& [k, v] : schema.items())
-        if (k != key && !kAnnotations.count(k)) unsupported(path, std::string("keyword '") + k + "' next to " + key);
+        if (k != key) unsupported(path, std::string("keyword '") + k + "' next to " + key);
       std::vector<Json> branches(schema[key].begin(), schema[key].end());
       if (branches.size() > 1 && std::string(key) == "oneOf")
-        branches = exclusive_one_of(schema[key], [&](const std::string& ref) -> const Json& { return resolve_pointer(ref, path); }, path);
+        branches = exclusive_one_of(normalized_all(schema[key]), [&](const std::string& ref) -> const Json& {
+          auto it = normalized_refs_.find(ref);
+          if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
+          return it->second;
+        }, path);
       std::vector<int> alts;
       int i = 0;
       for (const Json& sub : branches) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
@@ -279,15 +350,23 @@ class Converter {
     return g_.alt(alts);
   }
 
+  Json normalized_all(const Json& list) const {
+    Json out = Json::array();
+    for (const Json& x : list) out.push_back(normalize(x));
+    return out;
+  }
+
   // Schemas that match every / no instance ({} and true; false and {"not": {}}, recursively).
-  static bool is_always(const Json& s) {
+  bool is_always(const Json& s0) const {
+    const Json s = normalize(s0);
     if (s.is_boolean()) return s.get<bool>();
     if (!s.is_object()) return false;
     for (auto& [k, v] : s.items())
-      if (!kAnnotations.count(k) && !(k == "not" && is_never(v))) return false;
+      if (!(k == "not" && is_never(v))) return false;
     return true;
   }
-  static bool is_never(const Json& s) {
+  bool is_never(const Json& s0) const {
+    const Json s = normalize(s0);
     if (s.is_boolean()) return !s.get<bool>();
     return s.is_object() && s.contains("not") && is_always(s["not"]);
   }
@@ -295,14 +374,14 @@ class Converter {
   // `not`: only what reduces to a type complement ({"not": {"type": ...}}), or to nothing
   // ({"not": false} and friends). Anything else would need a grammar complement: rejected.
   int convert_not(const Json& schema, const std::string& path) {
-    const Json& n = schema["not"];
+    const Json n = normalize(schema["not"]);
     Json rest = schema;
     rest.erase("not");
     if (is_never(n)) return convert(rest, path);
     if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
     bool only_type = n.is_object() && n.contains("type");
     if (only_type)
-      for (auto& [k, v] : n.items()) only_type &= k == "type" || k == "nullable" || kAnnotations.count(k) > 0;
+      for (auto& [k, v] : n.items()) only_type &= k == "type" || k == "nullable";
     if (!only_type) unsupported(path, "keyword 'not' (only the complement of 'type', true or false is supported)");
     std::set<std::string> out;
     if (n["type"].is_string()) out.insert(n["type"].get<std::string>());
@@ -347,7 +426,7 @@ class Converter {
 
   int literals(const Json& schema, const std::vector<std::string>& types, const std::string& path) {
     for (auto& [k, v] : schema.items())
-      if (k != "enum" && k != "const" && k != "type" && k != "nullable" && !kAnnotations.count(k))
+      if (k != "enum" && k != "const" && k != "type" && k != "nullable")
         unsupported(path, "keyword '" + k + "' next to enum/const");
     std::vector<Json> values;
     if (schema.contains("const")) values.push_back(schema["const"]);
@@ -549,7 +628,7 @@ class Converter {
     // objects without declared keys (the key grammar can't also exclude declared names).
     int key_expr = -1;
     if (s.contains("propertyNames") && !is_always(s["propertyNames"])) {
-      const Json& pn = s["propertyNames"];
+      const Json pn = normalize(s["propertyNames"]);
       if (!props.empty() || !names.empty()) unsupported(path, "propertyNames together with properties/required/dependentRequired");
       if (is_never(pn)) {
         ap = Json(false);
@@ -557,7 +636,7 @@ class Converter {
         if (!pn.is_object()) fail("json schema: propertyNames must be a schema at ", path);
         static const std::set<std::string> ok = {"minLength", "maxLength", "pattern", "format", "const", "enum", "type"};
         for (auto& [k, v] : pn.items())
-          if (!ok.count(k) && !kAnnotations.count(k)) unsupported(path, "propertyNames with keyword '" + k + "'");
+          if (!ok.count(k)) unsupported(path, "propertyNames with keyword '" + k + "'");
         if (pn.contains("type") && pn["type"] != Json("string")) unsupported(path, "propertyNames with a non-string type");
         Json ks = pn;
         ks["type"] = "string";
@@ -712,8 +791,10 @@ class Converter {
 
   const Json& root_;
   SchemaArgs opts_;
+  int draft_;
   Grammar g_;
   std::map<std::string, int> refs_;
+  std::map<std::string, Json> normalized_refs_;  // $ref targets normalized (for oneOf analysis)
   int ref_merge_depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };

@@ -4,7 +4,10 @@
 //   {"cmd":"sample","schema_type":..,"schema":..,"seed":1,"runs":20,"max_tokens":200}
 //       -> {"outputs":[{"text":..,"finished":bool}..]}: random tokens drawn from the mask
 //   {"cmd":"ebnf", ...} -> {"ebnf": the compiled grammar}
+//   {"cmd":"eval", ...,"inputs":[[ids..],..]} -> "check" plus {"compile_ms":.., "mask_us":[..]}: the
+//       time of every mask filled along the accepted inputs (bench/structured/eval_schemas.py)
 // Options: "whitespace":"flexible", "strict":true. The vocabulary is the V3 one (test_vocab.h).
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -61,26 +64,44 @@ json sample(const std::shared_ptr<const CompiledGrammar>& g, uint64_t seed, int 
   return outs;
 }
 
+double since_us(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 json handle(const json& req, const TokenVocab& vocab) {
   const std::string cmd = req.at("cmd").get<std::string>();
   std::shared_ptr<const CompiledGrammar> g;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     g = compile(args_of(req), vocab);
   } catch (const deepinfer::Error& e) {
-    return {{"error", e.what()}};
+    return {{"error", e.what()}, {"compile_ms", since_us(t0) / 1e3}};
   }
+  const double compile_ms = since_us(t0) / 1e3;
   if (cmd == "ebnf") return {{"ebnf", g->ebnf()}, {"masks", g->num_masks()}, {"mem", g->memory_bytes()}, {"nodes", g->automaton().nodes.size()}};
   if (cmd == "sample")
     return {{"outputs", sample(g, req.value("seed", 1), req.value("runs", 10), req.value("max_tokens", 200))}};
-  if (cmd == "check") {
-    json results = json::array();
+  if (cmd == "check" || cmd == "eval") {
+    const bool timed = cmd == "eval";
+    std::vector<uint32_t> words((vocab.size() + 31) / 32);
+    json results = json::array(), mask_us = json::array();
     for (const json& input : req.at("inputs")) {
       Matcher m(g);
       bool ok = true;
-      for (const json& id : input) ok = ok && m.accept_token(id.get<int32_t>());
+      for (const json& id : input) {
+        if (timed) {
+          const auto t = std::chrono::steady_clock::now();
+          m.fill_next_token_bitmask(words.data());
+          mask_us.push_back(since_us(t));
+        }
+        ok = ok && m.accept_token(id.get<int32_t>());
+        if (!ok) break;
+      }
       results.push_back(ok && m.can_end());
     }
-    return {{"error", nullptr}, {"results", results}};
+    json out = {{"error", nullptr}, {"results", results}};
+    if (timed) out.update({{"compile_ms", compile_ms}, {"mask_us", mask_us}, {"masks", g->num_masks()}});
+    return out;
   }
   return {{"error", "unknown cmd " + cmd}};
 }

@@ -193,6 +193,9 @@ TEST(Structured, ErrorsNameTheConstruct) {
   EXPECT_NE(msg("json", R"({"not":{"minLength":2}})").find("'not'"), std::string::npos);
   EXPECT_NE(msg("json", R"({"$ref":"http://x/y"})").find("$ref"), std::string::npos);
   EXPECT_NE(msg("json", "{").find("not valid JSON"), std::string::npos);
+  // Unknown keywords are ignored; a constraining one we do not support is named.
+  EXPECT_EQ(msg("json", R"({"x-vendor":1,"self":{"name":"n"},"type":"integer"})"), "no error");
+  EXPECT_NE(msg("json", R"({"unevaluatedProperties":false})").find("'unevaluatedProperties'"), std::string::npos);
   EXPECT_NE(msg("choice", "[1]").find("string"), std::string::npos);
   EXPECT_NE(msg("yaml", "").find("schema_type"), std::string::npos);
 }

@@ -1,0 +1,53 @@
+"""Exactness against `jsonschema` (the oracle): for each schema, every listed instance (compact JSON
+through the V3 tokenizer) is accepted by the grammar iff `jsonschema` says it is valid under the
+schema's own draft ($schema; 2020-12 when absent). Covers the keywords and draft rules real-world
+schemas use (see docs/structured-output.md); the random walks of test_structured_sampling.py
+check the other direction on the same kinds of schemas."""
+import json
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
+
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+
+CASES = [
+    # Keywords that do not constrain are ignored: draft-04 id, Snowplow's self, vendor x-*, links...
+    ({"$schema": D4, "id": "http://x/y#", "self": {"vendor": "v", "name": "n", "format": "jsonschema", "version": "1-0-0"},
+      "type": "object", "properties": {"a": {"type": "string", "_format": "uri", "x-kubernetes-int-or-string": True}},
+      "links": [{"rel": "self"}], "additionalProperties": False},
+     [{"a": "x"}, {}, {"a": 1}, {"b": 1}]),
+    # draft-04: 1.0 is not an integer; boolean exclusiveMinimum; items array + additionalItems
+    ({"$schema": D4, "type": "integer"}, [1, 1.0, 10.0, -3]),
+    ({"$schema": D4, "type": "number", "minimum": 5, "exclusiveMinimum": True}, [5, 5.5, 6, 4]),
+    ({"$schema": D4, "type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+     [[1, "a"], [1], [1, "a", 2], ["a"], []]),
+    ({"$schema": D4, "type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "boolean"}},
+     [[1, True, False], [1, 2], [True]]),
+    # 2020-12 (no $schema): 1.0 is an integer
+    ({"type": "integer"}, [1, 1.0, 1.5]),
+    # draft-07: siblings of $ref are ignored
+    ({"$schema": D7, "definitions": {"a": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+      "$ref": "#/definitions/a", "required": ["y"]},
+     [{"x": 1}, {"y": 1}, {"x": "s"}]),
+    # dependencies (draft-07 spelling): array form
+    ({"$schema": D7, "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "dependencies": {"a": ["b"]}},
+     [{"a": 1, "b": 2}, {"a": 1}, {"b": 2}, {}]),
+    # unknown format: an annotation
+    ({"type": "string", "format": "color-hex"}, ["x", ""]),
+]
+
+
+@pytest.mark.parametrize("idx", range(len(CASES)))
+def test_matches_jsonschema(grammar_tool, v3_tokenizer, idx):
+    schema, instances = CASES[idx]
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    texts = [json.dumps(x, separators=(",", ":")) for x in instances]
+    inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)
+    assert not resp.get("error"), resp["error"]
+    for text, x, got in zip(texts, instances, resp["results"]):
+        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
