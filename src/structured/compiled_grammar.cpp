@@ -64,6 +64,7 @@ class GreedyWalk {
       if (s.depth < 16) {
         for (uint32_t e = n.ref_begin; e < n.ref_end; ++e) {
           const RefEdge& r = a_.ref_edges[e];
+          if (a_.counted(r.rule)) continue;  // its count needs the Earley walk
           const uint32_t start = a_.rule_start[r.rule];
           if (a_.step(start, b) != UINT32_MAX) {
             links_.push_back({r.target, s.top});
@@ -104,7 +105,7 @@ struct Classified {
 
 void classify_range(const Automaton& a, const TokenVocab& vocab, uint32_t node, const std::bitset<256>& first,
                     int32_t i_lo, int32_t i_hi, EarleyParser& p, Classified& out) {
-  p.reset(node);
+  p.reset(node, a.counted(a.nodes[node].rule) ? kUncounted : 0);
   GreedyWalk greedy(a, node);
   std::string cur;          // the bytes currently pushed on the parser
   std::string fail_prefix;  // bytes up to and including the last failing byte
@@ -204,7 +205,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
 std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
   const size_t n = a.nodes.size();
   std::vector<uint32_t> cls(n), next(n), sig, offset(n + 1);
-  for (size_t i = 0; i < n; ++i) cls[i] = a.nodes[i].accepting;
+  for (size_t i = 0; i < n; ++i) cls[i] = a.nodes[i].accepting | a.char_boundary[i] << 1 | a.counted(a.nodes[i].rule) << 2;
   size_t slots = 16;
   while (slots < 2 * n) slots *= 2;
   std::vector<uint32_t> table(slots);  // node + 1 of each distinct signature, 0 = empty
@@ -320,15 +321,64 @@ void CompiledGrammar::build_masks() {
   masks_.resize(reps.size());
   next = 0;
   parallel_for(workers, [&](int64_t, int64_t) {
-    for (size_t m; (m = next.fetch_add(1)) < reps.size();)
+    for (size_t m; (m = next.fetch_add(1)) < reps.size();) {
       masks_[m] = make_mask(parts.data() + first_part[m], parts.data() + first_part[m + 1], vocab_.size());
+      if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(reps[m], masks_[m]);
+    }
   });
+  for (int32_t id = 0; id < vocab_.size(); ++id) max_token_bytes_ = std::max<uint32_t>(max_token_bytes_, vocab_.bytes(id).size());
+}
+
+// The characters an accepted token adds from `node` of a counted rule: the bytes of its
+// (deterministic, in-rule) path that leave a char_boundary node (a started character counts).
+void CompiledGrammar::add_char_counts(uint32_t node, StateMask& m) const {
+  const Automaton& a = automaton_;
+  auto chars = [&](int32_t id) {
+    int32_t c = 0;
+    uint32_t n = node;
+    for (char b : vocab_.bytes(id)) {
+      c += a.char_boundary[n];
+      n = a.step(n, static_cast<uint8_t>(b));
+    }
+    return c;
+  };
+  if (m.accepted_bits.empty()) {
+    for (int32_t id : m.accepted_ids) m.accepted_chars.push_back(chars(id));
+    return;
+  }
+  constexpr int32_t kBitsets = 24;  // at_most_bits for 0..23 characters left; longer tokens listed
+  m.at_most_bits.assign(kBitsets, std::vector<uint32_t>(m.accepted_bits.size(), 0));
+  for (size_t w = 0; w < m.accepted_bits.size(); ++w)
+    for (uint32_t bits = m.accepted_bits[w]; bits; bits &= bits - 1) {
+      const int32_t id = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+      const int32_t c = chars(id);
+      if (c >= kBitsets) m.long_ids.push_back({id, c});
+      for (int32_t r = c; r < kBitsets; ++r) m.at_most_bits[r][w] |= 1u << (id & 31);
+    }
+}
+
+void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const {
+  if (accepted_bits.empty()) {
+    for (size_t i = 0; i < accepted_ids.size(); ++i)
+      if (uint32_t(accepted_chars[i]) <= left) words[accepted_ids[i] >> 5] |= 1u << (accepted_ids[i] & 31);
+    return;
+  }
+  const size_t n = accepted_bits.size();
+  if (left < at_most_bits.size()) {
+    for (size_t w = 0; w < n; ++w) words[w] |= at_most_bits[left][w];
+    return;
+  }
+  tmp.assign(accepted_bits.begin(), accepted_bits.end());
+  for (auto [id, c] : long_ids)
+    if (uint32_t(c) > left) tmp[id >> 5] &= ~(1u << (id & 31));
+  for (size_t w = 0; w < n; ++w) words[w] |= tmp[w];
 }
 
 size_t CompiledGrammar::memory_bytes() const {
   size_t total = 0;
   for (const auto& m : masks_)
-    total += 4 * (m.accepted_bits.size() + m.accepted_ids.size() + m.uncertain.size());
+    total += 4 * (m.accepted_bits.size() + m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size() +
+                  2 * m.long_ids.size() + m.at_most_bits.size() * m.accepted_bits.size());
   return total;
 }
 

@@ -139,7 +139,7 @@ void EarleyParser::close_set() {
       add(a_->rule_start[r.rule], cur);
       if (a_->rule_nullable[r.rule]) add(r.target, it.origin, perm >= 0 ? take(it.seen, r.rule, perm) : it.seen);  // Aycock-Horspool
     }
-    if (!n.accepting || (perm >= 0 && !has_required(perm, it.seen))) continue;
+    if (!n.accepting || (perm >= 0 && !has_required(perm, it.seen)) || it.seen < uint32_t(a_->count_min[n.rule])) continue;
     if (it.origin == kRootOrigin) {
       done = true;
       continue;
@@ -162,7 +162,7 @@ void EarleyParser::close_set() {
   clear_index();
 }
 
-void EarleyParser::reset(uint32_t start_node) {
+void EarleyParser::reset(uint32_t start_node, uint32_t seen) {
   items_.clear();
   set_start_.assign(1, 0);
   root_done_.clear();
@@ -174,7 +174,7 @@ void EarleyParser::reset(uint32_t start_node) {
     take_memo_used_ = 0;
   }
   clear_index();
-  add(start_node, kRootOrigin);
+  add(start_node, kRootOrigin, seen);
   close_set();
 }
 
@@ -182,8 +182,15 @@ bool EarleyParser::advance(uint8_t b) {
   const size_t prev_begin = set_start_.back(), prev_end = items_.size();
   set_start_.push_back(static_cast<uint32_t>(prev_end));
   for (size_t i = prev_begin; i < prev_end; ++i) {
-    uint32_t t = a_->step(items_[i].node, b);
-    if (t != UINT32_MAX) add(t, items_[i].origin, items_[i].seen);
+    const uint32_t t = a_->step(items_[i].node, b);
+    if (t == UINT32_MAX) continue;
+    uint32_t seen = items_[i].seen;
+    if (a_->char_boundary[items_[i].node] && seen != kUncounted) {  // a counted rule starts a character
+      const int32_t max = a_->count_max[a_->nodes[t].rule];
+      if (max >= 0 && seen >= uint32_t(max)) continue;
+      ++seen;
+    }
+    add(t, items_[i].origin, seen);
   }
   if (items_.size() == prev_end) {
     set_start_.pop_back();

@@ -16,13 +16,16 @@ struct EarleyItem {
 };
 
 constexpr uint32_t kRootOrigin = UINT32_MAX;
+// `seen` of a counted rule's item whose characters are not counted (the start item when a token
+// class is computed inside that rule: the count is applied when the mask is filled).
+constexpr uint32_t kUncounted = UINT32_MAX;
 
 class EarleyParser {
  public:
   explicit EarleyParser(const Automaton* a) : a_(a) {}
 
-  // Clears everything; set 0 = closure of {(start_node, kRootOrigin)}.
-  void reset(uint32_t start_node);
+  // Clears everything; set 0 = closure of {(start_node, kRootOrigin, seen)}.
+  void reset(uint32_t start_node, uint32_t seen = 0);
   // Consumes one byte. On failure nothing is pushed and false is returned.
   bool advance(uint8_t b);
   void pop(int n);

@@ -231,6 +231,49 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
   return s0;
 }
 
+// Position inside a JSON-string character after byte b, from position `pos` (0: between
+// characters, 1-3: UTF-8 continuation bytes due, 4: after a backslash, 5-8: \u hex digits due);
+// -1 when b cannot come there.
+int char_position(int pos, uint8_t b) {
+  auto hex = [](uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+  switch (pos) {
+    case 0:
+      if (b == '\\') return 4;
+      if (b < 0x80) return 0;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b >= 0xE0 && b <= 0xEF) return 2;
+      if (b >= 0xF0 && b <= 0xF4) return 3;
+      return -1;
+    case 1: case 2: case 3: return b >= 0x80 && b <= 0xBF ? pos - 1 : -1;
+    case 4: return b == 'u' ? 8 : 0;
+    default: return hex(b) ? (pos == 5 ? 0 : pos - 1) : -1;
+  }
+}
+
+// A counted rule's nodes: each must sit at one position inside a character (true for any
+// language of whole JSON-string characters); char_boundary marks those between characters.
+void label_char_boundaries(Automaton& a, uint32_t rule) {
+  std::map<uint32_t, int> pos{{a.rule_start[rule], 0}};
+  std::vector<uint32_t> stack{a.rule_start[rule]};
+  while (!stack.empty()) {
+    const uint32_t n = stack.back();
+    stack.pop_back();
+    const FsmNode& nd = a.nodes[n];
+    check(nd.ref_begin == nd.ref_end, "grammar: counted rule '", a.rule_names[rule], "' refers to other rules");
+    for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) {
+      const ByteEdge& be = a.byte_edges[e];
+      for (int b = be.lo; b <= be.hi; ++b) {
+        const int p = char_position(pos[n], static_cast<uint8_t>(b));
+        check(p >= 0, "grammar: counted rule '", a.rule_names[rule], "' reads something other than JSON string characters");
+        auto [it, fresh] = pos.emplace(be.target, p);
+        check(it->second == p, "grammar: counted rule '", a.rule_names[rule], "' has a node inside and between characters");
+        if (fresh) stack.push_back(be.target);
+      }
+    }
+  }
+  for (auto [n, p] : pos) a.char_boundary[n] = p == 0;
+}
+
 constexpr size_t kMaxTransEntries = size_t(1) << 22;  // 16 MiB of dense transitions at most
 
 void build_transition_table(Automaton& a) {
@@ -295,6 +338,15 @@ Automaton build_automaton(const Grammar& g) {
       for (int r : p.extra_rules) a.rule_extra[r] = 1;
   }
   if (a.rule_extra.empty()) a.rule_extra.assign(g.num_rules(), 0);
+  a.count_min.assign(g.num_rules(), 0);
+  a.count_max.assign(g.num_rules(), Automaton::kNotCounted);
+  a.char_boundary.assign(a.nodes.size(), 0);
+  for (const CountedRule& c : g.counted()) {
+    check(a.rule_perm[c.rule] < 0, "grammar: rule '", a.rule_names[c.rule], "' is both counted and a perm rule");
+    a.count_min[c.rule] = c.min;
+    a.count_max[c.rule] = c.max == kUnbounded ? -1 : c.max;
+    label_char_boundaries(a, static_cast<uint32_t>(c.rule));
+  }
   build_transition_table(a);
   for (const FsmNode& n : a.nodes)  // their token classes would depend on the seen set
     check(a.rule_perm[n.rule] < 0 || !n.has_bytes(), "grammar: perm rule '", a.rule_names[n.rule], "' reads bytes");
@@ -306,6 +358,7 @@ Automaton build_automaton(const Grammar& g) {
       if (a.rule_nullable[r]) continue;
       const int32_t perm = a.rule_perm[r];  // a perm rule with required members is never empty
       if (perm >= 0 && (a.perm_min[perm] > 0 || std::any_of(a.perm_required[perm].begin(), a.perm_required[perm].end(), [](uint64_t w) { return w; }))) continue;
+      if (a.count_min[r] > 0) continue;  // a counted rule needs its characters
       std::vector<uint32_t> stack{a.rule_start[r]}, seen{a.rule_start[r]};
       while (!stack.empty() && !a.rule_nullable[r]) {
         uint32_t n = stack.back();

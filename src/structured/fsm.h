@@ -43,6 +43,13 @@ struct Automaton {
   std::vector<std::vector<std::pair<int32_t, std::vector<uint64_t>>>> perm_depends;
   std::vector<int32_t> perm_min, perm_max;
   std::vector<uint8_t> rule_extra;
+  // Counted rules (grammar.h CountedRule): per rule the bounds (count_max -2: not counted, -1:
+  // no upper bound); per node, whether it lies between characters (a byte read there starts
+  // one: count + 1, so a partly read character counts already).
+  std::vector<int32_t> count_min, count_max;
+  std::vector<uint8_t> char_boundary;
+  bool counted(uint32_t rule) const { return count_max[rule] != kNotCounted; }
+  static constexpr int32_t kNotCounted = -2;
 
   // Dense transitions: bytes that no edge boundary separates share a class; trans[node *
   // num_byte_classes + byte_class[b]] is the target (UINT32_MAX: none). Empty when too large.

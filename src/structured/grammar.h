@@ -39,6 +39,16 @@ struct PermRule {
   std::vector<int> extra_rules;
 };
 
+// A counted rule (JSON string length bounds without unrolling): `rule`'s body reads the content
+// of a JSON string (escaped, no sub-rules) and may stop after min..max characters. The Earley
+// item of the rule counts characters in its `seen` field. The rule must only be followed by the
+// closing quote (which no character starts with), so a token that stays inside the rule has no
+// other parse: its mask is the rule's accepted tokens with at most max - count characters.
+struct CountedRule {
+  int rule = -1;
+  int min = 0, max = kUnbounded;
+};
+
 class Grammar {
  public:
   // Rules are declared first (so bodies can refer to them, recursion included), then defined.
@@ -67,6 +77,8 @@ class Grammar {
 
   void add_perm(PermRule p) { perms_.push_back(std::move(p)); }
   const std::vector<PermRule>& perms() const { return perms_; }
+  void add_counted(CountedRule c) { counted_.push_back(c); }
+  const std::vector<CountedRule>& counted() const { return counted_; }
 
   // For debugging and docs; re-parsable by parse_ebnf (perm rules print as '# perm' comments and
   // their plain bodies, which allow repeats and any subset).
@@ -79,6 +91,7 @@ class Grammar {
   std::vector<std::string> names_;
   std::vector<int> bodies_;
   std::vector<PermRule> perms_;
+  std::vector<CountedRule> counted_;
   int root_ = -1;
 };
 

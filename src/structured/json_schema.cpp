@@ -473,18 +473,24 @@ class Converter {
   int string_schema(const Json& s, const std::string& path) {
     int min = s.value("minLength", 0);
     int max = s.contains("maxLength") ? s["maxLength"].get<int>() : kUnbounded;
-    if (s.contains("pattern") || (s.contains("format") && kFormats.count(s["format"].get<std::string>()))) {
-      if (s.contains("pattern") && s.contains("format") && kFormats.count(s["format"].get<std::string>()))
-        unsupported(path, "pattern together with format");
-      if (min != 0 || max != kUnbounded) unsupported(path, "minLength/maxLength together with pattern/format");
+    if (min < 0 || (max != kUnbounded && max < min)) unsupported(path, "minLength/maxLength bounds (no string fits)");
+    // Length bounds are counted by the parser (grammar.h CountedRule): no unrolling, so any
+    // bound compiles in the same time.
+    if (s.contains("pattern") || s.contains("format")) {
+      if (s.contains("pattern") && s.contains("format")) unsupported(path, "pattern together with format");
       std::string re = s.contains("pattern") ? s["pattern"].get<std::string>() : kFormats.at(s["format"].get<std::string>());
       int r = add_regex_rule(g_, "pattern" + std::to_string(g_.num_rules()), re, true);
+      if (min != 0 || max != kUnbounded) g_.add_counted({r, min, max});
       return g_.seq({g_.lit("\""), g_.ref(r), g_.lit("\"")});
     }
     if (min == 0 && max == kUnbounded) return string_expr();
-    if (max != kUnbounded && max > 4096) unsupported(path, "maxLength above 4096");
-    if (min > 4096) unsupported(path, "minLength above 4096");
-    return g_.seq({g_.lit("\""), g_.rep(json_char(), min, max), g_.lit("\"")});
+    auto [it, fresh] = counted_strings_.emplace(std::pair{min, max}, -1);
+    if (fresh) {
+      it->second = g_.declare_rule("chars" + std::to_string(g_.num_rules()));
+      g_.define_rule(it->second, g_.star(json_char()));
+      g_.add_counted({it->second, min, max});
+    }
+    return g_.seq({g_.lit("\""), g_.ref(it->second), g_.lit("\"")});
   }
 
   int numeric(const Json& s, const std::string& path, bool integer) {
@@ -794,7 +800,8 @@ class Converter {
   int draft_;
   Grammar g_;
   std::map<std::string, int> refs_;
-  std::map<std::string, Json> normalized_refs_;  // $ref targets normalized (for oneOf analysis)
+  std::map<std::string, Json> normalized_refs_;
+  std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
   int ref_merge_depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };

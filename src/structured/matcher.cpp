@@ -83,12 +83,22 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
     std::memset(words, 0, nwords * 4);
     return set_stops();
   }
-  // The distinct masks of the frontier's scanable nodes (equivalent nodes share one).
+  // The distinct masks of the frontier's scanable nodes (equivalent nodes share one); nodes of
+  // counted rules near their upper bound keep only the tokens that fit in the characters left.
+  const Automaton& a = grammar_->automaton();
   frontier_masks_.clear();
+  counted_masks_.clear();
   const StateMask* bits = nullptr;
   for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it) {
     const StateMask* m = grammar_->mask(it->node);
-    if (!m || std::find(frontier_masks_.begin(), frontier_masks_.end(), m) != frontier_masks_.end()) continue;
+    if (!m) continue;
+    const uint32_t rule = a.nodes[it->node].rule;
+    if (a.counted(rule) && a.count_max[rule] >= 0 && uint32_t(a.count_max[rule]) - it->seen < grammar_->max_token_bytes()) {
+      const std::pair<const StateMask*, uint32_t> c{m, uint32_t(a.count_max[rule]) - it->seen};
+      if (std::find(counted_masks_.begin(), counted_masks_.end(), c) == counted_masks_.end()) counted_masks_.push_back(c);
+      continue;
+    }
+    if (std::find(frontier_masks_.begin(), frontier_masks_.end(), m) != frontier_masks_.end()) continue;
     frontier_masks_.push_back(m);
     if (!bits && !m->accepted_bits.empty()) bits = m;
   }
@@ -111,6 +121,13 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
       ++uncertain_lists;
     }
   }
+  for (auto [m, left] : counted_masks_) {
+    m->or_counted(left, words, tmp_words_);
+    if (!m->uncertain.empty()) {
+      scratch_.insert(scratch_.end(), m->uncertain.begin(), m->uncertain.end());
+      ++uncertain_lists;
+    }
+  }
   if (scratch_.empty()) {
     if (can_end()) set_stops();
     return;
@@ -121,6 +138,10 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
   uint32_t max_origin = 0;
   for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it) {
     EarleyItem k{grammar_->canonical(it->node), it->origin, it->seen};
+    const uint32_t rule = a.nodes[it->node].rule;
+    if (a.counted(rule) && it->seen >= uint32_t(a.count_min[rule]) &&
+        (a.count_max[rule] < 0 || uint32_t(a.count_max[rule]) - it->seen >= grammar_->max_token_bytes()))
+      k.seen = kUncounted;  // both bounds further than any token reaches: the count is moot
     if (k.origin == cur) k.origin = kRootOrigin - 1;  // this set itself, wherever it is
     else if (k.origin != kRootOrigin) max_origin = std::max(max_origin, k.origin);
     key_.push_back(k);

@@ -38,6 +38,15 @@ struct StateMask {
   std::vector<uint32_t> accepted_bits;  // bitset over ids, when many tokens are accepted
   std::vector<int32_t> accepted_ids;    // otherwise the accepted ids
   std::vector<int32_t> uncertain;       // sorted-vocab indices that need the full parser state
+  // Nodes of counted rules (grammar.h CountedRule): the characters each accepted token adds, so a
+  // mask with r characters left keeps the tokens adding at most r. With accepted_bits:
+  // at_most_bits[r] for the small r, and the (id, characters) of the tokens longer than those;
+  // with accepted_ids: the characters of each, in the same order.
+  std::vector<std::vector<uint32_t>> at_most_bits;
+  std::vector<std::pair<int32_t, int32_t>> long_ids;
+  std::vector<int32_t> accepted_chars;
+  // ORs the accepted tokens adding at most `left` characters into words (tmp: scratch words).
+  void or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const;
 };
 
 class CompiledGrammar {
@@ -56,16 +65,20 @@ class CompiledGrammar {
   // behave the same in every context (used to recognise repeated parser states).
   uint32_t canonical(uint32_t node) const { return canonical_[node]; }
   size_t num_masks() const { return masks_.size(); }
+  // Longest token in bytes (a counted rule's count further than this from its bounds is moot).
+  uint32_t max_token_bytes() const { return max_token_bytes_; }
   size_t memory_bytes() const;
 
  private:
   void build_masks();
+  void add_char_counts(uint32_t node, StateMask& m) const;
   TokenVocab vocab_;
   Automaton automaton_;
   std::string ebnf_;
   std::vector<int32_t> node_mask_;
   std::vector<uint32_t> canonical_;
   std::vector<StateMask> masks_;
+  uint32_t max_token_bytes_ = 0;
 };
 
 // Front ends into the IR (used by compile, exposed for tests and tools).
@@ -107,6 +120,8 @@ class Matcher {
   bool terminated_ = false;
   mutable std::vector<int32_t> scratch_;
   mutable std::vector<const StateMask*> frontier_masks_;
+  mutable std::vector<std::pair<const StateMask*, uint32_t>> counted_masks_;  // (mask, chars left)
+  mutable std::vector<uint32_t> tmp_words_;
   // Uncertain-token results of recent frontiers. The parser's verdict on a token depends only on
   // the newest Earley set (the key: its items, nodes made canonical, origins at that set made
   // relative) and the sets its origins refer to, which stay put until a rollback pops them; so a

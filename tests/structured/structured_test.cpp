@@ -175,6 +175,28 @@ TEST(Structured, ManyPropertiesStayLinear) {
   EXPECT_FALSE(dup.accept_bytes(R"({"k7":1,"k7")"));
 }
 
+TEST(Structured, StringLengthsAreCountedNotUnrolled) {
+  auto v = tiny_vocab();
+  auto small = make("json", R"({"type":"string","minLength":1,"maxLength":4})", v);
+  auto big = make("json", R"({"type":"string","minLength":1,"maxLength":4096})", v);
+  EXPECT_EQ(small->automaton().nodes.size(), big->automaton().nodes.size());  // the bound is not in the grammar
+  EXPECT_EQ(small->num_masks(), big->num_masks());
+  Matcher m(small);
+  EXPECT_FALSE(allowed(m, 0));
+  EXPECT_TRUE(m.accept_token(8));  // "
+  EXPECT_FALSE(allowed(m, 8));     // "" is too short
+  EXPECT_TRUE(allowed(m, 5));      // abc
+  EXPECT_TRUE(m.accept_token(5));
+  EXPECT_FALSE(allowed(m, 5));     // abcabc: too long
+  EXPECT_TRUE(allowed(m, 13));     // é: the fourth
+  EXPECT_TRUE(allowed(m, 14));     // its first byte
+  EXPECT_TRUE(m.accept_token(2));  // a: the fourth
+  EXPECT_FALSE(allowed(m, 2));
+  EXPECT_FALSE(allowed(m, 14));    // a started é would be the fifth
+  EXPECT_TRUE(m.accept_token(8));
+  EXPECT_TRUE(m.can_end());
+}
+
 TEST(Structured, ErrorsNameTheConstruct) {
   auto v = tiny_vocab();
   auto msg = [&](const std::string& type, const std::string& schema) {

@@ -35,6 +35,13 @@ CASES = [
     ({"$schema": D7, "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
       "dependencies": {"a": ["b"]}},
      [{"a": 1, "b": 2}, {"a": 1}, {"b": 2}, {}]),
+    # string lengths are counted, not unrolled: any bound, with pattern / format too
+    ({"type": "string", "minLength": 2, "maxLength": 4096}, ["", "a", "ab", "é" * 3, "x" * 4096, "x" * 4097, "\n\t", "\u00e9"]),
+    ({"type": "string", "maxLength": 3}, ["", "abc", "abcd", "\"\\/", "ééé", "éééé", "\u0041bc", "a\u0041bc"]),
+    ({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 5}, ["a", "ab", "abcde", "abcdef", "AB", "a1"]),
+    ({"type": "string", "format": "date", "maxLength": 10}, ["2024-01-01", "2024-1-1", "x"]),
+    ({"type": "object", "properties": {"k": {"type": "array", "items": {"type": "string", "maxLength": 2}}}, "additionalProperties": False},
+     [{"k": ["ab", "a", ""]}, {"k": ["abc"]}, {"k": ["ab", "abc"]}]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
 ]

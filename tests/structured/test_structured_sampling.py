@@ -25,6 +25,8 @@ SCHEMAS = [
      "required": ["code"], "additionalProperties": False},
     {"type": ["string", "null", "integer"], "minLength": 2, "maxLength": 5, "maximum": -7},
     {"properties": {"a": {"type": "integer"}}, "required": ["a"]},  # additional properties allowed, before "a" too
+    {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 40}, "maxItems": 3},  # counted lengths
+    {"type": "string", "pattern": "^[a-zé]*$", "minLength": 1, "maxLength": 6},
     {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
      "additionalProperties": False},  # any order, each key at most once
 ]
