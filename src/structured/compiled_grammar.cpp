@@ -169,24 +169,24 @@ std::bitset<256> first_bytes(const Automaton& a, uint32_t node, EarleyParser& p)
   return first;
 }
 
-StateMask make_mask(const Classified* begin, const Classified* end, size_t vocab_size) {
+// parts: the mask's classified ranges, in sorted-vocab order.
+StateMask make_mask(const std::vector<const Classified*>& parts, size_t vocab_size) {
   StateMask m;
   size_t n_acc = 0, n_unc = 0;
-  std::span<const Classified> parts(begin, end);
-  for (const Classified& c : parts) {
-    n_acc += c.accepted.size();
-    n_unc += c.uncertain.size();
+  for (const Classified* c : parts) {
+    n_acc += c->accepted.size();
+    n_unc += c->uncertain.size();
   }
   m.uncertain.reserve(n_unc);
-  for (const Classified& c : parts) m.uncertain.insert(m.uncertain.end(), c.uncertain.begin(), c.uncertain.end());
+  for (const Classified* c : parts) m.uncertain.insert(m.uncertain.end(), c->uncertain.begin(), c->uncertain.end());
   const size_t words = (vocab_size + 31) / 32;
   if (n_acc > words) {
     m.accepted_bits.assign(words, 0);
-    for (const Classified& c : parts)
-      for (int32_t id : c.accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
+    for (const Classified* c : parts)
+      for (int32_t id : c->accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
   } else {
     m.accepted_ids.reserve(n_acc);
-    for (const Classified& c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c.accepted.begin(), c.accepted.end());
+    for (const Classified* c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c->accepted.begin(), c->accepted.end());
     std::sort(m.accepted_ids.begin(), m.accepted_ids.end());
   }
   return m;
@@ -276,31 +276,66 @@ void CompiledGrammar::build_masks() {
     if (fresh) reps.push_back(n);
     node_mask_[n] = it->second;
   }
-  // Split every node's readable tokens into chunks; workers take chunks as they finish others.
+  // Split every node's readable tokens into chunks of one first byte; workers take chunks as
+  // they finish others. A node without sub-rules (outside counted rules) classifies the tokens
+  // of first byte b exactly like any other such node whose b edge leads to the same class: the
+  // walk after b only sees that target. Such ranges are classified once and shared (e.g. the
+  // nodes of the extra-key trie differ only on the bytes of the declared names).
   EarleyParser p(&a);
   std::vector<std::bitset<256>> first(reps.size());
   std::vector<ClassifyWork> work;
+  std::vector<std::vector<size_t>> mask_parts(reps.size());  // work indices, in vocab order
+  using Key = std::pair<uint32_t, uint32_t>;  // (first byte, class of its target)
+  std::map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
+  std::map<Key, int> uses;
+  auto key_of = [&](uint32_t m, int b) {
+    const FsmNode& rep = a.nodes[reps[m]];
+    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return Key{0, UINT32_MAX};
+    return Key{uint32_t(b), cls[a.step(reps[m], uint8_t(b))]};
+  };
   for (uint32_t m = 0; m < reps.size(); ++m) {
     first[m] = first_bytes(a, reps[m], p);
-    int32_t start = -1, count = 0, last = 0;
+    for (int b = 0; b < 256; ++b)
+      if (first[m].test(b) && key_of(m, b).second != UINT32_MAX) ++uses[key_of(m, b)];
+  }
+  for (uint32_t m = 0; m < reps.size(); ++m) {
+    int32_t start = -1;  // a chunk of unshared ranges being gathered
+    auto flush = [&](int32_t end) {
+      if (start < 0 || start == end) return;
+      mask_parts[m].push_back(work.size());
+      work.push_back({m, start, end});
+      start = -1;
+    };
     for (int b = 0; b < 256; ++b) {
       if (!first[m].test(b)) continue;
       int32_t s = vocab_.first_byte_begin(b);
       const int32_t e = vocab_.first_byte_begin(b + 1);
-      while (s < e) {
-        if (start < 0) start = s;
-        const int32_t take = std::min(e - s, kClassifyChunk - count);
-        s += take;
-        count += take;
-        if (count == kClassifyChunk) {
-          work.push_back({m, start, s});
-          start = -1;
-          count = 0;
+      if (s == e) continue;
+      const Key key = key_of(m, b);
+      if (key.second == UINT32_MAX || uses[key] < 2) {
+        for (; s < e;) {
+          if (start >= 0 && s - start >= kClassifyChunk) flush(s);
+          if (start < 0) start = s;
+          const int32_t stop = std::min(e, start + kClassifyChunk);
+          s = stop;
+          if (stop - start == kClassifyChunk) flush(stop);
         }
+        continue;
       }
-      last = e;
+      flush(s);
+      auto it = shared.find(key);
+      if (it != shared.end()) {
+        for (size_t w = it->second.first; w < it->second.second; ++w) mask_parts[m].push_back(w);
+        continue;
+      }
+      const size_t w0 = work.size();
+      for (; s < e; s += kClassifyChunk) {
+        mask_parts[m].push_back(work.size());
+        work.push_back({m, s, std::min(e, s + kClassifyChunk)});
+      }
+      shared[key] = {w0, work.size()};
     }
-    if (start >= 0) work.push_back({m, start, last});
+    flush(vocab_.first_byte_begin(256));
   }
   // Waking the pool costs more than a few chunks of work: small grammars stay on this thread.
   int64_t tokens = 0;
@@ -313,16 +348,14 @@ void CompiledGrammar::build_masks() {
     for (size_t w; (w = next.fetch_add(1)) < work.size();)
       classify_range(a, vocab_, reps[work[w].mask], first[work[w].mask], work[w].lo, work[w].hi, wp, parts[w]);
   });
-  std::vector<size_t> first_part(reps.size() + 1);  // mask m's parts: [first_part[m], first_part[m + 1])
-  for (size_t m = 0, w = 0; m <= reps.size(); ++m) {
-    while (w < work.size() && work[w].mask < m) ++w;
-    first_part[m] = w;
-  }
   masks_.resize(reps.size());
   next = 0;
   parallel_for(workers, [&](int64_t, int64_t) {
+    std::vector<const Classified*> mine;
     for (size_t m; (m = next.fetch_add(1)) < reps.size();) {
-      masks_[m] = make_mask(parts.data() + first_part[m], parts.data() + first_part[m + 1], vocab_.size());
+      mine.clear();
+      for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
+      masks_[m] = make_mask(mine, vocab_.size());
       if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(reps[m], masks_[m]);
     }
   });
