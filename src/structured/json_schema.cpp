@@ -215,6 +215,20 @@ class Converter {
     return g_.ref(r);
   }
 
+  // The types both lists allow (an integer is a number); an empty list matches nothing.
+  static Json intersect_types(const Json& a, const Json& b) {
+    auto list = [](const Json& t) { return t.is_array() ? t : Json::array({t}); };
+    Json out = Json::array();
+    for (const Json& x : list(a))
+      for (const Json& y : list(b)) {
+        Json t = x == y ? x : (x == "number" && y == "integer") || (x == "integer" && y == "number") ? Json("integer") : Json();
+        if (!t.is_null() && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+      }
+    return out;
+  }
+  static inline const std::set<std::string> kLowerBounds = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"};
+  static inline const std::set<std::string> kUpperBounds = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"};
+
   // allOf of simple parts: merge the keyword maps, failing on conflicting values.
   Json merge_all_of(const Json& schema, const std::string& path) {
     std::vector<Json> levels{Json::object()};
@@ -256,6 +270,16 @@ class Converter {
           }
         } else if (k == "required") {
           for (auto& r : v) if (std::find(merged[k].begin(), merged[k].end(), r) == merged[k].end()) merged[k].push_back(r);
+        } else if (k == "type") {
+          merged[k] = intersect_types(merged[k], v);
+        } else if (k == "enum" && v.is_array() && merged[k].is_array()) {
+          Json both = Json::array();
+          for (const Json& x : merged[k]) if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
+          if (both.empty()) unsupported(path, "allOf whose enums have no common value (matches nothing)");
+          merged[k] = both;
+        } else if (merged[k].is_number() && v.is_number() && (kLowerBounds.count(k) || kUpperBounds.count(k))) {
+          const bool lower = kLowerBounds.count(k) > 0;  // keep the tighter bound
+          if (lower == (v.get<double>() > merged[k].get<double>())) merged[k] = v;
         } else if (merged[k] != v) {
           unsupported(path, "allOf with conflicting '" + k + "'");
         }
@@ -319,12 +343,28 @@ class Converter {
     if (schema.contains("anyOf") || schema.contains("oneOf")) {
       if (schema.contains("anyOf") && schema.contains("oneOf")) unsupported(path, "anyOf together with oneOf");
       const char* key = schema.contains("anyOf") ? "anyOf" : "oneOf";
-      // Sibling keywords other than annotations/type would need an intersection: rejected.
-      for (auto& [k, v] : schema.items())
-        if (k != key) unsupported(path, std::string("keyword '") + k + "' next to " + key);
-      std::vector<Json> branches(schema[key].begin(), schema[key].end());
+      // Sibling keywords apply to every branch: {S, anyOf [A, B]} = anyOf [S and A, S and B], and
+      // likewise for oneOf (S holds and exactly one of A, B iff exactly one of S and A, S and B).
+      // Each branch is merged with S like an allOf; one that can match nothing is dropped.
+      Json siblings = schema;
+      siblings.erase(key);
+      Json branches_in = Json::array();
+      if (siblings.empty()) {
+        branches_in = normalized_all(schema[key]);
+      } else {
+        if (++ref_merge_depth_ > 32) unsupported(path, std::string(key) + " with sibling keywords through a cycle of $refs");
+        for (const Json& b : schema[key]) {
+          if (is_never(b)) continue;
+          Json s = siblings;
+          s["allOf"] = Json::array({b});
+          Json m = merge_all_of(s, path);
+          if (m.contains("type") && m["type"].is_array() && m["type"].empty()) continue;
+          branches_in.push_back(m);
+        }
+      }
+      std::vector<Json> branches(branches_in.begin(), branches_in.end());
       if (branches.size() > 1 && std::string(key) == "oneOf")
-        branches = exclusive_one_of(normalized_all(schema[key]), [&](const std::string& ref) -> const Json& {
+        branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
           auto it = normalized_refs_.find(ref);
           if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
           return it->second;
@@ -332,7 +372,8 @@ class Converter {
       std::vector<int> alts;
       int i = 0;
       for (const Json& sub : branches) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
-      if (alts.empty()) unsupported(path, std::string("empty ") + key);
+      if (!siblings.empty()) --ref_merge_depth_;
+      if (alts.empty()) unsupported(path, std::string(key) + " whose branches all match nothing");
       return g_.alt(alts);
     }
     std::vector<int> alts;
@@ -379,10 +420,19 @@ class Converter {
     rest.erase("not");
     if (is_never(n)) return convert(rest, path);
     if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
-    bool only_type = n.is_object() && n.contains("type");
-    if (only_type)
-      for (auto& [k, v] : n.items()) only_type &= k == "type" || k == "nullable";
-    if (!only_type) unsupported(path, "keyword 'not' (only the complement of 'type', true or false is supported)");
+    auto only = [&](std::initializer_list<const char*> keys) {
+      for (auto& [k, v] : n.items())
+        if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) return false;
+      return true;
+    };
+    if (only({"not"})) {  // not not X = X
+      rest["allOf"] = Json::array({n["not"]});
+      return convert(rest, path);
+    }
+    if (only({"required"}) && n["required"].is_array()) return not_required(rest, n["required"], path);
+    if (only({"enum"}) || only({"const"})) return not_literals(rest, n.contains("const") ? Json::array({n["const"]}) : n["enum"], path);
+    bool only_type = n.is_object() && n.contains("type") && only({"type", "nullable"});
+    if (!only_type) unsupported(path, "keyword 'not' (only the complement of 'type', 'required', 'enum'/'const' of strings, booleans and null, true or false is supported)");
     std::set<std::string> out;
     if (n["type"].is_string()) out.insert(n["type"].get<std::string>());
     else for (auto& x : n["type"]) out.insert(x.get<std::string>());
@@ -401,6 +451,82 @@ class Converter {
     if (types.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed type)");
     rest["type"] = types;
     return convert(rest, path);
+  }
+
+  std::vector<std::string> types_of(const Json& s) const {
+    std::vector<std::string> t;
+    if (!s.contains("type")) t = {"null", "boolean", "object", "array", "number", "string"};
+    else if (s["type"].is_string()) t.push_back(s["type"].get<std::string>());
+    else for (auto& x : s["type"]) t.push_back(x.get<std::string>());
+    if (s.value("nullable", false)) t.push_back("null");
+    return t;
+  }
+
+  // {"not": {"required": K}}: an object without one of K (`required` holds for non-objects, so
+  // its negation rejects them): anyOf, per key k of K, the object with k forbidden.
+  int not_required(Json rest, const Json& keys, const std::string& path) {
+    Json alts = Json::array();
+    std::vector<std::string> types = types_of(rest);
+    rest.erase("nullable");
+    const Json req = rest.value("required", Json::array());
+    if (std::find(types.begin(), types.end(), "object") != types.end())
+      for (const Json& k : keys) {
+        if (std::find(req.begin(), req.end(), k) != req.end()) continue;  // required here: never absent
+        Json s = rest;
+        s["type"] = "object";
+        s["properties"][k.get<std::string>()] = false;
+        alts.push_back(s);
+      }
+    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of 'required' keys the schema requires)");
+    return convert(Json{{"anyOf", alts}}, path);
+  }
+
+  // {"not": {"enum": V}}: null and booleans drop out of their types, strings become "a string
+  // none of V" (key_not_in's trie); numbers, objects or arrays in V are unsupported where the
+  // schema allows them.
+  int not_literals(const Json& rest, const Json& values, const std::string& path) {
+    if (rest.contains("enum") || rest.contains("const")) {  // a finite set: drop the values
+      Json s = rest, keep = Json::array();
+      for (const Json& v : rest.contains("const") ? Json::array({rest["const"]}) : rest["enum"])
+        if (std::find(values.begin(), values.end(), v) == values.end()) keep.push_back(v);
+      s.erase("const");
+      s["enum"] = keep;
+      if (keep.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+      return convert(s, path);
+    }
+    std::vector<std::string> types = types_of(rest), strs;
+    bool no_null = false, no_true = false, no_false = false;
+    auto allows = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+    for (const Json& v : values) {
+      if (v.is_string()) strs.push_back(Json(v).dump().substr(1, Json(v).dump().size() - 2));
+      else if (v.is_null()) no_null = true;
+      else if (v.is_boolean()) (v.get<bool>() ? no_true : no_false) = true;
+      else if (v.is_number() ? (allows("number") || allows("integer")) : allows(v.is_object() ? "object" : "array"))
+        unsupported(path, "'not' of enum/const with a number, object or array the schema allows");
+    }
+    std::vector<int> alts;
+    Json base = rest;
+    base.erase("nullable");
+    for (const std::string& t : types) {
+      if (t == "null") {
+        if (!no_null) alts.push_back(g_.lit("null"));
+      } else if (t == "boolean") {
+        if (!no_true) alts.push_back(g_.lit("true"));
+        if (!no_false) alts.push_back(g_.lit("false"));
+      } else if (t == "string" && !strs.empty()) {
+        for (const char* k : {"minLength", "maxLength", "pattern", "format"})
+          if (rest.contains(k)) unsupported(path, std::string("'not' of enum/const strings together with '") + k + "'");
+        std::sort(strs.begin(), strs.end());
+        strs.erase(std::unique(strs.begin(), strs.end()), strs.end());
+        alts.push_back(key_not_in(strs));
+      } else {
+        Json s = base;
+        s["type"] = t;
+        alts.push_back(convert(s, path));
+      }
+    }
+    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+    return g_.alt(alts);
   }
 
   // A number that is not an integer: a nonzero fractional digit, no exponent (a safe subset:
@@ -592,15 +718,18 @@ class Converter {
         required.push_back(req.count(k) > 0);
       }
     }
-    for (const std::string& r : req_order) {
-      bool declared = s.contains("properties") && s["properties"].contains(r);
-      if (!declared) {  // a required key without a declared schema: any value
-        props.push_back({Json(r).dump(), any_value()});
-        required.push_back(true);
-      }
-    }
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (is_never(ap)) ap = Json(false);
+    for (const std::string& r : req_order) {
+      bool declared = s.contains("properties") && s["properties"].contains(r);
+      if (declared) continue;
+      // A required key without a declared schema: valued by additionalProperties (any value
+      // where only the strict mode's default forbids extra keys).
+      if (ap == Json(false) && s.contains("additionalProperties"))
+        unsupported(path, "required key '" + r + "' that additionalProperties false forbids (matches nothing)");
+      props.push_back({Json(r).dump(), ap.is_object() ? convert(ap, path + "/additionalProperties") : any_value()});
+      required.push_back(true);
+    }
     // dependentRequired: its keys become counted members (undeclared ones valued by
     // additionalProperties); the perm rule completes only if each seen trigger's keys were seen.
     std::vector<std::vector<int>> depends;
@@ -747,10 +876,12 @@ class Converter {
           excluded.push_back({cp, cp});
         }
       }
+      // Escapes only where JSON needs them (the names are in that form too): "\/" or "\u00e9"
+      // would spell a name in another way, so they are not offered (a safe subset).
       std::vector<int> other{g_.cls(excluded, true)};
-      for (char e : std::string("\"\\/bfnrt"))
+      for (char e : std::string("\"\\bfnrt"))
         if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
-      if (!u_child) other.push_back(g_.seq({g_.lit("\\u"), g_.rep(g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}}), 4, 4)}));
+      if (!u_child) other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
       alts.push_back(g_.seq({g_.alt(other), rest}));
       g_.define_rule(base + static_cast<int>(t), g_.alt(alts));
     }

@@ -1,7 +1,8 @@
 """Exactness against `jsonschema` (the oracle): for each schema, every listed instance (compact JSON
 through the V3 tokenizer) is accepted by the grammar iff `jsonschema` says it is valid under the
 schema's own draft ($schema; 2020-12 when absent). Covers the keywords and draft rules real-world
-schemas use (see docs/structured-output.md); the random walks of test_structured_sampling.py
+schemas use (see docs/structured-output.md), written as json.dumps writes them (no escapes but
+the needed ones: the form constrained output takes); the random walks of test_structured_sampling.py
 check the other direction on the same kinds of schemas."""
 import json
 
@@ -42,6 +43,21 @@ CASES = [
     ({"type": "string", "format": "date", "maxLength": 10}, ["2024-01-01", "2024-1-1", "x"]),
     ({"type": "object", "properties": {"k": {"type": "array", "items": {"type": "string", "maxLength": 2}}}, "additionalProperties": False},
      [{"k": ["ab", "a", ""]}, {"k": ["abc"]}, {"k": ["ab", "abc"]}]),
+    # type (and other keywords) beside anyOf / oneOf apply to every branch
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+     [{"a": 1}, {"b": 1}, {"a": "x"}, {}, {"c": 1}, [1]]),
+    ({"type": ["string", "null"], "oneOf": [{"type": "string", "maxLength": 2}, {"type": "null"}, {"type": "integer"}]},
+     ["ab", "abc", None, 3]),
+    ({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}], "additionalProperties": {"type": "integer"}},
+     [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {}, {"a": "x"}]),
+    # not: required, enum / const of strings, booleans and null, not not
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"c": 1}]),
+    ({"not": {"required": ["a"]}}, [{}, {"a": 1}, 1, "x", [1]]),
+    ({"type": "string", "not": {"enum": ["a", "bc", "é"]}}, ["a", "b", "bc", "bcd", "", "é", "éé"]),
+    ({"type": ["string", "boolean", "null"], "not": {"enum": [True, None, "x"]}}, [True, False, None, "x", "y"]),
+    ({"enum": ["a", "b", 1], "not": {"const": "a"}}, ["a", "b", 1]),
+    ({"type": "integer", "not": {"not": {"minimum": 3}}}, [2, 3, 4]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
 ]
@@ -52,7 +68,7 @@ def test_matches_jsonschema(grammar_tool, v3_tokenizer, idx):
     schema, instances = CASES[idx]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-    texts = [json.dumps(x, separators=(",", ":")) for x in instances]
+    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
     inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
     resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)
     assert not resp.get("error"), resp["error"]
