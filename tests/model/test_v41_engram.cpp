@@ -10,9 +10,6 @@
 
 #include "core/error.h"
 #include "model/deepseek_v41/v41_engram.h"
-#include "model/deepseek_v41/v41_tables.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/unicode.h"
 
 using namespace deepinfer;
 
@@ -58,27 +55,4 @@ TEST(EngramMultipliers, EqualNumpy) {
 TEST(EngramMultipliers, ClearErrors) {
   EXPECT_THROW(model::engram_multipliers(1, 0, 4), Error);
   EXPECT_THROW(model::engram_multipliers(-1, 270, 4), Error);
-}
-
-// One-time cross-check against the generated tables this code replaces.
-TEST(EngramMultipliers, EqualTheOldTable) {
-  for (size_t i = 0; i < model::v41::kMultipliersSize; ++i) {
-    const auto& e = model::v41::kMultipliers[i];
-    EXPECT_EQ(model::engram_multipliers(e.layer, e.compressed_vocab, 4), std::vector<int64_t>(e.mult, e.mult + 4));
-  }
-  EXPECT_EQ(model::v41::kMultipliersSize, 128u);
-}
-
-TEST(EngramFold, EqualsTheOldTableOnEveryCodePoint) {
-  size_t k = 0, differ = 0;
-  for (uint32_t cp = 0; cp < 0x110000; ++cp) {
-    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-    std::string want, got;
-    if (k < model::v41::kFoldTableSize && model::v41::kFoldTable[k].code_point == cp) want = model::v41::kFoldTable[k++].folded;
-    else tokenizer::append_utf8(want, cp);
-    tokenizer::append_folded(got, cp);
-    if (got != want && differ++ < 10) ADD_FAILURE() << std::hex << "U+" << cp;
-  }
-  EXPECT_EQ(k, model::v41::kFoldTableSize);
-  EXPECT_EQ(differ, 0u);
 }
