@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates tests/data/engram/multipliers.txt: Engram's hash multipliers as numpy draws them (spec
 v41-reference-code §6.3), default_rng(10007*layer).integers(0, (int64max // V) // 2, 4, int64) * 2 + 1,
-which tests/model/test_engram_multipliers.cpp checks the C++ PCG64 against. The rows for V = 99,092
+which tests/model/test_v41_engram.cpp checks the C++ PCG64 against. The rows for V = 99,092
 (the release) and 270 (the goldens), layers 0-63, equal the table the engine carried until it computed them.
     python3 tools/gen/gen_engram_multipliers.py tests/data/engram/multipliers.txt
 """
