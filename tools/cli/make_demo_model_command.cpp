@@ -168,8 +168,7 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
   if (vocab > 129264) config["image_token_id"] = 129264;
   if (vocab > 128799) text["dspark_noise_token_id"] = 128799;
   if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
-  // Engram's compressed vocabulary, exactly as the model builds it at load (V41Model::load); the hash
-  // multipliers are tabulated for 99,092 (the V4 tokenizer) and 270 (the goldens) only.
+  // Engram's compressed vocabulary, exactly as the model builds it at load (V41Model::load).
   if (!text.value("engram_layer_ids", nlohmann::json::array()).empty()) {
     std::vector<std::string> decoded(vocab), raw(vocab);
     for (int64_t id = 0; id < vocab; ++id) {
@@ -179,8 +178,6 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
     }
     int64_t compressed = 0;
     model::build_compressed_token_map(decoded, raw, &compressed);
-    for (const auto& l : text["engram_layer_ids"])
-      model::engram_multipliers(l.get<int64_t>(), compressed, text.value("engram_max_ngram_size", int64_t{1}));
     text["engram_compressed_vocab_size"] = compressed;
   }
   const model::V41Config parsed = model::V41Config::from_json(config);  // the written config must parse

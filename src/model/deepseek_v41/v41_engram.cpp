@@ -1,59 +1,15 @@
 #include "model/deepseek_v41/v41_engram.h"
 
-#include <algorithm>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
 #include "core/error.h"
-#include "model/deepseek_v41/v41_tables.h"
+#include "model/deepseek_v41/numpy_rng.h"
+#include "tokenizer/normalizer.h"
 
 namespace deepinfer::model {
 namespace {
-
-// UTF-8 decoding/encoding of well-formed strings (token decodes are valid UTF-8 or contain U+FFFD).
-std::vector<uint32_t> utf8_decode(const std::string& s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += n;
-  }
-  return out;
-}
-
-void utf8_append(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-const char* fold_of(uint32_t cp) {
-  const v41::FoldEntry* b = v41::kFoldTable;
-  const v41::FoldEntry* e = b + v41::kFoldTableSize;
-  const v41::FoldEntry* it = std::lower_bound(b, e, cp, [](const v41::FoldEntry& f, uint32_t c) { return f.code_point < c; });
-  return it != e && it->code_point == cp ? it->folded : nullptr;
-}
-
-// Rust's char::is_whitespace (Unicode White_Space), which tokenizers' Strip uses.
-bool is_white_space(uint32_t c) {
-  return (c >= 0x9 && c <= 0xD) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
 
 bool is_prime(int64_t n) {
   if (n < 2) return false;
@@ -65,32 +21,6 @@ bool is_prime(int64_t n) {
 
 }  // namespace
 
-std::string engram_normalize(const std::string& text) {
-  // NFKC -> NFD -> StripAccents -> Lowercase, per code point through the generated table.
-  std::string folded;
-  for (uint32_t cp : utf8_decode(text)) {
-    if (const char* f = fold_of(cp)) folded += f;
-    else utf8_append(folded, cp);
-  }
-  // [ \t\r\n]+ -> " "
-  std::string collapsed;
-  bool in_run = false;
-  for (const char ch : folded) {
-    const bool ws = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
-    if (ws && !in_run) collapsed += ' ';
-    if (!ws) collapsed += ch;
-    in_run = ws;
-  }
-  if (collapsed == " ") return collapsed;  // protected by the sentinel in engram.py
-  std::vector<uint32_t> cps = utf8_decode(collapsed);
-  size_t b = 0, e = cps.size();
-  while (b < e && is_white_space(cps[b])) ++b;
-  while (e > b && is_white_space(cps[e - 1])) --e;
-  std::string out;
-  for (size_t i = b; i < e; ++i) utf8_append(out, cps[i]);
-  return out.empty() ? text : out;
-}
-
 std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& decoded,
                                                 const std::vector<std::string>& raw, int64_t* compressed_size) {
   check(decoded.size() == raw.size(), "engram: decoded and raw token lists differ in size");
@@ -98,7 +28,7 @@ std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& 
   std::vector<int64_t> map(decoded.size());
   for (size_t i = 0; i < decoded.size(); ++i) {
     const bool partial = decoded[i].find("\xEF\xBF\xBD") != std::string::npos;  // U+FFFD
-    const std::string key = partial ? raw[i] : engram_normalize(decoded[i]);
+    const std::string key = partial ? raw[i] : tokenizer::engram_normalize(decoded[i]);
     auto it = key_to_new.find(key);
     if (it == key_to_new.end()) it = key_to_new.emplace(key, static_cast<int64_t>(key_to_new.size())).first;
     map[i] = it->second;
@@ -108,13 +38,13 @@ std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& 
 }
 
 std::vector<int64_t> engram_multipliers(int64_t layer, int64_t vocab, int64_t max_ngram) {
-  check(max_ngram <= 4, "engram: multipliers are tabulated for max_ngram_size <= 4, got ", max_ngram);
-  for (size_t i = 0; i < v41::kMultipliersSize; ++i) {
-    const auto& e = v41::kMultipliers[i];
-    if (e.compressed_vocab == vocab && e.layer == layer) return std::vector<int64_t>(e.mult, e.mult + max_ngram);
-  }
-  fail("engram: no hash multipliers tabulated for layer ", layer, " and compressed vocab ", vocab,
-       " (regenerate src/model/deepseek_v41/v41_tables.cpp with tools/gen/gen_v41_tables.py)");
+  check(layer >= 0 && vocab >= 1 && max_ngram >= 1, "engram: bad multiplier request (layer ", layer,
+        ", compressed vocab ", vocab, ", max_ngram ", max_ngram, ")");
+  const int64_t bound = std::numeric_limits<int64_t>::max() / vocab / 2;
+  check(bound >= 1, "engram: compressed vocab ", vocab, " leaves no multiplier range");
+  std::vector<int64_t> m = numpy_integers(static_cast<uint64_t>(10007 * layer), 0, bound, max_ngram);
+  for (int64_t& v : m) v = v * 2 + 1;
+  return m;
 }
 
 EngramHasher::EngramHasher(const V41Config& c, std::vector<int64_t> token_map, int64_t compressed_size)

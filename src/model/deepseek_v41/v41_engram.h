@@ -10,17 +10,14 @@
 
 namespace deepinfer::model {
 
-// The engram.py key normalization of one decoded token: NFKC, NFD, strip accents, lowercase,
-// [ \t\r\n]+ -> " ", a text that is exactly " " kept, strip; an empty result falls back to the text.
-std::string engram_normalize(const std::string& text);
-
 // token id -> compressed id, in first-seen order of token id. decoded[i] is the single-token decode
-// (skip_special_tokens=False), raw[i] the vocabulary string (used when the decode holds U+FFFD).
+// (skip_special_tokens=False), keyed by tokenizer::engram_normalize; raw[i] the vocabulary string (the
+// key when the decode holds U+FFFD).
 std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& decoded,
                                                 const std::vector<std::string>& raw, int64_t* compressed_size);
 
-// Odd int64 multipliers of numpy's default_rng(10007*layer) for a compressed vocab (generated table;
-// fails for a (vocab, layer) pair the table lacks).
+// The odd int64 multipliers of a layer, numpy's default_rng(10007*layer).integers(0,
+// (int64max // compressed_vocab) // 2, max_ngram, int64) * 2 + 1, computed (numpy_rng.h).
 std::vector<int64_t> engram_multipliers(int64_t layer, int64_t compressed_vocab, int64_t max_ngram);
 
 class EngramHasher {
