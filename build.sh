@@ -23,7 +23,7 @@ launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${DEEPINFER_BUILD_TYPE:-Release}" \
-  -DDEEPINFER_CUDA="$cuda" "${launcher[@]}" >/dev/null
+  -DDEEPINFER_CUDA="$cuda" -DDEEPINFER_BUILD_TESTS=ON "${launcher[@]}" >/dev/null
 jobs="${DEEPINFER_BUILD_JOBS:-$(nproc)}"
 cmake --build "$build_dir" -j "$jobs"
 echo "build.sh: built ($accel) in $build_dir"

@@ -9,7 +9,7 @@ try:
     from . import _core  # noqa: F401
 except ImportError as e:  # pragma: no cover - only without a build
     raise ImportError(f"deepinfer's C++ extension (python/deepinfer/_core*.so) is missing or broken: "
-                      f"run ./build.sh ({e})") from e
+                      f"run ./build.sh, or pip install . ({e})") from e
 
 from .sampling_params import SamplingParams
 from .outputs import CompletionOutput, Logprob, RequestOutput
