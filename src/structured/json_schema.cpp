@@ -306,7 +306,7 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames"};
+          "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties"};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -707,8 +707,30 @@ class Converter {
     if (s.contains("required"))
       for (auto& r : s["required"])
         if (req.insert(r.get<std::string>()).second) req_order.push_back(r.get<std::string>());
+    // patternProperties: supported where no complement is needed, i.e. extra keys are not
+    // allowed (then the extra members are exactly the keys matching a pattern), or the patterns
+    // do not constrain. One value schema for all patterns, so a key matching two is exact too.
+    std::vector<std::string> patterns;
+    Json pattern_schema;
+    if (s.contains("patternProperties")) {
+      const bool ap_false = s.contains("additionalProperties") ? is_never(s["additionalProperties"]) : opts_.strict_additional_properties;
+      for (auto& [p, v] : s["patternProperties"].items()) {
+        if (ap_false ? is_never(v) : is_always(v)) continue;  // no effect
+        if (!ap_false) unsupported(path, "patternProperties with additional properties allowed (keys matching no pattern need the patterns' complement)");
+        if (!patterns.empty() && v != pattern_schema) unsupported(path, "patternProperties with patterns of different schemas");
+        patterns.push_back(p);
+        pattern_schema = v;
+      }
+      if (!patterns.empty() && s.contains("propertyNames")) unsupported(path, "patternProperties together with propertyNames");
+    }
+    auto check_not_pattern_key = [&](const std::string& k) {
+      for (const std::string& p : patterns)
+        if (regex_matches(p, k)) unsupported(path, "declared key '" + k + "' matching patternProperties '" + p + "'");
+    };
+    for (const std::string& r : req_order) check_not_pattern_key(r);
     if (s.contains("properties")) {
       for (auto& [k, v] : s["properties"].items()) {
+        check_not_pattern_key(k);
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
         if (is_never(v)) {
           if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
@@ -779,7 +801,11 @@ class Converter {
       }
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
-    if (!(ap.is_boolean() && !ap.get<bool>())) {
+    if (!patterns.empty()) {  // extra keys are not allowed: the pattern keys are the extra members
+      std::vector<int> keys;
+      for (const std::string& p : patterns) keys.push_back(string_schema(Json{{"pattern", p}}, path + "/patternProperties"));
+      extra = g_.seq({g_.alt(keys), ws(), g_.lit(":"), ws(), convert(pattern_schema, path + "/patternProperties")});
+    } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
       std::sort(names.begin(), names.end());
@@ -825,6 +851,19 @@ class Converter {
     g_.define_rule(perm, members < 0 ? g_.empty() : lo > 0 ? members : g_.opt(members));
     g_.add_perm(std::move(info));
     return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
+  }
+
+  // Whether the regex (JSON-schema search semantics) matches string k, by the regex front end.
+  static bool regex_matches(const std::string& regex, const std::string& k) {
+    Grammar g;
+    g.set_root(add_regex_rule(g, "pattern", regex, true));
+    const Automaton a = build_automaton(g);
+    EarleyParser p(&a);
+    p.reset(a.rule_start[a.root_rule]);
+    const std::string enc = Json(k).dump();
+    for (size_t i = 1; i + 1 < enc.size(); ++i)
+      if (!p.advance(static_cast<uint8_t>(enc[i]))) return false;
+    return p.root_done();
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no

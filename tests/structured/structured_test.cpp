@@ -218,6 +218,7 @@ TEST(Structured, ErrorsNameTheConstruct) {
   // Unknown keywords are ignored; a constraining one we do not support is named.
   EXPECT_EQ(msg("json", R"({"x-vendor":1,"self":{"name":"n"},"type":"integer"})"), "no error");
   EXPECT_NE(msg("json", R"({"unevaluatedProperties":false})").find("'unevaluatedProperties'"), std::string::npos);
+  EXPECT_NE(msg("json", R"({"patternProperties":{"^a":{"type":"integer"}}})").find("patternProperties"), std::string::npos);
   EXPECT_NE(msg("choice", "[1]").find("string"), std::string::npos);
   EXPECT_NE(msg("yaml", "").find("schema_type"), std::string::npos);
 }

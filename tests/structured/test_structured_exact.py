@@ -58,6 +58,13 @@ CASES = [
     ({"type": ["string", "boolean", "null"], "not": {"enum": [True, None, "x"]}}, [True, False, None, "x", "y"]),
     ({"enum": ["a", "b", 1], "not": {"const": "a"}}, ["a", "b", 1]),
     ({"type": "integer", "not": {"not": {"minimum": 3}}}, [2, 3, 4]),
+    # patternProperties where no complement is needed: extra keys not allowed, or free patterns
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+     [{"x-a": 1}, {"x-a": "s"}, {"y": 1}, {}, {"x-a": 1, "x-b": 2}]),
+    ({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+      "patternProperties": {"^[0-9]+$": {"type": "boolean"}, "^n[0-9]$": {"type": "boolean"}}, "additionalProperties": False},
+     [{"name": "a", "12": True}, {"12": True}, {"name": "a", "12": 1}, {"name": "a", "b": 1}, {"name": "a", "n1": False, "7": True}]),
+    ({"patternProperties": {"^x-": {}}, "maxProperties": 1}, [{"x-a": 1}, {"b": 2}, {"a": 1, "b": 2}]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
 ]
