@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -25,6 +26,14 @@ bool dtype_is_float(DType t);
 // --- 16-bit floats ---
 float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float x);  // RNE, NaN stays NaN
+// bf16_to_float(float_to_bf16(x)), inline for the hot loops that round activations to bf16.
+inline float round_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = x != x ? 0x7fc00000u : (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
 float fp16_to_float(uint16_t bits);
 uint16_t float_to_fp16(float x);  // RNE, overflow to inf
 

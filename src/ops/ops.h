@@ -66,7 +66,7 @@ class Backend {
   virtual void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) = 0;
   // y[m, n] = sum over K blocks b (in order) of (sum_{k in b} x[m,k] w[n,k], summed sequentially in k):
   // the accumulation order of DeepSeek's block-scaled FP8/FP4 GEMM (fp32 partial per K block, added in
-  // K order). x and w are the dequantized values (power-of-two scales commute with the sums).
+  // K order); each product is rounded to fp32 before it is added (no fused multiply-add). x and w are the dequantized values (power-of-two scales commute with the sums).
   virtual void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
                                float* y) = 0;
   // In-place round to bf16 (RNE), to mimic a reference that computes in bf16.

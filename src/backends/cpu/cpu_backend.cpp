@@ -1,6 +1,8 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -187,18 +189,30 @@ namespace {
 template <typename ScaleOf, typename Round>
 void fake_quant_blocks(float* x, int64_t rows, int64_t dim, int64_t block, float floor_amax, ScaleOf scale_of,
                        Round round) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < dim; b += block) {
-      float* v = x + r * dim + b;
-      const int64_t n = std::min(block, dim - b);
-      float amax = floor_amax;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float s = scale_of(amax);
-      for (int64_t i = 0; i < n; ++i) v[i] = round(v[i] / s) * s;
-    }
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t b = 0; b < dim; b += block) {
+        float* v = x + r * dim + b;
+        const int64_t n = std::min(block, dim - b);
+        float amax = floor_amax;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float s = scale_of(amax);
+        for (int64_t i = 0; i < n; ++i) v[i] = round(v[i] / s) * s;
+      }
+  }, 8);
 }
 
-float round_e4m3(float q) { return e4m3_to_float(float_to_e4m3(std::clamp(q, -kE4M3Max, kE4M3Max))); }
+// Every e4m3 byte's value (a table: the decode is on the hot path of activation quantization).
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = e4m3_to_float(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
+
+float round_e4m3(float q) { return e4m3_values()[float_to_e4m3(std::clamp(q, -kE4M3Max, kE4M3Max))]; }
 float round_e2m1(float q) { return e2m1_to_float(float_to_e2m1(std::clamp(q, -kE2M1Max, kE2M1Max))); }
 }  // namespace
 
@@ -219,26 +233,10 @@ void CpuBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_
                     round_e2m1);
 }
 
-void CpuBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
-                                 float* y) {
-  parallel_for(n, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = n0; j < n1; ++j) {
-        const float* xr = x + i * k;
-        const float* wr = w + j * k;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < k; b += block) {
-          float partial = 0.0f;
-          for (int64_t c = b; c < std::min(k, b + block); ++c) partial += xr[c] * wr[c];
-          acc += partial;
-        }
-        y[i * n + j] = acc;
-      }
-  }, 16);
-}
-
 void CpuBackend::round_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+  parallel_for(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] = round_to_bf16(x[i]);
+  }, 16384);
 }
 
 void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,

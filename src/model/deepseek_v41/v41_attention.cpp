@@ -16,7 +16,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kAttnBlock = 64;  // the reference kernel's online-softmax block of indices
-float rb(float x) { return bf16_to_float(float_to_bf16(x)); }
+float rb(float x) { return round_to_bf16(x); }
 
 // Row index of a state row in the arena, in rows of `row_floats` floats (what sparse attention reads).
 int32_t arena_row(const BlockPool& arena, const float* row, int64_t row_floats) {

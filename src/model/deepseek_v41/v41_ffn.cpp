@@ -15,7 +15,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold 20
-float rb(float x) { return bf16_to_float(float_to_bf16(x)); }
+float rb(float x) { return round_to_bf16(x); }
 
 }  // namespace
 

@@ -16,7 +16,7 @@
 namespace deepinfer::model {
 namespace {
 
-float rb(float x) { return bf16_to_float(float_to_bf16(x)); }
+float rb(float x) { return round_to_bf16(x); }
 
 // The final collapse of the hc streams with the last pre-mix: y[t] = bf16(sum_k pre[t,k] X[t,k]).
 std::vector<float> collapse_streams(const std::vector<float>& X, const std::vector<float>& pre_mix, int64_t rows,

@@ -1,0 +1,71 @@
+// CPU batch scaling of the V4.1 forward: greedy generation of N sequences x T decode tokens in flat
+// batches (one forward per step for all sequences) against one sequence alone. Prints wall times,
+// the cost ratio and ms per generated token. A benchmark, not a test: no assertion on time.
+//   bench_v41_batch [model_dir=tests/data/goldens/v41/tiny-b] [sequences=64] [decode_tokens=32] [prompt=16]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json_file.h"
+#include "model/deepseek_v41/v41_model.h"
+
+namespace {
+
+using namespace deepinfer;
+
+double generate(model::V41Model& m, int64_t seqs, int64_t decode, int64_t prompt) {
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  for (int64_t s = 0; s < seqs; ++s) st.push_back(m.new_sequence());
+  model::ForwardBatch b;
+  b.seq_start = {0};
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t i = 0; i < prompt; ++i) b.token_ids.push_back(static_cast<int32_t>((s * 131 + i * 37 + 11) % m.vocab_size()));
+    b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+    b.states.push_back(st[s].get());
+  }
+  std::vector<float> logits;
+  m.forward(b, logits);  // prefill (not timed)
+  const int64_t V = m.vocab_size();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < decode; ++step) {
+    b.token_ids.clear();
+    b.seq_start = {0};
+    b.logit_rows.clear();
+    for (int64_t s = 0; s < seqs; ++s) {
+      const float* row = logits.data() + s * V;
+      b.token_ids.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+      b.seq_start.push_back(static_cast<int32_t>(s + 1));
+      b.logit_rows.push_back(static_cast<int32_t>(s));
+    }
+    m.forward(b, logits);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "tests/data/goldens/v41/tiny-b";
+  const int64_t seqs = argc > 2 ? std::atoll(argv[2]) : 64, decode = argc > 3 ? std::atoll(argv[3]) : 32;
+  const int64_t prompt = argc > 4 ? std::atoll(argv[4]) : 16;
+  auto m = model::V41Model::load(dir);
+  const std::string goldens = dir + "/goldens.json";  // the golden models' synthetic tokenizer for Engram
+  if (!m->engram()) {
+    auto strings = read_json_file(goldens).at("engram").at("token_strings").get<std::vector<std::string>>();
+    m->set_engram_tokens(strings, strings);
+  }
+  generate(*m, 1, 2, prompt);  // warm-up
+  const double one = generate(*m, 1, decode, prompt), many = generate(*m, seqs, decode, prompt);
+  std::printf("model %s (dim %lld, %lld layers)\n", dir.c_str(), static_cast<long long>(m->config().dim),
+              static_cast<long long>(m->config().n_layers));
+  std::printf("1 sequence x %lld decode tokens: %.3f s (%.2f ms/token)\n", static_cast<long long>(decode), one,
+              1e3 * one / decode);
+  std::printf("%lld sequences x %lld decode tokens: %.3f s (%.3f ms/token)\n", static_cast<long long>(seqs),
+              static_cast<long long>(decode), many, 1e3 * many / (seqs * decode));
+  std::printf("cost ratio %lld sequences / 1 sequence: %.1fx\n", static_cast<long long>(seqs), many / one);
+}
