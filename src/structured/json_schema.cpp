@@ -162,8 +162,9 @@ class Converter {
       }
     }
     if (out.contains("dependencies")) {
-      for (auto& [k, v] : out["dependencies"].items()) out[v.is_array() ? "dependentRequired" : "dependentSchemas"][k] = v;
+      const Json deps = out["dependencies"];  // a copy: out grows below
       out.erase("dependencies");
+      for (auto& [k, v] : deps.items()) out[v.is_array() ? "dependentRequired" : "dependentSchemas"][k] = v;
     }
     // Keywords that do nothing alone: then/else without if, if without both, min/maxContains
     // without contains.
@@ -306,7 +307,8 @@ class Converter {
           "type", "enum", "const", "anyOf", "oneOf", "$ref", "properties", "required", "additionalProperties",
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-          "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties"};
+          "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
+          "dependentSchemas", "contains", "minContains"};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -328,6 +330,7 @@ class Converter {
       --ref_merge_depth_;
       return e;
     }
+    if (schema.contains("dependentSchemas")) return dependent_schemas(schema, path);
     if (schema.contains("not")) return convert_not(schema, path);
     std::vector<std::string> types;
     if (schema.contains("type")) {
@@ -450,6 +453,33 @@ class Converter {
     }
     if (types.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed type)");
     rest["type"] = types;
+    return convert(rest, path);
+  }
+
+  // dependentSchemas {k: S}: k absent, or k present and S holds: anyOf [{rest, k forbidden},
+  // allOf [rest, S, required k]] (for non-objects the first branch alone decides). One key at
+  // a time, the others stay in rest.
+  int dependent_schemas(const Json& schema, const std::string& path) {
+    Json rest = schema;
+    Json deps = rest["dependentSchemas"];
+    if (deps.size() > 4) unsupported(path, "dependentSchemas with more than 4 keys (2^n branches)");
+    rest.erase("dependentSchemas");
+    for (auto& [k, v] : deps.items()) {
+      if (is_always(v)) continue;
+      Json later = deps;
+      later.erase(k);
+      if (!later.empty()) rest["dependentSchemas"] = later;
+      Json alts = Json::array();
+      const Json req = rest.value("required", Json::array());
+      if (std::find(req.begin(), req.end(), Json(k)) == req.end()) {
+        Json absent = rest;
+        absent["properties"][k] = false;
+        alts.push_back(absent);
+      }
+      if (!is_never(v)) alts.push_back(Json{{"allOf", Json::array({rest, v, Json{{"required", Json::array({k})}}})}});
+      if (alts.empty()) unsupported(path, "schema that matches nothing (dependentSchemas false on a required key)");
+      return convert(Json{{"anyOf", alts}}, path);
+    }
     return convert(rest, path);
   }
 
@@ -699,7 +729,33 @@ class Converter {
     return g_.seq({g_.opt(g_.lit("-")), g_.alt(first)});
   }
 
-  int object_schema(const Json& s, const std::string& path) {
+  // dependentRequired k -> [.., d, ..] where d cannot appear (schema false, or undeclared with
+  // no extra keys): k cannot appear either. Repeated until nothing changes.
+  Json forbid_unsatisfiable_triggers(Json s) const {
+    if (!s.contains("dependentRequired")) return s;
+    const bool no_extra = s.contains("additionalProperties") ? is_never(s["additionalProperties"]) : opts_.strict_additional_properties;
+    auto absent = [&](const std::string& k) {
+      if (s.contains("properties") && s["properties"].contains(k)) return is_never(s["properties"][k]);
+      return no_extra && !s.contains("patternProperties");
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto& [k, deps] : s["dependentRequired"].items()) {
+        if (absent(k) || !deps.is_array()) continue;
+        for (const Json& d : deps)
+          if (d.is_string() && absent(d.get<std::string>())) {
+            s["properties"][k] = false;
+            changed = true;
+            break;
+          }
+        if (changed) break;  // s["properties"] may have moved
+      }
+    }
+    return s;
+  }
+
+  int object_schema(const Json& s0, const std::string& path) {
+    const Json s = forbid_unsatisfiable_triggers(s0);
     std::vector<std::pair<std::string, int>> props;  // key literal (JSON-encoded), value expr
     std::vector<bool> required;
     std::set<std::string> req;
@@ -927,7 +983,32 @@ class Converter {
     return g_.seq({g_.lit("\""), g_.ref(base)});
   }
 
+  // contains C (minContains n >= 1, no maxContains, no prefixItems or maxItems): any items
+  // around n items that also match C; ambiguous where several do, which the parser allows.
+  int contains_array(const Json& s, const std::string& path) {
+    const long n = s.value("minContains", 1L);
+    if (n == 0) {
+      Json t = s;
+      t.erase("contains");
+      t.erase("minContains");
+      return array_schema(t, path);
+    }
+    for (const char* k : {"prefixItems", "maxItems", "maxContains", "uniqueItems"})
+      if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
+    if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
+    const Json items = s.contains("items") ? s["items"] : Json(true);
+    if (is_never(items)) unsupported(path, "schema that matches nothing (contains with items false)");
+    const int item = convert(items, path + "/items");
+    const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    std::vector<int> body{g_.star(g_.seq({item, sep})), hit};
+    for (long i = 1; i < n; ++i) body.insert(body.end(), {g_.star(g_.seq({sep, item})), sep, hit});
+    body.push_back(g_.star(g_.seq({sep, item})));
+    return g_.seq({g_.lit("["), ws(), g_.seq(body), ws(), g_.lit("]")});
+  }
+
   int array_schema(const Json& s, const std::string& path) {
+    if (s.contains("contains")) return contains_array(s, path);
     std::vector<int> prefix;
     if (s.contains("prefixItems")) {
       int i = 0;

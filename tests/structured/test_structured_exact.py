@@ -65,6 +65,16 @@ CASES = [
       "patternProperties": {"^[0-9]+$": {"type": "boolean"}, "^n[0-9]$": {"type": "boolean"}}, "additionalProperties": False},
      [{"name": "a", "12": True}, {"12": True}, {"name": "a", "12": 1}, {"name": "a", "b": 1}, {"name": "a", "n1": False, "7": True}]),
     ({"patternProperties": {"^x-": {}}, "maxProperties": 1}, [{"x-a": 1}, {"b": 2}, {"a": 1, "b": 2}]),
+    # dependentSchemas (and draft-07 dependencies with a schema)
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+      "dependentSchemas": {"a": {"required": ["b"], "properties": {"b": {"maxLength": 2}}}}},
+     [{}, {"b": "xyz"}, {"a": 1}, {"a": 1, "b": "xy"}, {"a": 1, "b": "xyz"}]),
+    ({"$schema": D7, "dependencies": {"a": {"properties": {"c": {"const": 1}}}, "b": ["a"]}},
+     [{}, {"a": 0}, {"a": 0, "c": 1}, {"a": 0, "c": 2}, {"b": 0}, {"b": 0, "a": 0, "c": 1}, {"c": 2}, 3]),
+    # contains / minContains
+    ({"type": "array", "contains": {"type": "integer", "minimum": 5}}, [[], [1], [5], [1, 6, "x"], ["a", 1]]),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 2}, "minContains": 2},
+     [[2], [2, 2], [1, 2, 3, 2], [2, "2", 2], [1, 1]]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
 ]
