@@ -260,6 +260,13 @@ class Converter {
         }
       }
     }
+    for (Json& part : levels) {  // const is a one-value enum, so the two intersect below
+      if (!part.contains("const")) continue;
+      if (!part.contains("enum")) part["enum"] = Json::array({part["const"]});
+      else if (std::find(part["enum"].begin(), part["enum"].end(), part["const"]) == part["enum"].end()) part["enum"] = Json::array();
+      else part["enum"] = Json::array({part["const"]});
+      part.erase("const");
+    }
     Json merged = Json::object();
     for (const Json& part : levels) {
       for (auto& [k, v] : part.items()) {
@@ -308,7 +315,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains"};
+          "dependentSchemas", "contains", "minContains", "if", "then", "else"};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -331,6 +338,17 @@ class Converter {
       return e;
     }
     if (schema.contains("dependentSchemas")) return dependent_schemas(schema, path);
+    if (schema.contains("if")) {  // (if and then) or (not if and else)
+      Json rest = schema;
+      for (const char* k : {"if", "then", "else"}) rest.erase(k);
+      const Json& a = schema["if"];
+      const Json not_a = negate(a, path), then = schema.value("then", Json(true)), other = schema.value("else", Json(true));
+      Json alts = Json::array();
+      if (!is_never(a) && !is_never(then)) alts.push_back(Json{{"allOf", Json::array({rest, a, then})}});
+      if (!is_never(not_a) && !is_never(other)) alts.push_back(Json{{"allOf", Json::array({rest, not_a, other})}});
+      if (alts.empty()) unsupported(path, "schema that matches nothing (if/then/else)");
+      return convert(Json{{"anyOf", alts}}, path);
+    }
     if (schema.contains("not")) return convert_not(schema, path);
     std::vector<std::string> types;
     if (schema.contains("type")) {
@@ -435,7 +453,10 @@ class Converter {
     if (only({"required"}) && n["required"].is_array()) return not_required(rest, n["required"], path);
     if (only({"enum"}) || only({"const"})) return not_literals(rest, n.contains("const") ? Json::array({n["const"]}) : n["enum"], path);
     bool only_type = n.is_object() && n.contains("type") && only({"type", "nullable"});
-    if (!only_type) unsupported(path, "keyword 'not' (only the complement of 'type', 'required', 'enum'/'const' of strings, booleans and null, true or false is supported)");
+    if (!only_type) {  // the complement spelled in supported keywords (negate), if it can be
+      rest["allOf"] = Json::array({negate(n, path)});
+      return convert(rest, path);
+    }
     std::set<std::string> out;
     if (n["type"].is_string()) out.insert(n["type"].get<std::string>());
     else for (auto& x : n["type"]) out.insert(x.get<std::string>());
@@ -481,6 +502,62 @@ class Converter {
       return convert(Json{{"anyOf", alts}}, path);
     }
     return convert(rest, path);
+  }
+
+  // A schema matching exactly the instances s does not (s normalized or not), in keywords the
+  // converter supports: type / required / enum / const stay `not` (convert_not handles them),
+  // numeric, length and count bounds flip (the other types satisfy a bound, so they drop out),
+  // properties become "some key present with a value its schema rejects", anyOf / allOf swap,
+  // several keywords (a conjunction) become the anyOf of their negations. Anything else (a
+  // pattern, items, ...) needs a grammar complement: an error naming it.
+  Json negate(const Json& s0, const std::string& path, int depth = 0) {
+    if (depth > 16) unsupported(path, "'not' nested too deep");
+    Json s = normalize(s0);
+    if (s.is_boolean()) return Json(!s.get<bool>());
+    if (s.contains("$ref")) {
+      if (s.size() > 1) unsupported(path, "'not' of $ref with sibling keywords");
+      return negate(resolve_pointer(s["$ref"].get<std::string>(), path), path, depth + 1);
+    }
+    if (s.empty()) return Json(false);
+    if (s.size() > 1) {
+      for (auto [a, b] : {std::pair{"properties", "additionalProperties"}, {"prefixItems", "items"}, {"properties", "patternProperties"}})
+        if (s.contains(a) && s.contains(b)) unsupported(path, std::string("'not' of '") + a + "' with '" + b + "'");
+      Json alts = Json::array();
+      for (auto& [k, v] : s.items()) alts.push_back(negate(Json{{k, v}}, path, depth + 1));
+      return Json{{"anyOf", alts}};
+    }
+    const std::string k = s.begin().key();
+    const Json& v = s.begin().value();
+    if (k == "type" || k == "required" || k == "enum" || k == "const") return Json{{"not", s}};
+    if (k == "not") return v;
+    if (k == "anyOf" || k == "allOf") {
+      Json parts = Json::array();
+      for (const Json& x : v) parts.push_back(negate(x, path, depth + 1));
+      return Json{{k == "anyOf" ? "allOf" : "anyOf", parts}};
+    }
+    if (k == "properties") {
+      Json alts = Json::array();
+      for (auto& [name, sub] : v.items()) {
+        Json bad = negate(sub, path, depth + 1);
+        if (is_never(bad)) continue;
+        alts.push_back(Json{{"type", "object"}, {"required", Json::array({name})}, {"properties", Json{{name, bad}}}});
+      }
+      return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
+    }
+    static const std::map<std::string, std::pair<std::string, std::string>> numeric = {  // -> (type, flipped keyword)
+        {"minimum", {"number", "exclusiveMaximum"}}, {"exclusiveMinimum", {"number", "maximum"}},
+        {"maximum", {"number", "exclusiveMinimum"}}, {"exclusiveMaximum", {"number", "minimum"}}};
+    if (auto it = numeric.find(k); it != numeric.end()) return Json{{"type", it->second.first}, {it->second.second, v}};
+    static const std::map<std::string, std::pair<std::string, std::string>> counts = {
+        {"minLength", {"string", "maxLength"}}, {"maxLength", {"string", "minLength"}}, {"minItems", {"array", "maxItems"}},
+        {"maxItems", {"array", "minItems"}}, {"minProperties", {"object", "maxProperties"}}, {"maxProperties", {"object", "minProperties"}}};
+    if (auto it = counts.find(k); it != counts.end() && v.is_number()) {
+      const long n = static_cast<long>(v.get<double>());
+      const bool is_min = k.rfind("min", 0) == 0;
+      if (is_min && n <= 0) return Json(false);
+      return Json{{"type", it->second.first}, {it->second.second, is_min ? n - 1 : n + 1}};
+    }
+    unsupported(path, "'not' of '" + k + "' (its complement is not supported)");
   }
 
   std::vector<std::string> types_of(const Json& s) const {

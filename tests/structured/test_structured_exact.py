@@ -75,6 +75,17 @@ CASES = [
     ({"type": "array", "contains": {"type": "integer", "minimum": 5}}, [[], [1], [5], [1, 6, "x"], ["a", 1]]),
     ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 2}, "minContains": 2},
      [[2], [2, 2], [1, 2, 3, 2], [2, "2", 2], [1, 1]]),
+    # if / then / else, and not of what negate() can spell
+    ({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
+      "if": {"properties": {"kind": {"const": "a"}}, "required": ["kind"]}, "then": {"required": ["n"]},
+      "else": {"properties": {"n": {"maximum": 3}}}},
+     [{"kind": "a", "n": 1}, {"kind": "a"}, {"kind": "b"}, {"kind": "b", "n": 5}, {"n": 2}, {"n": 9}]),
+    ({"type": "integer", "if": {"minimum": 10}, "then": {"maximum": 20}}, [3, 10, 20, 21, 9]),
+    ({"if": {"type": "string"}, "then": {"maxLength": 2}, "else": {"type": "integer"}}, ["ab", "abc", 1, 1.5, None]),
+    ({"type": "integer", "not": {"minimum": 2, "maximum": 5}}, [1, 2, 5, 6]),
+    ({"type": "string", "not": {"maxLength": 2}}, ["", "ab", "abc"]),
+    ({"type": "object", "not": {"properties": {"a": {"type": "string"}}}}, [{}, {"a": "x"}, {"a": 1}, {"b": 1}]),
+    ({"type": ["integer", "string"], "not": {"anyOf": [{"type": "string"}, {"minimum": 3}]}}, [1, 3, "x"]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
 ]
