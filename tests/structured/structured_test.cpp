@@ -212,7 +212,7 @@ TEST(Structured, ErrorsNameTheConstruct) {
   EXPECT_NE(msg("regex", "(ab").find("')'"), std::string::npos);
   EXPECT_NE(msg("ebnf", "root ::= foo").find("'foo'"), std::string::npos);
   EXPECT_NE(msg("ebnf", "start ::= \"a\"").find("root"), std::string::npos);
-  EXPECT_NE(msg("json", R"({"not":{"minLength":2}})").find("'not'"), std::string::npos);
+  EXPECT_NE(msg("json", R"({"not":{"pattern":"a"}})").find("'not' of 'pattern'"), std::string::npos);
   EXPECT_NE(msg("json", R"({"$ref":"http://x/y"})").find("$ref"), std::string::npos);
   EXPECT_NE(msg("json", "{").find("not valid JSON"), std::string::npos);
   // Unknown keywords are ignored; a constraining one we do not support is named.
