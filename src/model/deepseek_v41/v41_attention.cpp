@@ -139,6 +139,7 @@ void V41Model::index(int64_t l, Step& s, const std::vector<float>& x, const std:
       for (int64_t t = 0; t < n; ++t) {
         const int64_t clen = (s.pos[b + t] + 1) / ratio;
         const int64_t last = clen >= 1 ? (clen - 1) / bs : -1;
+        const int64_t nbt = o_.chunk_invariant_selection ? (clen + bs - 1) / bs : nb;  // blocks ranked
         for (int64_t k = 0; k < nb; ++k) {
           float m = kNegInf;
           for (int64_t w = k * bs; w < std::min(width, (k + 1) * bs); ++w) m = std::max(m, score[t * width + w]);
@@ -146,7 +147,7 @@ void V41Model::index(int64_t l, Step& s, const std::vector<float>& x, const std:
         }
         std::vector<uint8_t>& mask = s.cand[b + t];
         mask.assign(width, 0);
-        for (int64_t k : torch_topk(bv.data(), nb, std::min(c_.candidate_topk_blocks, nb), true)) {
+        for (int64_t k : torch_topk(bv.data(), nbt, std::min(c_.candidate_topk_blocks, nbt), true)) {
           if (!(bv[k] > kNegInf)) continue;
           for (int64_t w = k * bs; w < std::min(width, (k + 1) * bs); ++w) mask[w] = 1;
         }
@@ -160,9 +161,11 @@ void V41Model::index(int64_t l, Step& s, const std::vector<float>& x, const std:
       }
     }
     for (int64_t t = 0; t < n; ++t) {
-      std::vector<int64_t> order = torch_topk(score.data() + t * width, width, topk, false);
-      std::sort(order.begin(), order.end());
       const int64_t visible = (s.pos[b + t] + 1) / ratio;
+      const int64_t ranked = o_.chunk_invariant_selection ? visible : width;  // rows ranked
+      std::vector<int64_t> order = torch_topk(score.data() + t * width, ranked, std::min(topk, ranked), false);
+      std::sort(order.begin(), order.end());
+      order.resize(topk, width);  // past the ranked rows: no row
       for (int64_t j = 0; j < topk; ++j)
         sel[(b + t) * K + j] = order[j] < visible ? static_cast<int32_t>(order[j]) : -1;
     }

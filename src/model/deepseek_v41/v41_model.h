@@ -76,6 +76,12 @@ struct V41Options {
   // history with gate 0, experts selected with gate.bias_vl. kAuto: the config's image_token_id when
   // the model has a vision tower (the reference marks image tokens only then), else none (-1).
   int64_t image_token_id = kAuto;
+  // Top-k selections (index rows, candidate blocks) rank each token's visible rows only, so that a
+  // token's logits are the same bits in a prefill, in chunks of any size and in decode (exact
+  // preemption by recompute and draft verification). Off: rank the chunk's whole width with the
+  // invisible rows at -inf, as DeepSeek's reference does; its exact ties (bf16 scores) then break
+  // differently by chunk. Both are within the goldens' tolerances; on is the default.
+  bool chunk_invariant_selection = true;
   // Tokens a state can take back (truncate); kAuto: the DSpark block size (0 without DSpark).
   int64_t max_rollback_tokens = kAuto;
 
