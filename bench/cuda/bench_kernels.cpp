@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,81 @@ int main(int argc, char** argv) {
                       static_cast<long long>(p.k), static_cast<long long>(p.n));
         row("fp8_gemm blk" + std::to_string(blk), shape, s, call, reps, bytes, 2.0 * m * p.n * p.k);
       }
+
+  // Routed experts (V4.1-Flash: 384 experts, top-6; gate+up fused n = 2 x 2304, down k = 2304) as one
+  // grouped MXFP4 GEMM over the rows the batch routes to each expert. Every rep draws another routing
+  // (6 distinct experts per token), so the experts' weights stream from HBM.
+  {
+    const int64_t E = 384, topk = 6;
+    struct Moe { const char* name; int64_t k, n; };
+    const Moe moes[] = {{"experts_gate_up", 5120, 4608}, {"experts_down", 2304, 5120}};
+    std::vector<int64_t> mts = {1, 8, 32, 64, 512, 4096};
+    if (quick) mts = {1, 64, 4096};
+    std::mt19937 rng(7);
+    for (const Moe& mo : moes) {
+      const size_t w_bytes = E * mo.n * mo.k / 2, ws_bytes = mo.k / 32 * E * mo.n;
+      uint8_t *w = nullptr, *wsc = nullptr;
+      ck(cudaMalloc(&w, w_bytes), "cudaMalloc experts");
+      for (size_t off = 0; off < w_bytes; off += codes.bytes)  // tile the random pool over all experts
+        ck(cudaMemcpy(w + off, codes.base, std::min(codes.bytes, w_bytes - off), cudaMemcpyDeviceToDevice), "tile");
+      ck(cudaMalloc(&wsc, ws_bytes), "cudaMalloc expert scales");
+      for (size_t off = 0; off < ws_bytes; off += scales.bytes)
+        ck(cudaMemcpy(wsc + off, scales.base, std::min(scales.bytes, ws_bytes - off), cudaMemcpyDeviceToDevice), "tile");
+      for (int64_t m : mts) {
+        const int routings = 8;
+        const int64_t rows = m * topk;
+        std::vector<int> offs_h;  // routings x (E + 1)
+        int max_rows = 0;
+        double active = 0;
+        for (int r = 0; r < routings; ++r) {
+          std::vector<int> count(E, 0);
+          for (int64_t t = 0; t < m; ++t) {
+            std::vector<int> pick;
+            while (static_cast<int64_t>(pick.size()) < topk) {
+              const int e = static_cast<int>(rng() % E);
+              if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            for (int e : pick) ++count[e];
+          }
+          offs_h.push_back(0);
+          for (int64_t e = 0; e < E; ++e) {
+            offs_h.push_back(offs_h.back() + count[e]);
+            max_rows = std::max(max_rows, count[e]);
+            active += count[e] > 0;
+          }
+        }
+        active /= routings;
+        int* offs = nullptr;
+        ck(cudaMalloc(&offs, offs_h.size() * sizeof(int)), "cudaMalloc offsets");
+        ck(cudaMemcpy(offs, offs_h.data(), offs_h.size() * sizeof(int), cudaMemcpyHostToDevice), "offsets");
+        auto call = [&](int i) {
+          deepinfer::cuda::Fp8GemmArgs a;
+          a.a = codes.slice(1, rows * mo.k);
+          a.lda = mo.k;
+          a.a_scale = scales.slice(1, mo.k / 32 * rows);
+          a.ld_as = rows;
+          a.w = w, a.ldw = mo.k / 2, a.w_scale = wsc, a.ld_ws = E * mo.n;
+          a.y = y, a.ldy = mo.n;
+          a.m = rows, a.n = mo.n, a.k = mo.k, a.blk = 32;
+          a.wfmt = deepinfer::cuda::WeightFormat::kMxfp4;
+          a.groups = static_cast<int>(E);
+          a.group_offsets = offs + (i % routings) * (E + 1);
+          a.max_group_rows = max_rows;
+          deepinfer::cuda::fp8_gemm(a, nullptr, s);
+        };
+        // Bytes: the active experts' FP4 weights and scales, the routed rows in and out.
+        const double bytes = active * (mo.n * mo.k / 2.0 + mo.n * mo.k / 32.0) + rows * (mo.k * 33.0 / 32 + 2.0 * mo.n);
+        char shape[96];
+        std::snprintf(shape, sizeof shape, "%s m%lld top6 E384 k%lld n%lld", mo.name, static_cast<long long>(m),
+                      static_cast<long long>(mo.k), static_cast<long long>(mo.n));
+        row("grouped mxfp4 (" + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call, reps, bytes,
+            2.0 * rows * mo.n * mo.k);
+        cudaFree(offs);
+      }
+      cudaFree(w);
+      cudaFree(wsc);
+    }
+  }
 
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
   for (int blk : {32, 128})

@@ -111,6 +111,24 @@ def main():
                             errors.add(msg)
                             print(f"peer: blockwise refused ({shape}): {msg}")
             del w8, x8, sa, sbs
+    # Routed experts: torch's grouped bf16 GEMM (no FP4 on Hopper in torch) over the active experts only,
+    # with a routing drawn the same way as bench_cuda_kernels (6 distinct experts per token, 384 experts).
+    gen = torch.Generator().manual_seed(7)
+    for name, k, nn in [("experts_gate_up", 5120, 4608), ("experts_down", 2304, 5120)]:
+        for m in ([1, 64, 4096] if QUICK else [1, 8, 32, 64, 512, 4096]):
+            shape = f"{name} m{m} top6 E384 k{k} n{nn}"
+            picks = torch.stack([torch.randperm(384, generator=gen)[:6] for _ in range(m)]).flatten()
+            sizes = torch.bincount(picks, minlength=384)
+            sizes = sizes[sizes > 0]
+            try:
+                a = torch.randn(int(sizes.sum()), k, device="cuda", dtype=torch.bfloat16)
+                b = torch.randn(len(sizes), nn, k, device="cuda", dtype=torch.bfloat16)
+                offs = torch.cumsum(sizes, 0).to(torch.int32).cuda()
+                us = time_us(lambda i: torch._grouped_mm(a, b.transpose(-2, -1), offs=offs), 1, m <= 256)
+                print(f"PEER|torch _grouped_mm bf16 ({len(sizes)} experts)|{shape}|{us:.2f}")
+                del a, b
+            except Exception as e:
+                print(f"peer: _grouped_mm refused ({shape}): {str(e).splitlines()[0][:160]}")
     print("peer: done")
 
 

@@ -27,6 +27,68 @@ class Fp8GemmTest : public ktest::KernelTest {
     return b;
   }
   uint8_t scale_byte(int lo, int hi) { return static_cast<uint8_t>(lo + static_cast<int>(rng_() % (hi - lo + 1))); }
+
+  // y (bf16 [m, ldy]) against float64 sums of af[i, :] * wf[g(i) n + j, :] (g(i) = group_of_row[i], or 0).
+  // Tolerance per element: |y - ref| <= 2^-8 |ref| + 2^-10 sum_k |a w|. The first term is the bf16 output
+  // rounding (half an ulp of an 8-bit significand); the second the accumulation: Hopper's FP8 tensor cores
+  // keep about 14 significand bits while summing a K block (DeepSeek-V3 report, 3.3.2; measured here: with
+  // 2^-12 a few of ~10^5 elements failed at blk 128, none at blk 32), the promotion adds are fp32. The
+  // worst ratio (|y - ref| - 2^-8 |ref|) / sum |a w| is printed. A wrong scale, layout, group or tile gives
+  // errors of order |ref| or more. Columns past n (padding of ldy) must stay poisoned.
+  void expect_matches(const std::string& what, const std::vector<uint16_t>& y, int64_t m, int64_t n, int64_t ldy,
+                      int64_t k, const std::vector<double>& af, const std::vector<double>& wf,
+                      const std::vector<int>& group_of_row = {}) {
+    int64_t bad = 0, pad_written = 0;
+    double num = 0, den = 0, worst = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t wrow0 = (group_of_row.empty() ? 0 : group_of_row[i]) * n;
+      for (int64_t j = 0; j < ldy; ++j) {
+        const uint16_t bits = y[i * ldy + j];
+        if (j >= n) {
+          pad_written += bits != 0xffff;
+          continue;
+        }
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double t = af[i * k + c] * wf[(wrow0 + j) * k + c];
+          ref += t;
+          mag += std::fabs(t);
+        }
+        const double got = bf16_to_float(bits), d = got - ref;
+        if (!(std::fabs(d) <= std::ldexp(std::fabs(ref), -8) + std::ldexp(mag, -10))) ++bad;
+        worst = std::max(worst, (std::fabs(d) - std::ldexp(std::fabs(ref), -8)) / mag);
+        num += d * d;
+        den += ref * ref;
+      }
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : 0;
+    std::printf("[ %-44s ] rel err %.3e, %lld bad, worst acc err 2^%.1f sum|aw|\n", what.c_str(), rel,
+                static_cast<long long>(bad), worst > 0 ? std::log2(worst) : -99.0);
+    EXPECT_EQ(bad, 0) << what << " seed " << seed_;
+    EXPECT_EQ(pad_written, 0) << what << ": wrote past n";
+    EXPECT_LE(rel, 1e-2) << what;  // norm-wise, well under the elementwise bound's worst case
+  }
+  // Dequantized activations: e4m3 codes a [m, lda], K-block-major scales as [k / blk, ld_as].
+  static std::vector<double> dequant_act(const std::vector<uint8_t>& a, const std::vector<uint8_t>& as, int64_t m,
+                                         int64_t k, int64_t lda, int64_t ld_as, int blk) {
+    std::vector<double> af(m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < k; ++c)
+        af[i * k + c] = static_cast<double>(e4m3_to_float(a[i * lda + c])) * e8m0_to_float(as[(c / blk) * ld_as + i]);
+    return af;
+  }
+  // Dequantized FP8 block weights: codes w [rows, k], scales ws [ceil(n / blk) per group, ld_ws].
+  static std::vector<double> dequant_fp8_w(const std::vector<uint8_t>& w, const std::vector<uint8_t>& ws,
+                                           int64_t groups, int64_t n, int64_t k, int64_t ld_ws, int blk) {
+    const int64_t nb = (n + blk - 1) / blk;
+    std::vector<double> wf(groups * n * k);
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t c = 0; c < k; ++c)
+          wf[(g * n + j) * k + c] = static_cast<double>(e4m3_to_float(w[(g * n + j) * k + c])) *
+                                    e8m0_to_float(ws[(g * nb + j / blk) * ld_ws + c / blk]);
+    return wf;
+  }
 };
 
 // Quantization: the dequantized output equals the CPU backend's fake_quant_fp8 bit for bit, and every
@@ -74,12 +136,6 @@ TEST_F(Fp8GemmTest, QuantizeActMatchesFakeQuant) {
 
 // The GEMM against a float64 reference on the dequantized operands, for prefill tiles (m > 64) and the
 // swapped decode path (m <= 64, with and without K splits), ragged m and n, padded ldy.
-// Tolerance per element: |y - ref| <= 2^-8 |ref| + 2^-10 sum_k |a w|. The first term is the bf16 output
-// rounding (half an ulp of an 8-bit significand); the second the accumulation: Hopper's FP8 tensor cores
-// keep about 14 significand bits while summing a K block (DeepSeek-V3 report, 3.3.2; measured here: with
-// 2^-12 a few of ~10^5 elements failed at blk 128, none at blk 32), the promotion adds are fp32. The
-// worst ratio (|y - ref| - 2^-8 |ref|) / sum |a w| is printed. A wrong scale, layout or tile gives errors
-// of order |ref| or more.
 TEST_F(Fp8GemmTest, MatchesFloat64Reference) {
   struct Shape { int64_t m, n, k; };
   const Shape shapes[] = {{200, 384, 512}, {130, 264, 384}, {1000, 256, 1024}, {65, 128, 256},  // prefill
@@ -105,42 +161,72 @@ TEST_F(Fp8GemmTest, MatchesFloat64Reference) {
       cuda::fp8_gemm(args, work.get(), nullptr);
       const auto y = dy.host();
 
-      std::vector<double> af(m * k), wf(n * k);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t c = 0; c < k; ++c)
-          af[i * k + c] = static_cast<double>(e4m3_to_float(a[i * lda + c])) * e8m0_to_float(as[(c / blk) * ld_as + i]);
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t c = 0; c < k; ++c)
-          wf[j * k + c] = static_cast<double>(e4m3_to_float(w[j * k + c])) * e8m0_to_float(ws[(j / blk) * ld_ws + c / blk]);
-      int64_t bad = 0, pad_written = 0;
-      double num = 0, den = 0, worst = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < ldy; ++j) {
-          const uint16_t bits = y[i * ldy + j];
-          if (j >= n) {
-            pad_written += bits != 0xffff;
-            continue;
-          }
-          double ref = 0, mag = 0;
-          for (int64_t c = 0; c < k; ++c) {
-            const double t = af[i * k + c] * wf[j * k + c];
-            ref += t;
-            mag += std::fabs(t);
-          }
-          const double got = bf16_to_float(bits), d = got - ref;
-          if (!(std::fabs(d) <= std::ldexp(std::fabs(ref), -8) + std::ldexp(mag, -10))) ++bad;
-          worst = std::max(worst, (std::fabs(d) - std::ldexp(std::fabs(ref), -8)) / mag);
-          num += d * d;
-          den += ref * ref;
-        }
-      const double rel = den > 0 ? std::sqrt(num / den) : 0;
-      std::printf("[ fp8_gemm blk %-3d m %-4lld n %-4lld k %-4lld ] rel err %.3e, %lld bad, worst acc err 2^%.1f sum|aw|, ws %zu B\n",
-                  blk, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), rel,
-                  static_cast<long long>(bad), worst > 0 ? std::log2(worst) : -99.0, wsb);
-      EXPECT_EQ(bad, 0) << "blk " << blk << " m " << m << " n " << n << " k " << k << " seed " << seed_;
-      EXPECT_EQ(pad_written, 0) << "wrote past n";
-      EXPECT_LE(rel, 1e-2);  // norm-wise, well under the elementwise bound's worst case
+      char what[96];
+      std::snprintf(what, sizeof what, "fp8_gemm blk %d m %lld n %lld k %lld ws %zu B", blk, static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(k), wsb);
+      expect_matches(what, y, m, n, ldy, k, dequant_act(a, as, m, k, lda, ld_as, blk), dequant_fp8_w(w, ws, 1, n, k, ld_ws, blk));
     }
+}
+
+// Grouped (routed-expert) GEMMs: MXFP4 weights widened in shared memory, and FP8 block weights, over
+// groups of uneven sizes (empty groups too) at decode sizes (swapped, N = 16/32/64) and prefill sizes.
+TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
+  struct Case { bool w4; int blk; std::vector<int> sizes; int64_t n, k; };
+  const Case cases[] = {{true, 32, {3, 0, 1, 17, 0, 5, 2}, 256, 512}, {true, 32, {1, 1, 1, 1, 1, 1}, 384, 1024},
+                        {true, 32, {40, 64, 0, 7}, 256, 384},         {true, 32, {150, 0, 300, 77}, 256, 512},
+                        {false, 32, {3, 0, 20, 9}, 256, 512},          {false, 128, {200, 5, 0, 90}, 256, 512}};
+  for (const Case& cs : cases) {
+    const int64_t groups = static_cast<int64_t>(cs.sizes.size()), n = cs.n, k = cs.k, kb = k / cs.blk;
+    std::vector<int> offsets{0}, group_of_row;
+    for (int64_t g = 0; g < groups; ++g) {
+      offsets.push_back(offsets.back() + cs.sizes[g]);
+      group_of_row.insert(group_of_row.end(), cs.sizes[g], static_cast<int>(g));
+    }
+    const int64_t m = offsets.back(), lda = k, ld_as = m + 3, ldy = n;
+    const int max_rows = *std::max_element(cs.sizes.begin(), cs.sizes.end());
+    std::vector<uint8_t> a(m * lda), as(kb * ld_as);
+    for (auto& v : a) v = e4m3_code();
+    for (auto& v : as) v = scale_byte(118, 130);
+    std::vector<uint8_t> w, ws;
+    std::vector<double> wf;
+    int64_t ldw, ld_ws;
+    if (cs.w4) {  // any byte is two valid e2m1 codes; scales K-block-major [k / 32, groups n]
+      ldw = k / 2, ld_ws = groups * n + 3;
+      w.resize(groups * n * ldw);
+      ws.resize(kb * ld_ws);
+      for (auto& v : w) v = static_cast<uint8_t>(rng_() & 0xff);
+      for (auto& v : ws) v = scale_byte(120, 132);
+      wf.resize(groups * n * k);
+      for (int64_t r = 0; r < groups * n; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+          const uint8_t byte = w[r * ldw + c / 2];
+          wf[r * k + c] = static_cast<double>(e2m1_to_float(c % 2 ? byte >> 4 : byte & 0xf)) *
+                          e8m0_to_float(ws[(c / 32) * ld_ws + r]);
+        }
+    } else {
+      ldw = k, ld_ws = kb + 1;
+      w.resize(groups * n * k);
+      ws.resize(groups * ((n + cs.blk - 1) / cs.blk) * ld_ws);
+      for (auto& v : w) v = e4m3_code();
+      for (auto& v : ws) v = scale_byte(120, 134);
+      wf = dequant_fp8_w(w, ws, groups, n, k, ld_ws, cs.blk);
+    }
+    DevBuf<uint8_t> da(a), dw(w), das(as), dws(ws);
+    DevBuf<int> doff(offsets);
+    DevBuf<uint16_t> dy(m * ldy);
+    cuda::Fp8GemmArgs args;
+    args.a = da.get(); args.lda = lda; args.a_scale = das.get(); args.ld_as = ld_as;
+    args.w = dw.get(); args.ldw = ldw; args.w_scale = dws.get(); args.ld_ws = ld_ws;
+    args.y = dy.get(); args.ldy = ldy; args.m = m; args.n = n; args.k = k; args.blk = cs.blk;
+    args.wfmt = cs.w4 ? cuda::WeightFormat::kMxfp4 : cuda::WeightFormat::kFp8Block;
+    args.groups = static_cast<int>(groups); args.group_offsets = doff.get(); args.max_group_rows = max_rows;
+    cuda::fp8_gemm(args, nullptr, nullptr);
+    const auto y = dy.host();
+    std::string what = std::string(cs.w4 ? "grouped mxfp4" : "grouped fp8 blk " + std::to_string(cs.blk)) + " G " +
+                       std::to_string(groups) + " m " + std::to_string(m) + " max " + std::to_string(max_rows) +
+                       " n " + std::to_string(n) + " k " + std::to_string(k);
+    expect_matches(what, y, m, n, ldy, k, dequant_act(a, as, m, k, lda, ld_as, cs.blk), wf, group_of_row);
+  }
 }
 
 TEST_F(Fp8GemmTest, RejectsBadShapes) {

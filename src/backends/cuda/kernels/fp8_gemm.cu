@@ -17,22 +17,28 @@ namespace {
 
 using namespace sm90;
 
-constexpr int kBM = 128, kBK = 128, kThreads = 384;
+constexpr int kBM = 128, kBK = 128, kThreads = 384, kMaxGroups = 512;
 
 __device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 0 ? 0x00400000 : (b << 23)); }
 
-template <int BN, int BLK, bool SWAP>
+template <int BN, int BLK, bool SWAP, bool W4>
 struct Cfg {
   // The narrowest decode tile runs two CTAs per SM, so one CTA's pipeline fill overlaps another's stream.
   static constexpr int kCtasPerSm = BN == 16 ? 2 : 1;
-  static constexpr int kStages = kCtasPerSm == 2 ? 6 : BN == 128 ? 6 : 8;
+  static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK;
+  static constexpr int kW4Bytes = W4 ? (SWAP ? kBM : BN) * kBK / 2 : 0;  // packed MXFP4 staging
+  static constexpr int kStageBytes = kPBytes + kQBytes + kW4Bytes;
+  static constexpr int kStages = kCtasPerSm == 2 ? (W4 ? 4 : 5) : (W4 ? 5 : BN == 128 ? 6 : 8);
   // K blocks whose wgmmas are issued before one wait (a partial each): fewer round trips at blk 32.
-  static constexpr int kT = BLK == 128 ? 1 : BN == 16 ? 4 : 2;
-  static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK, kStageBytes = kPBytes + kQBytes;
-  static constexpr int kG = BLK / 32;                      // k32 wgmma steps per K block
-  static constexpr int kR = BN / 2;                        // accumulators per thread
-  static constexpr int kNQ = SWAP ? BN / 4 : BN / BLK;     // Q-side scales per thread per K block
-  static constexpr int kSmem = kStages * kStageBytes + 1024 + 2 * kStages * 8;
+  // (MXFP4 prefill holds a scale per column, so one block at a time keeps it within the registers.)
+  static constexpr int kT = BLK == 128 || (W4 && !SWAP) ? 1 : BN == 16 ? 4 : 2;
+  static constexpr int kG = BLK / 32;  // k32 wgmma steps per K block
+  static constexpr int kR = BN / 2;    // accumulators per thread
+  // Scales per thread per K block on the Q (BN) side: one per column when Q is the tokens or per-row
+  // (MXFP4) weights, else one per weight block.
+  static constexpr bool kQPerCol = SWAP || W4;
+  static constexpr int kNQ = kQPerCol ? BN / 4 : BN / BLK;
+  static constexpr int kSmem = kStages * kStageBytes + 1024 + 3 * kStages * 8 + 4 * (kMaxGroups + 1);
 };
 
 struct Params {
@@ -44,148 +50,305 @@ struct Params {
   int64_t ldy;
   float* ws;  // [splits, m, n] fp32 partials, or null (bf16 straight to y)
   int m, n, k;
+  const int* group_offsets;  // [groups + 1] or null: one group of m rows
+  int groups;
+  int p_tiles, q_tiles, splits;  // ungrouped tile grid (grouped: computed per group in the kernel)
 };
 
-// The scales of K block kb for this thread's two P rows (sp) and its Q columns (sq).
-template <int BN, int BLK, bool SWAP>
-__device__ __forceinline__ void load_scales(const Params& p, int kb, int p_row, int p_warp_row, int q_col,
-                                            float (&sp)[2], float (&sq)[Cfg<BN, BLK, SWAP>::kNQ]) {
+// One output tile: group, its A rows [a0, a1), the P / Q tile indices and the K split.
+struct Tile {
+  int g, a0, a1, tp, tq, z;
+};
+
+// Tile w of the (possibly grouped) problem; tile_start[g] = first tile of group g (grouped only).
+template <int BN, bool SWAP>
+__device__ __forceinline__ Tile tile_of(const Params& p, const int* tile_start, int w) {
+  Tile t{0, 0, p.m, 0, 0, 0};
+  if (!p.group_offsets) {
+    const int per_split = p.p_tiles * p.q_tiles;
+    t.z = w / per_split;
+    const int r = w % per_split;
+    t.tp = r / p.q_tiles;
+    t.tq = r % p.q_tiles;
+    return t;
+  }
+  int lo = 0, hi = p.groups;  // last group with tile_start[g] <= w
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (tile_start[mid] <= w) lo = mid;
+    else hi = mid;
+  }
+  t.g = lo;
+  t.a0 = p.group_offsets[lo];
+  t.a1 = p.group_offsets[lo + 1];
+  const int r = w - tile_start[lo];
+  if constexpr (SWAP) {  // P = this group's weight rows, Q = its tokens
+    const int qt = (t.a1 - t.a0 + BN - 1) / BN;
+    t.tp = r / qt;
+    t.tq = r % qt;
+  } else {  // P = its tokens, Q = its weight rows
+    t.tp = r / p.q_tiles;
+    t.tq = r % p.q_tiles;
+  }
+  return t;
+}
+
+// Per-group tile counts, prefix-summed into tile_start[0..groups] (shared memory) by the whole CTA.
+template <int BN, bool SWAP>
+__device__ void group_tile_starts(const Params& p, int* tile_start) {
+  for (int g = threadIdx.x; g < p.groups; g += blockDim.x) {
+    const int rows = p.group_offsets[g + 1] - p.group_offsets[g];
+    tile_start[g + 1] = rows <= 0 ? 0 : SWAP ? p.p_tiles * ((rows + BN - 1) / BN) : ((rows + kBM - 1) / kBM) * p.q_tiles;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // warp scan: each lane sums a run of groups, then the lanes' totals
+    const int per = (p.groups + 31) / 32, b0 = threadIdx.x * per, b1 = min(p.groups, b0 + per);
+    int sum = 0;
+    for (int g = b0; g < b1; ++g) sum += tile_start[g + 1];
+    int incl = sum;
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (static_cast<int>(threadIdx.x) >= o) incl += v;
+    }
+    int run = incl - sum;
+    if (threadIdx.x == 0) tile_start[0] = 0;
+    for (int g = b0; g < b1; ++g) {
+      run += tile_start[g + 1];
+      tile_start[g + 1] = run;
+    }
+  }
+  __syncthreads();
+}
+
+// The scales of K block kb for this thread's two P rows (sp) and its Q columns (sq). A rows are global
+// rows of a (a_scale is K-block-major); w rows are the group's local weight rows.
+template <int BN, int BLK, bool SWAP, bool W4>
+__device__ __forceinline__ void load_scales(const Params& p, const Tile& t, int kb, int p_row, int p_warp_row,
+                                            int q_col, float (&sp)[2], float (&sq)[Cfg<BN, BLK, SWAP, W4>::kNQ]) {
   const uint8_t* as = p.a_scale + static_cast<int64_t>(kb) * p.ld_as;
-  const int w_blocks = (p.n + BLK - 1) / BLK;
-  if constexpr (SWAP) {  // P = weights: a warp's 16 rows share one block; Q = tokens: one scale each
-    const int rb = min(p_warp_row / BLK, w_blocks - 1);
-    sp[0] = sp[1] = ue8m0(__ldg(p.w_scale + static_cast<int64_t>(rb) * p.ld_ws + kb));
+  // FP8 blocks: [groups * ceil(n / BLK), k / BLK] (the checkpoint's layout). MXFP4: K-block-major
+  // [k / 32, groups * n] like the activations, n % 128 == 0, so a tile's rows need no clamping.
+  const int w_rows = (p.n + BLK - 1) / BLK;
+  const uint8_t* wsg = W4 ? p.w_scale + static_cast<int64_t>(kb) * p.ld_ws + static_cast<int64_t>(t.g) * p.n
+                          : p.w_scale + static_cast<int64_t>(t.g) * w_rows * p.ld_ws + kb;
+  auto wscale = [&](int r) {
+    return W4 ? ue8m0(__ldg(wsg + r)) : ue8m0(__ldg(wsg + static_cast<int64_t>(min(r, w_rows - 1)) * p.ld_ws));
+  };
+  auto ascale = [&](int r) { return ue8m0(__ldg(as + min(t.a0 + r, p.m - 1))); };
+  if constexpr (SWAP) {  // P = weights, Q = tokens (one scale each)
+    if constexpr (W4) {
+      sp[0] = wscale(p_row);
+      sp[1] = wscale(p_row + 8);
+    } else {  // a warp's 16 rows share one block
+      sp[0] = sp[1] = wscale(p_warp_row / BLK);
+    }
 #pragma unroll
-    for (int c = 0; c < BN / 4; ++c) sq[c] = ue8m0(__ldg(as + min(q_col + (c / 2) * 8 + (c % 2), p.m - 1)));
-  } else {  // P = tokens, Q = weights (BN = 128: BN / BLK weight blocks)
-    sp[0] = ue8m0(__ldg(as + min(p_row, p.m - 1)));
-    sp[1] = ue8m0(__ldg(as + min(p_row + 8, p.m - 1)));
+    for (int c = 0; c < BN / 4; ++c) sq[c] = ascale(q_col + (c / 2) * 8 + (c % 2));
+  } else {  // P = tokens, Q = weights
+    sp[0] = ascale(p_row);
+    sp[1] = ascale(p_row + 8);
+    if constexpr (W4) {
 #pragma unroll
-    for (int c = 0; c < BN / BLK; ++c) {
-      const int nb = min((q_col - q_col % BN) / BLK + c, w_blocks - 1);
-      sq[c] = ue8m0(__ldg(p.w_scale + static_cast<int64_t>(nb) * p.ld_ws + kb));
+      for (int c = 0; c < BN / 4; ++c) sq[c] = wscale(q_col + (c / 2) * 8 + (c % 2));
+    } else {
+#pragma unroll
+      for (int c = 0; c < BN / BLK; ++c) sq[c] = wscale((q_col - q_col % BN) / BLK + c);
     }
   }
 }
 
 // acc += t * (scale of P row) * (scale of Q column), element by element (t: one K block's partial).
-template <int BN, int BLK, bool SWAP>
+template <int BN, int BLK, bool SWAP, bool W4>
 __device__ __forceinline__ void promote(float (&acc)[BN / 2], const float (&t)[BN / 2], const float (&sp)[2],
-                                        const float (&sq)[Cfg<BN, BLK, SWAP>::kNQ]) {
+                                        const float (&sq)[Cfg<BN, BLK, SWAP, W4>::kNQ]) {
 #pragma unroll
   for (int jn = 0; jn < BN / 8; ++jn)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float q = SWAP ? sq[jn * 2 + e] : sq[(jn * 8) / BLK];
+      const float q = Cfg<BN, BLK, SWAP, W4>::kQPerCol ? sq[jn * 2 + e] : sq[(jn * 8) / BLK];
       acc[jn * 4 + e] = fmaf(t[jn * 4 + e], sp[0] * q, acc[jn * 4 + e]);
       acc[jn * 4 + 2 + e] = fmaf(t[jn * 4 + 2 + e], sp[1] * q, acc[jn * 4 + 2 + e]);
     }
 }
 
-template <int BN, int BLK, bool SWAP>
-__global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP>::kCtasPerSm)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q, Params p) {
-  using C = Cfg<BN, BLK, SWAP>;
+// 8 e2m1 codes (low nibble first) -> 8 e4m3 bytes: the magnitude by a byte permute of the code table,
+// the sign moved from bit 3 of each nibble to bit 7 of each byte.
+__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t v16) {
+  const uint32_t mag = __byte_perm(0x3C383000u, 0x4C484440u, v16 & 0x7777u);
+  const uint32_t sgn = ((v16 & 0x8u) << 4) | ((v16 & 0x80u) << 8) | ((v16 & 0x800u) << 12) | ((v16 & 0x8000u) << 16);
+  return mag | sgn;
+}
+
+// Producer warps 1..3: widen one stage's packed MXFP4 tile (rows x 64 bytes, row-major) into the
+// 128B-swizzled e4m3 tile the wgmmas read (rows x 128 bytes).
+template <int ROWS>
+__device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* dst, int tid, int nthreads) {
+  for (int c = tid; c < ROWS * 4; c += nthreads) {
+    const int r = c / 4, j = c % 4;  // 16 packed bytes = K elements 32j .. 32j + 31 of row r
+    const uint4 v = *reinterpret_cast<const uint4*>(packed + r * 64 + j * 16);
+    const uint4 o0 = make_uint4(e2m1x4_to_e4m3x4(v.x & 0xffff), e2m1x4_to_e4m3x4(v.x >> 16),
+                                e2m1x4_to_e4m3x4(v.y & 0xffff), e2m1x4_to_e4m3x4(v.y >> 16));
+    const uint4 o1 = make_uint4(e2m1x4_to_e4m3x4(v.z & 0xffff), e2m1x4_to_e4m3x4(v.z >> 16),
+                                e2m1x4_to_e4m3x4(v.w & 0xffff), e2m1x4_to_e4m3x4(v.w >> 16));
+    *reinterpret_cast<uint4*>(dst + r * 128 + (((2 * j) ^ (r & 7)) * 16)) = o0;
+    *reinterpret_cast<uint4*>(dst + r * 128 + (((2 * j + 1) ^ (r & 7)) * 16)) = o1;
+  }
+}
+
+template <int BN, int BLK, bool SWAP, bool W4>
+__global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q, Params p,
+                    int ntiles) {
+  using C = Cfg<BN, BLK, SWAP, W4>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // 128B swizzle wants 1 KB
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kStages * C::kStageBytes);
-  uint64_t* empty = full + C::kStages;
-  const int tq = blockIdx.x, tp = blockIdx.y;
+  uint64_t* ready = full + C::kStages;  // MXFP4: the widened weights are in place
+  uint64_t* empty = ready + C::kStages;
+  int* tile_start = reinterpret_cast<int*>(empty + C::kStages);
   const int kt = p.k / kBK;
-  const int s0 = blockIdx.z * kt / gridDim.z, nst = (blockIdx.z + 1) * kt / gridDim.z - s0;
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int i = 0; i < C::kStages; ++i) {
       mbar_init(&full[i], 1);
+      mbar_init(&ready[i], 3);  // one arrival per widening warp
       mbar_init(&empty[i], 8);  // one arrival per consumer warp
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  if (p.group_offsets) {
+    group_tile_starts<BN, SWAP>(p, tile_start);
+    ntiles = tile_start[p.groups];
+  } else {
+    __syncthreads();
+  }
+  constexpr int W4_ROWS = SWAP ? kBM : BN;  // rows of the MXFP4 weight tile
+  constexpr uint32_t w4_off = SWAP ? 0 : C::kPBytes;  // where the widened weights go in a stage
 
-  if (wg == 0) {  // producer: one thread streams the K stages of both tiles
-    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<40>();
+  if (wg == 0) {  // producer warpgroup: warp 0 lane 0 streams stages by TMA; warps 1..3 widen MXFP4
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 40 : 24>();  // TMA only needs few
+    const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
       tma_prefetch_map(&map_q);
-      for (int s = 0; s < nst; ++s) {
-        const int slot = s % C::kStages;
-        mbar_wait(&empty[slot], ((s / C::kStages) & 1) ^ 1);
+    }
+    int it = 0;
+    for (int w = blockIdx.x; w < ntiles; w += gridDim.x) {
+      const Tile t = tile_of<BN, SWAP>(p, tile_start, w);
+      const int s0 = t.z * kt / p.splits, nst = (t.z + 1) * kt / p.splits - s0;
+      // Row coordinates in the TMA tensors: weights are stacked by group, tokens are global rows.
+      const int p_y = SWAP ? t.g * p.n + t.tp * kBM : t.a0 + t.tp * kBM;
+      const int q_y = SWAP ? t.a0 + t.tq * BN : t.g * p.n + t.tq * BN;
+      for (int s = 0; s < nst; ++s, ++it) {
+        const int slot = it % C::kStages;
+        const uint32_t ph = (it / C::kStages) & 1;
         uint8_t* st = smem + slot * C::kStageBytes;
-        mbar_arrive_expect_tx(&full[slot], C::kStageBytes);
-        tma_load_2d(st, &map_p, (s0 + s) * kBK, tp * kBM, &full[slot]);
-        tma_load_2d(st + C::kPBytes, &map_q, (s0 + s) * kBK, tq * BN, &full[slot]);
+        if (threadIdx.x == 0) {
+          mbar_wait(&empty[slot], ph ^ 1);
+          mbar_arrive_expect_tx(&full[slot], C::kStageBytes - (W4 ? (SWAP ? C::kPBytes : C::kQBytes) : 0));
+          const int kx = (s0 + s) * kBK;
+          if constexpr (W4) {  // packed weights into the staging area, activations as usual
+            uint8_t* stage_w4 = st + C::kPBytes + C::kQBytes;
+            if constexpr (SWAP) {
+              tma_load_2d(stage_w4, &map_p, kx / 2, p_y, &full[slot]);
+              tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
+            } else {
+              tma_load_2d(st, &map_p, kx, p_y, &full[slot]);
+              tma_load_2d(stage_w4, &map_q, kx / 2, q_y, &full[slot]);
+            }
+          } else {
+            tma_load_2d(st, &map_p, kx, p_y, &full[slot]);
+            tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
+          }
+        } else if (W4 && warp > 0) {
+          mbar_wait(&full[slot], ph);
+          widen_fp4_stage<W4_ROWS>(st + C::kPBytes + C::kQBytes, st + w4_off, threadIdx.x - 32, 96);
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
+          __syncwarp();
+          if (threadIdx.x % 32 == 0) mbar_arrive(&ready[slot]);
+        }
       }
     }
     return;
   }
 
-  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<232>();
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 232 : 240>();
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int p_warp_row = tp * kBM + cw * 64 + warp * 16;
-  const int p_row = p_warp_row + lane / 4;             // and p_row + 8
-  const int q_col = tq * BN + (lane % 4) * 2;          // + jn * 8 + e
   const uint32_t sbase = smem_addr(smem);
-  const int ng = nst * 4 / C::kG, kb0 = s0 * (kBK / BLK);
+  int it = 0;
+  for (int w = blockIdx.x; w < ntiles; w += gridDim.x) {
+    const Tile t = tile_of<BN, SWAP>(p, tile_start, w);
+    const int s0 = t.z * kt / p.splits, nst = (t.z + 1) * kt / p.splits - s0;
+    // Rows in the tile's own coordinates: P rows are local weight rows (swap) or tokens from a0;
+    // Q columns are tokens from a0 (swap) or local weight rows.
+    const int p_warp_row = t.tp * kBM + cw * 64 + warp * 16;
+    const int p_row = p_warp_row + lane / 4;     // and p_row + 8
+    const int q_col = t.tq * BN + (lane % 4) * 2;  // + jn * 8 + e
+    const int ng = nst * 4 / C::kG, kb0 = s0 * (kBK / BLK);
 
-  float acc[C::kR], t[C::kT][C::kR], sp[C::kT][2], sq[C::kT][C::kNQ];
+    float acc[C::kR], tmp[C::kT][C::kR], sp[C::kT][2], sq[C::kT][C::kNQ];
 #pragma unroll
-  for (int i = 0; i < C::kR; ++i) acc[i] = 0.0f;
-  // Per batch of kT K blocks (within one stage): their wgmmas into t[0..kT), one wait, then each partial
-  // scaled into acc. While one consumer warpgroup promotes, the other's wgmmas keep the tensor cores busy.
-  for (int g = 0; g < ng; g += C::kT) {
-    const int kq = g * C::kG, s = kq / 4, slot = s % C::kStages;
-    if (kq % 4 == 0) mbar_wait(&full[slot], (s / C::kStages) & 1);
-    const uint32_t st = sbase + slot * C::kStageBytes;
-    const uint64_t dp = desc_k_sw128(st + cw * 64 * kBK) + 2 * (kq % 4);
-    const uint64_t dq = desc_k_sw128(st + C::kPBytes) + 2 * (kq % 4);
-    wgmma_fence();
+    for (int i = 0; i < C::kR; ++i) acc[i] = 0.0f;
+    // Per batch of kT K blocks (within one stage): their wgmmas into tmp[0..kT), one wait, then each
+    // partial scaled into acc. While one consumer warpgroup promotes, the other's wgmmas run.
+    for (int g = 0; g < ng; g += C::kT) {
+      const int kq = g * C::kG, slot = (it + kq / 4) % C::kStages;
+      const uint32_t ph = ((it + kq / 4) / C::kStages) & 1;
+      if (kq % 4 == 0) mbar_wait(W4 ? &ready[slot] : &full[slot], ph);
+      if (W4 && kq % 4 == 0) mbar_wait(&full[slot], ph);  // the activations' TMA bytes too
+      const uint32_t st = sbase + slot * C::kStageBytes;
+      const uint64_t dp = desc_k_sw128(st + cw * 64 * kBK) + 2 * (kq % 4);
+      const uint64_t dq = desc_k_sw128(st + C::kPBytes) + 2 * (kq % 4);
+      wgmma_fence();
 #pragma unroll
-    for (int b = 0; b < C::kT; ++b)
+      for (int b = 0; b < C::kT; ++b)
 #pragma unroll
-      for (int u = 0; u < C::kG; ++u)
-        Wgmma<BN>::mma(t[b], dp + 2 * (b * C::kG + u), dq + 2 * (b * C::kG + u), u > 0);
-    wgmma_commit();
+        for (int u = 0; u < C::kG; ++u)
+          Wgmma<BN>::mma(tmp[b], dp + 2 * (b * C::kG + u), dq + 2 * (b * C::kG + u), u > 0);
+      wgmma_commit();
 #pragma unroll
-    for (int b = 0; b < C::kT; ++b)  // overlaps the wgmmas
-      load_scales<BN, BLK, SWAP>(p, kb0 + g + b, p_row, p_warp_row, q_col, sp[b], sq[b]);
-    wgmma_wait<0>();
+      for (int b = 0; b < C::kT; ++b)  // overlaps the wgmmas
+        load_scales<BN, BLK, SWAP, W4>(p, t, kb0 + g + b, p_row, p_warp_row, q_col, sp[b], sq[b]);
+      wgmma_wait<0>();
 #pragma unroll
-    for (int b = 0; b < C::kT; ++b) fence_regs(t[b]);
-    if (kq % 4 + C::kT * C::kG == 4 && lane == 0) mbar_arrive(&empty[slot]);  // stage fully read
+      for (int b = 0; b < C::kT; ++b) fence_regs(tmp[b]);
+      if (kq % 4 + C::kT * C::kG == 4 && lane == 0) mbar_arrive(&empty[slot]);  // stage fully read
 #pragma unroll
-    for (int b = 0; b < C::kT; ++b) promote<BN, BLK, SWAP>(acc, t[b], sp[b], sq[b]);
-  }
+      for (int b = 0; b < C::kT; ++b) promote<BN, BLK, SWAP, W4>(acc, tmp[b], sp[b], sq[b]);
+    }
+    it += nst;
 
-  // Epilogue: C[i, j] -> y[m, n] (swap: m = j, n = i), bf16, or fp32 into this split's partial.
-  const int rows_p = SWAP ? p.n : p.m, rows_q = SWAP ? p.m : p.n;
-  float* ws = p.ws ? p.ws + static_cast<int64_t>(blockIdx.z) * p.m * p.n : nullptr;
+    // Epilogue: C[i, j] -> y (swap: token j, channel i), bf16, or fp32 into this split's partial.
+    const int rows_p = SWAP ? p.n : t.a1 - t.a0, rows_q = SWAP ? t.a1 - t.a0 : p.n;
+    float* ws = p.ws ? p.ws + static_cast<int64_t>(t.z) * p.m * p.n : nullptr;
 #pragma unroll
-  for (int jn = 0; jn < BN / 8; ++jn)
+    for (int jn = 0; jn < BN / 8; ++jn)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = p_row + 8 * h, j = q_col + jn * 8;
-      if (i >= rows_p || j >= rows_q) continue;
-      const float v0 = acc[jn * 4 + 2 * h], v1 = acc[jn * 4 + 2 * h + 1];
-      if constexpr (SWAP) {  // columns j, j + 1 are tokens: two rows of y
-        const bool second = j + 1 < rows_q;
-        if (ws) {
-          ws[static_cast<int64_t>(j) * p.n + i] = v0;
-          if (second) ws[static_cast<int64_t>(j + 1) * p.n + i] = v1;
-        } else {
-          reinterpret_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(j) * p.ldy + i] = __float2bfloat16_rn(v0);
-          if (second)
-            reinterpret_cast<__nv_bfloat16*>(p.y)[static_cast<int64_t>(j + 1) * p.ldy + i] = __float2bfloat16_rn(v1);
-        }
-      } else {  // n even, so j + 1 < n
-        if (ws) {
-          *reinterpret_cast<float2*>(ws + static_cast<int64_t>(i) * p.n + j) = make_float2(v0, v1);
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(i) * p.ldy + j) =
-              __floats2bfloat162_rn(v0, v1);
+      for (int h = 0; h < 2; ++h) {
+        const int i = p_row + 8 * h, j = q_col + jn * 8;
+        if (i >= rows_p || j >= rows_q) continue;
+        const float v0 = acc[jn * 4 + 2 * h], v1 = acc[jn * 4 + 2 * h + 1];
+        if constexpr (SWAP) {  // columns j, j + 1 are tokens: two rows of y
+          const bool second = j + 1 < rows_q;
+          const int64_t r0 = t.a0 + j;
+          if (ws) {
+            ws[r0 * p.n + i] = v0;
+            if (second) ws[(r0 + 1) * p.n + i] = v1;
+          } else {
+            auto* y = reinterpret_cast<__nv_bfloat16*>(p.y);
+            y[r0 * p.ldy + i] = __float2bfloat16_rn(v0);
+            if (second) y[(r0 + 1) * p.ldy + i] = __float2bfloat16_rn(v1);
+          }
+        } else {  // n even, so j + 1 < n
+          const int64_t r = t.a0 + i;
+          if (ws) {
+            *reinterpret_cast<float2*>(ws + r * p.n + j) = make_float2(v0, v1);
+          } else {
+            *reinterpret_cast<__nv_bfloat162*>(p.y + r * p.ldy + j) = __floats2bfloat162_rn(v0, v1);
+          }
         }
       }
-    }
+  }
 }
 
 // y = bf16(sum of the splits' partials, in split order).
@@ -212,16 +375,17 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// A [rows, k] e4m3 matrix (row stride ld bytes) read in boxes of 128 K-bytes x box_rows, 128B-swizzled;
-// rows past the end read as zeros.
-CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t k, int64_t ld, int box_rows) {
+// A [rows, cols] byte matrix (row stride ld bytes) read in boxes of box_cols bytes x box_rows; rows past
+// the end read as zeros. 128-byte boxes are 128B-swizzled (what wgmma reads), narrower ones plain.
+CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols = kBK) {
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides,
-                                 box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 box_cols == kBK ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check(r == CUDA_SUCCESS, "fp8_gemm: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
   return map;
@@ -242,74 +406,101 @@ int sm_count() {
   return n;
 }
 
-// Tile shape and K split from the shape alone: decode swaps and takes the narrowest N tile holding m;
-// when the tiles fill fewer than one wave (one or two CTAs per SM), K is split (>= 4 stages of 128 per
-// split) up to one wave.
-Plan plan_for(int64_t m, int64_t n, int64_t k) {
+// Tile shape and K split from the shape alone (rows = m, or the largest group for grouped calls):
+// decode swaps and takes the narrowest N tile holding the rows; when the tiles fill fewer than one wave
+// (one or two CTAs per SM), K is split (>= 4 stages of 128 per split) up to one wave. Grouped calls
+// never split (their tile count is only known on the device).
+Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped) {
   Plan pl{};
-  pl.swap = m <= 64;
-  pl.bn = !pl.swap ? 128 : m <= 16 ? 16 : m <= 32 ? 32 : 64;
-  const int64_t rows_p = pl.swap ? n : m, rows_q = pl.swap ? m : n;
+  pl.swap = rows <= 64;
+  pl.bn = !pl.swap ? 128 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+  const int64_t rows_p = pl.swap ? n : rows, rows_q = pl.swap ? rows : n;
   const int64_t tiles = ((rows_p + kBM - 1) / kBM) * ((rows_q + pl.bn - 1) / pl.bn);
   const int64_t kt = k / kBK;
   const int64_t slots = sm_count() * (pl.bn == 16 ? 2 : 1);
-  pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
+  pl.splits = grouped ? 1 : static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
   return pl;
 }
 
-template <int BN, int BLK, bool SWAP>
+template <int BN, int BLK, bool SWAP, bool W4>
 void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
-  using C = Cfg<BN, BLK, SWAP>;
+  using C = Cfg<BN, BLK, SWAP, W4>;
   static const bool attr_set = [] {
-    return cudaFuncSetAttribute(fp8_gemm_kernel<BN, BLK, SWAP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fp8_gemm_kernel<BN, BLK, SWAP, W4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 C::kSmem) == cudaSuccess;
   }();
   check(attr_set, "fp8_gemm: cannot reserve ", C::kSmem, " bytes of shared memory");
+  const int64_t groups = std::max(a.groups, 1), w_rows = groups * a.n;
+  const int w_cols = W4 ? kBK / 2 : kBK;  // bytes of one K stage of a weight row
+  const CUtensorMap mw = tensor_map(a.w, w_rows, W4 ? a.k / 2 : a.k, a.ldw, SWAP ? kBM : BN, w_cols);
+  const CUtensorMap ma = tensor_map(a.a, a.m, a.k, a.lda, SWAP ? BN : kBM);
+  Params p{};
+  p.a_scale = a.a_scale, p.ld_as = a.ld_as, p.w_scale = a.w_scale, p.ld_ws = a.ld_ws;
+  p.y = a.y, p.ldy = a.ldy, p.ws = ws;
+  p.m = static_cast<int>(a.m), p.n = static_cast<int>(a.n), p.k = static_cast<int>(a.k);
+  p.group_offsets = a.groups > 0 ? a.group_offsets : nullptr;
+  p.groups = a.groups;
   const int64_t rows_p = SWAP ? a.n : a.m, rows_q = SWAP ? a.m : a.n;
-  const CUtensorMap mp = SWAP ? tensor_map(a.w, a.n, a.k, a.ldw, kBM) : tensor_map(a.a, a.m, a.k, a.lda, kBM);
-  const CUtensorMap mq = SWAP ? tensor_map(a.a, a.m, a.k, a.lda, BN) : tensor_map(a.w, a.n, a.k, a.ldw, BN);
-  Params p{a.a_scale, a.ld_as, a.w_scale, a.ld_ws, a.y, a.ldy, ws, static_cast<int>(a.m), static_cast<int>(a.n),
-           static_cast<int>(a.k)};
-  const dim3 grid(static_cast<unsigned>((rows_q + BN - 1) / BN), static_cast<unsigned>((rows_p + kBM - 1) / kBM),
-                  static_cast<unsigned>(pl.splits));
-  fp8_gemm_kernel<BN, BLK, SWAP><<<grid, kThreads, C::kSmem, s>>>(mp, mq, p);
+  p.p_tiles = static_cast<int>((rows_p + kBM - 1) / kBM);
+  p.q_tiles = static_cast<int>((rows_q + BN - 1) / BN);
+  p.splits = pl.splits;
+  int64_t ntiles = static_cast<int64_t>(p.p_tiles) * p.q_tiles * pl.splits, grid = ntiles;
+  if (p.group_offsets) {  // persistent: at most one wave; each CTA walks the device-side tile list
+    p.p_tiles = SWAP ? static_cast<int>((a.n + kBM - 1) / kBM) : 0;
+    p.q_tiles = SWAP ? 0 : static_cast<int>((a.n + BN - 1) / BN);
+    const int64_t per_group = SWAP ? p.p_tiles : p.q_tiles;
+    const int64_t bound = per_group * (std::min<int64_t>(a.groups, a.m) + (a.m + (SWAP ? BN : kBM) - 1) / (SWAP ? BN : kBM));
+    grid = std::min<int64_t>(bound, sm_count() * C::kCtasPerSm);
+    ntiles = 0;  // computed in the kernel
+  }
+  fp8_gemm_kernel<BN, BLK, SWAP, W4><<<static_cast<unsigned>(grid), kThreads, C::kSmem, s>>>(
+      SWAP ? mw : ma, SWAP ? ma : mw, p, static_cast<int>(ntiles));
 }
 
-template <int BLK>
+template <int BLK, bool W4>
 void dispatch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
-  if (!pl.swap) return launch<128, BLK, false>(a, pl, ws, s);
+  if (!pl.swap) return launch<128, BLK, false, W4>(a, pl, ws, s);
   switch (pl.bn) {
-    case 16: return launch<16, BLK, true>(a, pl, ws, s);
-    case 32: return launch<32, BLK, true>(a, pl, ws, s);
-    default: return launch<64, BLK, true>(a, pl, ws, s);
+    case 16: return launch<16, BLK, true, W4>(a, pl, ws, s);
+    case 32: return launch<32, BLK, true, W4>(a, pl, ws, s);
+    default: return launch<64, BLK, true, W4>(a, pl, ws, s);
   }
 }
+
+int64_t plan_rows(const Fp8GemmArgs& a) { return a.groups > 0 ? std::max<int64_t>(1, a.max_group_rows) : a.m; }
 
 }  // namespace
 
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk) {
-  const Plan pl = plan_for(m, n, k);
+  const Plan pl = plan_for(m, n, k, false);
   return pl.splits > 1 ? static_cast<size_t>(pl.splits) * m * n * sizeof(float) : 0;
 }
 
 void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
-  check(a.blk == 32 || a.blk == 128, "fp8_gemm: blk must be 32 or 128, got ", a.blk);
+  const bool w4 = a.wfmt == WeightFormat::kMxfp4;
+  check(a.blk == 32 || (a.blk == 128 && !w4), "fp8_gemm: blk must be 32 or 128 (MXFP4: 32), got ", a.blk);
   check(a.m >= 1 && a.n >= 1 && a.k >= kBK && a.k % kBK == 0, "fp8_gemm: need m, n >= 1 and k a multiple of 128 (m ",
         a.m, ", n ", a.n, ", k ", a.k, ")");
-  check(a.m < (1 << 30) && a.n < (1 << 30) && a.k < (1 << 30), "fp8_gemm: sizes must fit in int32");
+  check(a.groups >= 0 && a.groups <= kMaxGroups && (a.groups == 0 || (a.group_offsets && a.max_group_rows <= a.m)),
+        "fp8_gemm: groups must be 0..", kMaxGroups, " with group_offsets and max_group_rows <= m");
+  check(a.m < (1 << 30) && a.n * std::max(a.groups, 1) < (1 << 30) && a.k < (1 << 30), "fp8_gemm: sizes must fit in int32");
   check(a.n % 2 == 0 && a.ldy % 2 == 0 && a.ldy >= a.n, "fp8_gemm: n and ldy must be even, ldy >= n");
-  check(a.lda % 16 == 0 && a.ldw % 16 == 0 && a.lda >= a.k && a.ldw >= a.k, "fp8_gemm: lda, ldw must be >= k and multiples of 16");
+  check(a.lda % 16 == 0 && a.ldw % 16 == 0 && a.lda >= a.k && a.ldw >= (w4 ? a.k / 2 : a.k),
+        "fp8_gemm: lda, ldw must be multiples of 16 and hold a row");
   check(reinterpret_cast<uintptr_t>(a.a) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,
         "fp8_gemm: a and w must be 16-byte aligned");
-  check(a.ld_as >= a.m && a.ld_ws >= a.k / a.blk, "fp8_gemm: scale strides too small");
+  check(a.ld_as >= a.m && (w4 ? a.ld_ws >= std::max(a.groups, 1) * a.n : a.ld_ws >= a.k / a.blk),
+        "fp8_gemm: scale strides too small");
+  check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
-  const Plan pl = plan_for(a.m, a.n, a.k);
+  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),
         " bytes");
   auto s = static_cast<cudaStream_t>(stream);
-  if (a.blk == 32) dispatch<32>(a, pl, ws, s);
-  else dispatch<128>(a, pl, ws, s);
+  if (w4) dispatch<32, true>(a, pl, ws, s);
+  else if (a.blk == 32) dispatch<32, false>(a, pl, ws, s);
+  else dispatch<128, false>(a, pl, ws, s);
   cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "fp8_gemm: launch failed: ", cudaGetErrorString(e));
   if (ws) {

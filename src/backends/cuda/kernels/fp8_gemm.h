@@ -11,8 +11,10 @@
 //   w       [n, k] e4m3, row stride ldw (the checkpoint's layout)
 //   w_scale [ceil(n / blk), k / blk] UE8M0 bytes, row stride ld_ws (the checkpoint's layout)
 //   y       [m, n] bf16 bits, row stride ldy
+// MXFP4 weights (the routed experts) are widened to e4m3 in shared memory (exact: every e2m1 value is an
+// e4m3 value) by the producer warpgroup, their 1 x 32 scales applied in the promotion like the others.
 // Requirements (checked, deepinfer::Error otherwise): k % 128 == 0; lda, ldw % 16 == 0; a, w 16-byte
-// aligned; n, ldy even; m, n >= 1.
+// aligned; n, ldy even; m, n >= 1; groups <= 512.
 //
 // Kernel: TMA (128-byte swizzle) into a multi-stage shared-memory ring filled by one producer warpgroup,
 // two consumer warpgroups issuing wgmma m64nNk32 into a partial per K block that is then scaled into the
@@ -25,22 +27,35 @@
 
 namespace deepinfer::cuda {
 
+enum class WeightFormat : int {
+  kFp8Block = 0,  // e4m3 [n, k], UE8M0 per blk x blk: w_scale [ceil(n / blk), k / blk]
+  kMxfp4 = 1,     // e2m1 two per byte (low nibble = even k) [n, k / 2], UE8M0 per 1 x 32, stored
+                  // K-block-major like the activations' scales: w_scale [k / 32, groups * n]; n % 128 == 0
+};
+
 struct Fp8GemmArgs {
   const uint8_t* a = nullptr;
   int64_t lda = 0;
   const uint8_t* a_scale = nullptr;
   int64_t ld_as = 0;
   const uint8_t* w = nullptr;
-  int64_t ldw = 0;
+  int64_t ldw = 0;  // bytes per weight row (k for FP8, k / 2 for MXFP4)
   const uint8_t* w_scale = nullptr;
   int64_t ld_ws = 0;
   uint16_t* y = nullptr;
   int64_t ldy = 0;
   int64_t m = 0, n = 0, k = 0;
-  int blk = 128;
+  int blk = 128;  // K block of both scales (MXFP4: 32)
+  WeightFormat wfmt = WeightFormat::kFp8Block;
+  // Grouped GEMM (the routed experts): groups > 0 and group_offsets[groups + 1] on the device, rows
+  // [go[g], go[g + 1]) of a (and of y) multiplying group g's weights: rows [g n, (g + 1) n) of w and the
+  // matching rows of w_scale. max_group_rows (<= m) is a host-side bound that picks the tile shape.
+  int groups = 0;
+  const int* group_offsets = nullptr;
+  int64_t max_group_rows = 0;
 };
 
-// Bytes of device workspace fp8_gemm needs for this shape (0 when it runs unsplit).
+// Bytes of device workspace fp8_gemm needs for this shape (0 when it runs unsplit; grouped never splits).
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk);
 // Enqueues the GEMM on `stream` (a cudaStream_t); `workspace` holds fp8_gemm_workspace_bytes bytes.
 void fp8_gemm(const Fp8GemmArgs& args, void* workspace, void* stream);
