@@ -23,12 +23,15 @@ __device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 
 
 template <int BN, int BLK, bool SWAP, bool W4>
 struct Cfg {
-  // The narrowest decode tile runs two CTAs per SM, so one CTA's pipeline fill overlaps another's stream.
-  static constexpr int kCtasPerSm = BN == 16 ? 2 : 1;
+  // The narrowest FP8 decode tile runs two CTAs per SM, so one CTA's pipeline fill overlaps another's.
+  static constexpr int kCtasPerSm = BN == 16 && !W4 ? 2 : 1;
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK;
   static constexpr int kW4Bytes = W4 ? (SWAP ? kBM : BN) * kBK / 2 : 0;  // packed MXFP4 staging
-  static constexpr int kStageBytes = kPBytes + kQBytes + kW4Bytes;
-  static constexpr int kStages = kCtasPerSm == 2 ? (W4 ? 4 : 5) : (W4 ? 5 : BN == 128 ? 6 : 8);
+  // MXFP4: the stage's weight scales (4 K blocks x 128 rows) come by TMA too: per-row scales are too many
+  // and too scattered (one DRAM line per K block) to load from global memory in the K loop.
+  static constexpr int kWsBytes = W4 ? 1024 : 0;
+  static constexpr int kStageBytes = kPBytes + kQBytes + kW4Bytes + kWsBytes;
+  static constexpr int kStages = kCtasPerSm == 2 ? 5 : W4 ? (SWAP ? 6 : 5) : BN == 128 ? 6 : 8;
   // K blocks whose wgmmas are issued before one wait (a partial each): fewer round trips at blk 32.
   // (MXFP4 prefill holds a scale per column, so one block at a time keeps it within the registers.)
   static constexpr int kT = BLK == 128 || (W4 && !SWAP) ? 1 : BN == 16 ? 4 : 2;
@@ -124,15 +127,17 @@ __device__ void group_tile_starts(const Params& p, int* tile_start) {
 // rows of a (a_scale is K-block-major); w rows are the group's local weight rows.
 template <int BN, int BLK, bool SWAP, bool W4>
 __device__ __forceinline__ void load_scales(const Params& p, const Tile& t, int kb, int p_row, int p_warp_row,
-                                            int q_col, float (&sp)[2], float (&sq)[Cfg<BN, BLK, SWAP, W4>::kNQ]) {
+                                            int q_col, const uint8_t* stage_ws, float (&sp)[2],
+                                            float (&sq)[Cfg<BN, BLK, SWAP, W4>::kNQ]) {
   const uint8_t* as = p.a_scale + static_cast<int64_t>(kb) * p.ld_as;
   // FP8 blocks: [groups * ceil(n / BLK), k / BLK] (the checkpoint's layout). MXFP4: K-block-major
   // [k / 32, groups * n] like the activations, n % 128 == 0, so a tile's rows need no clamping.
+  // MXFP4 rows r index the stage's scale block in shared memory: [K block in stage][row in tile].
   const int w_rows = (p.n + BLK - 1) / BLK;
-  const uint8_t* wsg = W4 ? p.w_scale + static_cast<int64_t>(kb) * p.ld_ws + static_cast<int64_t>(t.g) * p.n
-                          : p.w_scale + static_cast<int64_t>(t.g) * w_rows * p.ld_ws + kb;
+  const uint8_t* wsg = p.w_scale + static_cast<int64_t>(t.g) * w_rows * p.ld_ws + kb;
+  const uint8_t* wss = stage_ws + (kb % 4) * 128 - (SWAP ? t.tp * kBM : t.tq * BN);
   auto wscale = [&](int r) {
-    return W4 ? ue8m0(__ldg(wsg + r)) : ue8m0(__ldg(wsg + static_cast<int64_t>(min(r, w_rows - 1)) * p.ld_ws));
+    return W4 ? ue8m0(wss[r]) : ue8m0(__ldg(wsg + static_cast<int64_t>(min(r, w_rows - 1)) * p.ld_ws));
   };
   auto ascale = [&](int r) { return ue8m0(__ldg(as + min(t.a0 + r, p.m - 1))); };
   if constexpr (SWAP) {  // P = weights, Q = tokens (one scale each)
@@ -197,8 +202,8 @@ __device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* 
 
 template <int BN, int BLK, bool SWAP, bool W4>
 __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q, Params p,
-                    int ntiles) {
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
+                    const __grid_constant__ CUtensorMap map_ws, Params p, int ntiles) {
   using C = Cfg<BN, BLK, SWAP, W4>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // 128B swizzle wants 1 KB
@@ -231,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
       tma_prefetch_map(&map_q);
+      if constexpr (W4) tma_prefetch_map(&map_ws);
     }
     int it = 0;
     for (int w = blockIdx.x; w < ntiles; w += gridDim.x) {
@@ -245,10 +251,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
         uint8_t* st = smem + slot * C::kStageBytes;
         if (threadIdx.x == 0) {
           mbar_wait(&empty[slot], ph ^ 1);
-          mbar_arrive_expect_tx(&full[slot], C::kStageBytes - (W4 ? (SWAP ? C::kPBytes : C::kQBytes) : 0));
+          mbar_arrive_expect_tx(&full[slot], C::kStageBytes - (W4 ? (SWAP ? C::kPBytes : C::kQBytes) + 512 : 0));
           const int kx = (s0 + s) * kBK;
           if constexpr (W4) {  // packed weights into the staging area, activations as usual
             uint8_t* stage_w4 = st + C::kPBytes + C::kQBytes;
+            // This stage's 4 K blocks of scales for the tile's 128 weight rows (K-block-major tensor).
+            tma_load_2d(stage_w4 + C::kW4Bytes, &map_ws, SWAP ? p_y : q_y, (s0 + s) * 4, &full[slot]);
             if constexpr (SWAP) {
               tma_load_2d(stage_w4, &map_p, kx / 2, p_y, &full[slot]);
               tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
@@ -308,7 +316,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
       wgmma_commit();
 #pragma unroll
       for (int b = 0; b < C::kT; ++b)  // overlaps the wgmmas
-        load_scales<BN, BLK, SWAP, W4>(p, t, kb0 + g + b, p_row, p_warp_row, q_col, sp[b], sq[b]);
+        load_scales<BN, BLK, SWAP, W4>(p, t, kb0 + g + b, p_row, p_warp_row, q_col,
+                                       smem + slot * C::kStageBytes + C::kStageBytes - C::kWsBytes, sp[b], sq[b]);
       wgmma_wait<0>();
 #pragma unroll
       for (int b = 0; b < C::kT; ++b) fence_regs(tmp[b]);
@@ -377,7 +386,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 // A [rows, cols] byte matrix (row stride ld bytes) read in boxes of box_cols bytes x box_rows; rows past
 // the end read as zeros. 128-byte boxes are 128B-swizzled (what wgmma reads), narrower ones plain.
-CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols = kBK) {
+CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols = kBK,
+                       bool swizzle = true) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
@@ -385,7 +395,7 @@ CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t 
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides,
                                  box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 box_cols == kBK ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 swizzle && box_cols == kBK ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check(r == CUDA_SUCCESS, "fp8_gemm: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
   return map;
@@ -410,14 +420,14 @@ int sm_count() {
 // decode swaps and takes the narrowest N tile holding the rows; when the tiles fill fewer than one wave
 // (one or two CTAs per SM), K is split (>= 4 stages of 128 per split) up to one wave. Grouped calls
 // never split (their tile count is only known on the device).
-Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped) {
+Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped, bool w4) {
   Plan pl{};
   pl.swap = rows <= 64;
   pl.bn = !pl.swap ? 128 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
   const int64_t rows_p = pl.swap ? n : rows, rows_q = pl.swap ? rows : n;
   const int64_t tiles = ((rows_p + kBM - 1) / kBM) * ((rows_q + pl.bn - 1) / pl.bn);
   const int64_t kt = k / kBK;
-  const int64_t slots = sm_count() * (pl.bn == 16 ? 2 : 1);
+  const int64_t slots = sm_count() * (pl.bn == 16 && !w4 ? 2 : 1);
   pl.splits = grouped ? 1 : static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
   return pl;
 }
@@ -434,6 +444,8 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
   const int w_cols = W4 ? kBK / 2 : kBK;  // bytes of one K stage of a weight row
   const CUtensorMap mw = tensor_map(a.w, w_rows, W4 ? a.k / 2 : a.k, a.ldw, SWAP ? kBM : BN, w_cols);
   const CUtensorMap ma = tensor_map(a.a, a.m, a.k, a.lda, SWAP ? BN : kBM);
+  // MXFP4 scales [k / 32, groups n] in boxes of 4 K blocks x 128 rows (unused otherwise).
+  const CUtensorMap ms = W4 ? tensor_map(a.w_scale, a.k / 32, w_rows, a.ld_ws, 4, 128, false) : ma;
   Params p{};
   p.a_scale = a.a_scale, p.ld_as = a.ld_as, p.w_scale = a.w_scale, p.ld_ws = a.ld_ws;
   p.y = a.y, p.ldy = a.ldy, p.ws = ws;
@@ -454,7 +466,7 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
     ntiles = 0;  // computed in the kernel
   }
   fp8_gemm_kernel<BN, BLK, SWAP, W4><<<static_cast<unsigned>(grid), kThreads, C::kSmem, s>>>(
-      SWAP ? mw : ma, SWAP ? ma : mw, p, static_cast<int>(ntiles));
+      SWAP ? mw : ma, SWAP ? ma : mw, ms, p, static_cast<int>(ntiles));
 }
 
 template <int BLK, bool W4>
@@ -472,7 +484,7 @@ int64_t plan_rows(const Fp8GemmArgs& a) { return a.groups > 0 ? std::max<int64_t
 }  // namespace
 
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk) {
-  const Plan pl = plan_for(m, n, k, false);
+  const Plan pl = plan_for(m, n, k, false, false);
   return pl.splits > 1 ? static_cast<size_t>(pl.splits) * m * n * sizeof(float) : 0;
 }
 
@@ -493,7 +505,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: scale strides too small");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
-  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0);
+  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),
         " bytes");
