@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
     for (const Proj& p : projs)
       for (int64_t m : ms) {
         const size_t a_bytes = m * p.k, w_bytes = p.n * p.k;
-        const size_t as_bytes = p.k / blk * m, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
+        const int64_t ld_as = (m + 15) / 16 * 16;
+        const size_t as_bytes = p.k / blk * ld_as, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
         const int copies = static_cast<int>(std::clamp<size_t>(rotate_bytes / (a_bytes + w_bytes) + 1, 1, 64));
         const size_t need = deepinfer::cuda::fp8_gemm_workspace_bytes(m, p.n, p.k, blk);
         if (need > work_bytes) {
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
           a.a_scale = scales.slice(2 * c, as_bytes);
           a.w_scale = scales.slice(2 * c + 1, ws_bytes);
           a.lda = a.ldw = p.k;
-          a.ld_as = m;
+          a.ld_as = ld_as;
           a.ld_ws = p.k / blk;
           a.y = y;
           a.ldy = p.n;
@@ -228,8 +229,8 @@ int main(int argc, char** argv) {
           deepinfer::cuda::Fp8GemmArgs a;
           a.a = codes.slice(1, rows * mo.k);
           a.lda = mo.k;
-          a.a_scale = scales.slice(1, mo.k / 32 * rows);
-          a.ld_as = rows;
+          a.ld_as = (rows + 15) / 16 * 16;
+          a.a_scale = scales.slice(1, mo.k / 32 * a.ld_as);
           a.w = w, a.ldw = mo.k / 2, a.w_scale = wsc, a.ld_ws = E * mo.n;
           a.y = y, a.ldy = mo.n;
           a.m = rows, a.n = mo.n, a.k = mo.k, a.blk = 32;

@@ -144,7 +144,7 @@ TEST_F(Fp8GemmTest, MatchesFloat64Reference) {
   for (int blk : {32, 128})
     for (const Shape& sh : shapes) {
       const int64_t m = sh.m, n = sh.n, k = sh.k, kb = k / blk, nb = (n + blk - 1) / blk;
-      const int64_t lda = k + 16, ld_as = m + 5, ld_ws = kb + 1, ldy = n + 8;
+      const int64_t lda = k + 16, ld_as = (m + 5 + 15) / 16 * 16, ld_ws = kb + 1, ldy = n + 8;
       std::vector<uint8_t> a(m * lda), w(n * k), as(kb * ld_as), ws(nb * ld_ws);
       for (auto& v : a) v = e4m3_code();
       for (auto& v : w) v = e4m3_code();
@@ -182,7 +182,7 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
       offsets.push_back(offsets.back() + cs.sizes[g]);
       group_of_row.insert(group_of_row.end(), cs.sizes[g], static_cast<int>(g));
     }
-    const int64_t m = offsets.back(), lda = k, ld_as = m + 3, ldy = n;
+    const int64_t m = offsets.back(), lda = k, ld_as = (m + 3 + 15) / 16 * 16, ldy = n;
     const int max_rows = *std::max_element(cs.sizes.begin(), cs.sizes.end());
     std::vector<uint8_t> a(m * lda), as(kb * ld_as);
     for (auto& v : a) v = e4m3_code();
@@ -191,7 +191,7 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
     std::vector<double> wf;
     int64_t ldw, ld_ws;
     if (cs.w4) {  // any byte is two valid e2m1 codes; scales K-block-major [k / 32, groups n]
-      ldw = k / 2, ld_ws = groups * n + 3;
+      ldw = k / 2, ld_ws = groups * n + 16;
       w.resize(groups * n * ldw);
       ws.resize(kb * ld_ws);
       for (auto& v : w) v = static_cast<uint8_t>(rng_() & 0xff);
@@ -234,7 +234,7 @@ TEST_F(Fp8GemmTest, RejectsBadShapes) {
   uint8_t dummy[16];
   args.a = args.w = args.a_scale = args.w_scale = dummy;
   args.y = reinterpret_cast<uint16_t*>(dummy);
-  args.m = 4; args.n = 64; args.k = 100; args.lda = args.ldw = 112; args.ldy = 64; args.ld_as = 4; args.ld_ws = 4;
+  args.m = 4; args.n = 64; args.k = 100; args.lda = args.ldw = 112; args.ldy = 64; args.ld_as = 16; args.ld_ws = 4;
   EXPECT_THROW(cuda::fp8_gemm(args, nullptr, nullptr), Error);  // k not a multiple of 128
   args.k = 128; args.blk = 64;
   EXPECT_THROW(cuda::fp8_gemm(args, nullptr, nullptr), Error);  // unsupported block

@@ -27,9 +27,12 @@ struct Cfg {
   static constexpr int kCtasPerSm = BN == 16 && !W4 ? 2 : 1;
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK;
   static constexpr int kW4Bytes = W4 ? (SWAP ? kBM : BN) * kBK / 2 : 0;  // packed MXFP4 staging
-  // MXFP4: the stage's weight scales (4 K blocks x 128 rows) come by TMA too: per-row scales are too many
-  // and too scattered (one DRAM line per K block) to load from global memory in the K loop.
-  static constexpr int kWsBytes = W4 ? 1024 : 0;
+  // Every stage carries its scales in shared memory, so the K loop never waits on a global load:
+  // [0, 512) weight scales (MXFP4: 4 K blocks x 128 rows by TMA; FP8 blocks: [K block][row block] bytes
+  // written by a producer warp), [512, 1024) activation scales ([K block][token] by TMA).
+  static constexpr int kWsBytes = 1024;
+  static constexpr int kKbs = kBK / BLK;               // K blocks per stage
+  static constexpr int kAsCols = SWAP ? BN : kBM;      // tokens per tile
   static constexpr int kStageBytes = kPBytes + kQBytes + kW4Bytes + kWsBytes;
   static constexpr int kStages = kCtasPerSm == 2 ? 5 : W4 ? (SWAP ? 6 : 5) : BN == 128 ? 6 : 8;
   // K blocks whose wgmmas are issued before one wait (a partial each): fewer round trips at blk 32.
@@ -123,23 +126,20 @@ __device__ void group_tile_starts(const Params& p, int* tile_start) {
   __syncthreads();
 }
 
-// The scales of K block kb for this thread's two P rows (sp) and its Q columns (sq). A rows are global
-// rows of a (a_scale is K-block-major); w rows are the group's local weight rows.
+// The scales of K block kb for this thread's two P rows (sp) and its Q columns (sq), from the stage's
+// scale area in shared memory. Token rows count from the group's first row; weight rows are the group's
+// local rows (FP8 blocks: row-block indices).
 template <int BN, int BLK, bool SWAP, bool W4>
 __device__ __forceinline__ void load_scales(const Params& p, const Tile& t, int kb, int p_row, int p_warp_row,
                                             int q_col, const uint8_t* stage_ws, float (&sp)[2],
                                             float (&sq)[Cfg<BN, BLK, SWAP, W4>::kNQ]) {
-  const uint8_t* as = p.a_scale + static_cast<int64_t>(kb) * p.ld_as;
-  // FP8 blocks: [groups * ceil(n / BLK), k / BLK] (the checkpoint's layout). MXFP4: K-block-major
-  // [k / 32, groups * n] like the activations, n % 128 == 0, so a tile's rows need no clamping.
-  // MXFP4 rows r index the stage's scale block in shared memory: [K block in stage][row in tile].
-  const int w_rows = (p.n + BLK - 1) / BLK;
-  const uint8_t* wsg = p.w_scale + static_cast<int64_t>(t.g) * w_rows * p.ld_ws + kb;
-  const uint8_t* wss = stage_ws + (kb % 4) * 128 - (SWAP ? t.tp * kBM : t.tq * BN);
-  auto wscale = [&](int r) {
-    return W4 ? ue8m0(wss[r]) : ue8m0(__ldg(wsg + static_cast<int64_t>(min(r, w_rows - 1)) * p.ld_ws));
-  };
-  auto ascale = [&](int r) { return ue8m0(__ldg(as + min(t.a0 + r, p.m - 1))); };
+  using C = Cfg<BN, BLK, SWAP, W4>;
+  const int kbl = kb % C::kKbs;  // K block within the stage
+  // Weight scales: MXFP4 by local row of the tile, FP8 blocks by row block of the tile.
+  const uint8_t* wss = stage_ws + (W4 ? kbl * 128 - (SWAP ? t.tp * kBM : t.tq * BN) : kbl * 4 - (SWAP ? t.tp * kBM : t.tq * BN) / BLK);
+  const uint8_t* ass = stage_ws + 512 + kbl * C::kAsCols - (SWAP ? t.tq * BN : t.tp * kBM);
+  auto wscale = [&](int r) { return ue8m0(wss[r]); };
+  auto ascale = [&](int r) { return ue8m0(ass[r]); };  // r: token index from the group's first row
   if constexpr (SWAP) {  // P = weights, Q = tokens (one scale each)
     if constexpr (W4) {
       sp[0] = wscale(p_row);
@@ -203,7 +203,8 @@ __device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* 
 template <int BN, int BLK, bool SWAP, bool W4>
 __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
-                    const __grid_constant__ CUtensorMap map_ws, Params p, int ntiles) {
+                    const __grid_constant__ CUtensorMap map_ws, const __grid_constant__ CUtensorMap map_as, Params p,
+                    int ntiles) {
   using C = Cfg<BN, BLK, SWAP, W4>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // 128B swizzle wants 1 KB
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   if (threadIdx.x == 0) {
     for (int i = 0; i < C::kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&ready[i], 3);  // one arrival per widening warp
+      mbar_init(&ready[i], W4 ? 3 : 1);  // the widening warps, or the scale-copying warp
       mbar_init(&empty[i], 8);  // one arrival per consumer warp
     }
     fence_barrier_init();
@@ -231,11 +232,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   constexpr uint32_t w4_off = SWAP ? 0 : C::kPBytes;  // where the widened weights go in a stage
 
   if (wg == 0) {  // producer warpgroup: warp 0 lane 0 streams stages by TMA; warps 1..3 widen MXFP4
-    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 40 : 24>();  // TMA only needs few
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<40>();
     const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
       tma_prefetch_map(&map_q);
+      tma_prefetch_map(&map_as);
       if constexpr (W4) tma_prefetch_map(&map_ws);
     }
     int it = 0;
@@ -251,12 +253,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
         uint8_t* st = smem + slot * C::kStageBytes;
         if (threadIdx.x == 0) {
           mbar_wait(&empty[slot], ph ^ 1);
-          mbar_arrive_expect_tx(&full[slot], C::kStageBytes - (W4 ? (SWAP ? C::kPBytes : C::kQBytes) + 512 : 0));
+          // TMA bytes: both tiles (MXFP4: activations and packed weights), the activation scales
+          // (and MXFP4 weight scales).
+          constexpr uint32_t tx = (W4 ? (SWAP ? C::kQBytes : C::kPBytes) + C::kW4Bytes + 512 : C::kPBytes + C::kQBytes) +
+                                  C::kKbs * C::kAsCols;
+          mbar_arrive_expect_tx(&full[slot], tx);
           const int kx = (s0 + s) * kBK;
+          uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
+          tma_load_2d(stage_s + 512, &map_as, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, &full[slot]);
           if constexpr (W4) {  // packed weights into the staging area, activations as usual
             uint8_t* stage_w4 = st + C::kPBytes + C::kQBytes;
             // This stage's 4 K blocks of scales for the tile's 128 weight rows (K-block-major tensor).
-            tma_load_2d(stage_w4 + C::kW4Bytes, &map_ws, SWAP ? p_y : q_y, (s0 + s) * 4, &full[slot]);
+            tma_load_2d(stage_s, &map_ws, SWAP ? p_y : q_y, (s0 + s) * 4, &full[slot]);
             if constexpr (SWAP) {
               tma_load_2d(stage_w4, &map_p, kx / 2, p_y, &full[slot]);
               tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
@@ -274,13 +282,26 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
           __syncwarp();
           if (threadIdx.x % 32 == 0) mbar_arrive(&ready[slot]);
+        } else if (!W4 && warp == 1) {  // FP8 blocks: copy the stage's few weight-block scales
+          constexpr int kRb = (SWAP ? kBM : BN) / BLK;  // weight row blocks in the tile
+          const int lane = threadIdx.x % 32;
+          mbar_wait(&empty[slot], ph ^ 1);
+          if (lane < kRb * C::kKbs) {
+            const int w_rows = (p.n + BLK - 1) / BLK, kbl = lane / kRb, rb = lane % kRb;
+            const int rb0 = (SWAP ? t.tp * kBM : t.tq * BN) / BLK;
+            const uint8_t v = __ldg(p.w_scale + static_cast<int64_t>(t.g * w_rows + min(rb0 + rb, w_rows - 1)) * p.ld_ws +
+                                    (s0 + s) * C::kKbs + kbl);
+            st[C::kStageBytes - C::kWsBytes + kbl * 4 + rb] = v;
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&ready[slot]);  // release: the bytes above are visible to its waiters
         }
       }
     }
     return;
   }
 
-  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 232 : 240>();
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t sbase = smem_addr(smem);
   int it = 0;
@@ -302,8 +323,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     for (int g = 0; g < ng; g += C::kT) {
       const int kq = g * C::kG, slot = (it + kq / 4) % C::kStages;
       const uint32_t ph = ((it + kq / 4) / C::kStages) & 1;
-      if (kq % 4 == 0) mbar_wait(W4 ? &ready[slot] : &full[slot], ph);
-      if (W4 && kq % 4 == 0) mbar_wait(&full[slot], ph);  // the activations' TMA bytes too
+      if (kq % 4 == 0) {  // TMA bytes landed, and the producer warps' shared-memory writes
+        mbar_wait(&full[slot], ph);
+        mbar_wait(&ready[slot], ph);
+      }
       const uint32_t st = sbase + slot * C::kStageBytes;
       const uint64_t dp = desc_k_sw128(st + cw * 64 * kBK) + 2 * (kq % 4);
       const uint64_t dq = desc_k_sw128(st + C::kPBytes) + 2 * (kq % 4);
@@ -446,6 +469,8 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
   const CUtensorMap ma = tensor_map(a.a, a.m, a.k, a.lda, SWAP ? BN : kBM);
   // MXFP4 scales [k / 32, groups n] in boxes of 4 K blocks x 128 rows (unused otherwise).
   const CUtensorMap ms = W4 ? tensor_map(a.w_scale, a.k / 32, w_rows, a.ld_ws, 4, 128, false) : ma;
+  // Activation scales [k / blk, m] in boxes of one stage's K blocks x the tile's tokens.
+  const CUtensorMap mas = tensor_map(a.a_scale, a.k / BLK, a.m, a.ld_as, kBK / BLK, SWAP ? BN : kBM, false);
   Params p{};
   p.a_scale = a.a_scale, p.ld_as = a.ld_as, p.w_scale = a.w_scale, p.ld_ws = a.ld_ws;
   p.y = a.y, p.ldy = a.ldy, p.ws = ws;
@@ -466,7 +491,7 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
     ntiles = 0;  // computed in the kernel
   }
   fp8_gemm_kernel<BN, BLK, SWAP, W4><<<static_cast<unsigned>(grid), kThreads, C::kSmem, s>>>(
-      SWAP ? mw : ma, SWAP ? ma : mw, ms, p, static_cast<int>(ntiles));
+      SWAP ? mw : ma, SWAP ? ma : mw, ms, mas, p, static_cast<int>(ntiles));
 }
 
 template <int BLK, bool W4>
@@ -501,8 +526,11 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: lda, ldw must be multiples of 16 and hold a row");
   check(reinterpret_cast<uintptr_t>(a.a) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,
         "fp8_gemm: a and w must be 16-byte aligned");
-  check(a.ld_as >= a.m && (w4 ? a.ld_ws >= std::max(a.groups, 1) * a.n : a.ld_ws >= a.k / a.blk),
-        "fp8_gemm: scale strides too small");
+  check(a.ld_as >= a.m && a.ld_as % 16 == 0 && reinterpret_cast<uintptr_t>(a.a_scale) % 16 == 0 &&
+            (w4 ? a.ld_ws >= std::max(a.groups, 1) * a.n && a.ld_ws % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.w_scale) % 16 == 0
+                : a.ld_ws >= a.k / a.blk),
+        "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4);

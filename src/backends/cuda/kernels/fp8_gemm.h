@@ -6,7 +6,8 @@
 //
 // Layouts (all row-major, strides in elements):
 //   a       [m, k] e4m3, row stride lda
-//   a_scale [k / blk, m] UE8M0 bytes, K-block-major (row stride ld_as >= m): what fp8_quantize_act writes,
+//   a_scale [k / blk, m] UE8M0 bytes, K-block-major (row stride ld_as >= m, a multiple of 16; 16-byte
+//           aligned): what fp8_quantize_act writes,
 //           so the scales of one K block for a run of tokens are contiguous
 //   w       [n, k] e4m3, row stride ldw (the checkpoint's layout)
 //   w_scale [ceil(n / blk), k / blk] UE8M0 bytes, row stride ld_ws (the checkpoint's layout)
