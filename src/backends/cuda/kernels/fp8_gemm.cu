@@ -28,8 +28,8 @@ struct Cfg {
   static constexpr int kPBytes = kBM * kBK, kQBytes = BN * kBK;
   static constexpr int kW4Bytes = W4 ? (SWAP ? kBM : BN) * kBK / 2 : 0;  // packed MXFP4 staging
   // Every stage carries its scales in shared memory, so the K loop never waits on a global load:
-  // [0, 512) weight scales (MXFP4: 4 K blocks x 128 rows by TMA; FP8 blocks: [K block][row block] bytes
-  // written by a producer warp), [512, 1024) activation scales ([K block][token] by TMA).
+  // [0, 512) weight scales (MXFP4: [K block][row], 4 x 128; FP8 blocks: [K block][row block]), copied
+  // by producer warps; [512, 1024) activation scales ([K block][token]: FP8 by TMA, MXFP4 copied).
   static constexpr int kWsBytes = 1024;
   static constexpr int kKbs = kBK / BLK;               // K blocks per stage
   static constexpr int kAsCols = SWAP ? BN : kBM;      // tokens per tile
@@ -203,8 +203,7 @@ __device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* 
 template <int BN, int BLK, bool SWAP, bool W4>
 __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
-                    const __grid_constant__ CUtensorMap map_ws, const __grid_constant__ CUtensorMap map_as, Params p,
-                    int ntiles) {
+                    const __grid_constant__ CUtensorMap map_as, Params p, int ntiles) {
   using C = Cfg<BN, BLK, SWAP, W4>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // 128B swizzle wants 1 KB
@@ -232,13 +231,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   constexpr uint32_t w4_off = SWAP ? 0 : C::kPBytes;  // where the widened weights go in a stage
 
   if (wg == 0) {  // producer warpgroup: warp 0 lane 0 streams stages by TMA; warps 1..3 widen MXFP4
-    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<40>();
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 56 : 40>();  // the widening warps need more
     const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
       tma_prefetch_map(&map_q);
       tma_prefetch_map(&map_as);
-      if constexpr (W4) tma_prefetch_map(&map_ws);
     }
     int it = 0;
     for (int w = blockIdx.x; w < ntiles; w += gridDim.x) {
@@ -255,16 +253,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           mbar_wait(&empty[slot], ph ^ 1);
           // TMA bytes: both tiles (MXFP4: activations and packed weights), the activation scales
           // (and MXFP4 weight scales).
-          constexpr uint32_t tx = (W4 ? (SWAP ? C::kQBytes : C::kPBytes) + C::kW4Bytes + 512 : C::kPBytes + C::kQBytes) +
-                                  C::kKbs * C::kAsCols;
+          constexpr uint32_t tx = W4 ? (SWAP ? C::kQBytes : C::kPBytes) + C::kW4Bytes
+                                     : C::kPBytes + C::kQBytes + C::kKbs * C::kAsCols;
           mbar_arrive_expect_tx(&full[slot], tx);
           const int kx = (s0 + s) * kBK;
           uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
-          tma_load_2d(stage_s + 512, &map_as, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, &full[slot]);
+          if constexpr (!W4)
+            tma_load_2d(stage_s + 512, &map_as, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, &full[slot]);
           if constexpr (W4) {  // packed weights into the staging area, activations as usual
             uint8_t* stage_w4 = st + C::kPBytes + C::kQBytes;
-            // This stage's 4 K blocks of scales for the tile's 128 weight rows (K-block-major tensor).
-            tma_load_2d(stage_s, &map_ws, SWAP ? p_y : q_y, (s0 + s) * 4, &full[slot]);
             if constexpr (SWAP) {
               tma_load_2d(stage_w4, &map_p, kx / 2, p_y, &full[slot]);
               tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
@@ -277,7 +274,21 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
             tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
           }
         } else if (W4 && warp > 0) {
-          mbar_wait(&full[slot], ph);
+          mbar_wait(&full[slot], ph);  // (so the slot's previous readers are done too)
+          uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
+          const int lane = threadIdx.x % 32;
+          if (warp == 1) {  // weight scales: 4 K blocks x the tile's 128 rows, 16 bytes a lane
+            const int64_t row = (s0 + s) * 4 + lane / 8, col = (SWAP ? p_y : q_y) + (lane % 8) * 16;
+            *reinterpret_cast<uint4*>(stage_s + lane * 16) =
+                __ldg(reinterpret_cast<const uint4*>(p.w_scale + row * p.ld_ws + col));
+          } else if (warp == 2) {  // activation scales: 4 K blocks x the tile's tokens
+            const int tok0 = t.a0 + (SWAP ? t.tq * BN : t.tp * kBM);
+            for (int e = lane; e < C::kKbs * C::kAsCols; e += 32) {
+              const int kb = e / C::kAsCols, c = e % C::kAsCols;
+              stage_s[512 + e] = __ldg(p.a_scale + static_cast<int64_t>((s0 + s) * C::kKbs + kb) * p.ld_as +
+                                       min(tok0 + c, p.m - 1));
+            }
+          }
           widen_fp4_stage<W4_ROWS>(st + C::kPBytes + C::kQBytes, st + w4_off, threadIdx.x - 32, 96);
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
           __syncwarp();
@@ -301,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     return;
   }
 
-  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<232>();
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 224 : 232>();
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t sbase = smem_addr(smem);
   int it = 0;
@@ -467,8 +478,6 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
   const int w_cols = W4 ? kBK / 2 : kBK;  // bytes of one K stage of a weight row
   const CUtensorMap mw = tensor_map(a.w, w_rows, W4 ? a.k / 2 : a.k, a.ldw, SWAP ? kBM : BN, w_cols);
   const CUtensorMap ma = tensor_map(a.a, a.m, a.k, a.lda, SWAP ? BN : kBM);
-  // MXFP4 scales [k / 32, groups n] in boxes of 4 K blocks x 128 rows (unused otherwise).
-  const CUtensorMap ms = W4 ? tensor_map(a.w_scale, a.k / 32, w_rows, a.ld_ws, 4, 128, false) : ma;
   // Activation scales [k / blk, m] in boxes of one stage's K blocks x the tile's tokens.
   const CUtensorMap mas = tensor_map(a.a_scale, a.k / BLK, a.m, a.ld_as, kBK / BLK, SWAP ? BN : kBM, false);
   Params p{};
@@ -491,7 +500,7 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
     ntiles = 0;  // computed in the kernel
   }
   fp8_gemm_kernel<BN, BLK, SWAP, W4><<<static_cast<unsigned>(grid), kThreads, C::kSmem, s>>>(
-      SWAP ? mw : ma, SWAP ? ma : mw, ms, mas, p, static_cast<int>(ntiles));
+      SWAP ? mw : ma, SWAP ? ma : mw, mas, p, static_cast<int>(ntiles));
 }
 
 template <int BLK, bool W4>
