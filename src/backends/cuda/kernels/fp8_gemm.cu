@@ -200,6 +200,16 @@ __device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* 
   }
 }
 
+// One warp copies a stage's activation scales (its K blocks x the tile's tokens) into shared memory:
+// grouped tiles start at any token, and TMA boxes must start 16-byte aligned.
+template <typename C>
+__device__ __forceinline__ void copy_act_scales(const Params& p, int tok0, int kb0, uint8_t* dst, int lane) {
+  for (int e = lane; e < C::kKbs * C::kAsCols; e += 32) {
+    const int kb = e / C::kAsCols, c = e % C::kAsCols;
+    dst[e] = __ldg(p.a_scale + static_cast<int64_t>(kb0 + kb) * p.ld_as + min(tok0 + c, p.m - 1));
+  }
+}
+
 template <int BN, int BLK, bool SWAP, bool W4>
 __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
@@ -216,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   if (threadIdx.x == 0) {
     for (int i = 0; i < C::kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&ready[i], W4 ? 3 : 1);  // the widening warps, or the scale-copying warp
+      mbar_init(&ready[i], W4 ? 3 : 2);  // the widening warps, or the two scale-copying warps
       mbar_init(&empty[i], 8);  // one arrival per consumer warp
     }
     fence_barrier_init();
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   constexpr uint32_t w4_off = SWAP ? 0 : C::kPBytes;  // where the widened weights go in a stage
 
   if (wg == 0) {  // producer warpgroup: warp 0 lane 0 streams stages by TMA; warps 1..3 widen MXFP4
-    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 56 : 40>();  // the widening warps need more
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 56 : 48>();  // (the copying warps need more than TMA)
     const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
@@ -253,12 +263,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           mbar_wait(&empty[slot], ph ^ 1);
           // TMA bytes: both tiles (MXFP4: activations and packed weights), the activation scales
           // (and MXFP4 weight scales).
-          constexpr uint32_t tx = W4 ? (SWAP ? C::kQBytes : C::kPBytes) + C::kW4Bytes
-                                     : C::kPBytes + C::kQBytes + C::kKbs * C::kAsCols;
+          const bool as_tma = !W4 && !p.group_offsets;  // ungrouped tiles start 16-byte aligned
+          const uint32_t tx = W4 ? (SWAP ? C::kQBytes : C::kPBytes) + C::kW4Bytes
+                                 : C::kPBytes + C::kQBytes + (as_tma ? C::kKbs * C::kAsCols : 0);
           mbar_arrive_expect_tx(&full[slot], tx);
           const int kx = (s0 + s) * kBK;
           uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
-          if constexpr (!W4)
+          if (as_tma)
             tma_load_2d(stage_s + 512, &map_as, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, &full[slot]);
           if constexpr (W4) {  // packed weights into the staging area, activations as usual
             uint8_t* stage_w4 = st + C::kPBytes + C::kQBytes;
@@ -281,16 +292,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
             const int64_t row = (s0 + s) * 4 + lane / 8, col = (SWAP ? p_y : q_y) + (lane % 8) * 16;
             *reinterpret_cast<uint4*>(stage_s + lane * 16) =
                 __ldg(reinterpret_cast<const uint4*>(p.w_scale + row * p.ld_ws + col));
-          } else if (warp == 2) {  // activation scales: 4 K blocks x the tile's tokens
-            const int tok0 = t.a0 + (SWAP ? t.tq * BN : t.tp * kBM);
-            for (int e = lane; e < C::kKbs * C::kAsCols; e += 32) {
-              const int kb = e / C::kAsCols, c = e % C::kAsCols;
-              stage_s[512 + e] = __ldg(p.a_scale + static_cast<int64_t>((s0 + s) * C::kKbs + kb) * p.ld_as +
-                                       min(tok0 + c, p.m - 1));
-            }
+          } else if (warp == 2) {
+            copy_act_scales<C>(p, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, stage_s + 512, lane);
           }
           widen_fp4_stage<W4_ROWS>(st + C::kPBytes + C::kQBytes, st + w4_off, threadIdx.x - 32, 96);
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
+          __syncwarp();
+          if (threadIdx.x % 32 == 0) mbar_arrive(&ready[slot]);
+        } else if (!W4 && warp == 2) {  // grouped FP8: the activation scales (else TMA brings them)
+          mbar_wait(&empty[slot], ph ^ 1);
+          if (p.group_offsets)
+            copy_act_scales<C>(p, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs,
+                               st + C::kStageBytes - C::kWsBytes + 512, threadIdx.x % 32);
           __syncwarp();
           if (threadIdx.x % 32 == 0) mbar_arrive(&ready[slot]);
         } else if (!W4 && warp == 1) {  // FP8 blocks: copy the stage's few weight-block scales
@@ -312,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     return;
   }
 
-  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 224 : 232>();
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 224 : 232>();  // 128 x 48 + 256 x 232 = 64K
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t sbase = smem_addr(smem);
   int it = 0;
