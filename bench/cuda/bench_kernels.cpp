@@ -7,7 +7,7 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick]
+//   bench_cuda_kernels [--quick | --moe]   (--moe: the copy ceiling and the routed-expert rows only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -105,6 +105,7 @@ void row(const std::string& kernel, const std::string& shape, cudaStream_t s, co
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool moe_only = argc > 1 && std::strcmp(argv[1], "--moe") == 0;
   const int reps = quick ? 10 : 30;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
   for (int blk : {32, 128})
     for (const Proj& p : projs)
       for (int64_t m : ms) {
+        if (moe_only) break;
         const size_t a_bytes = m * p.k, w_bytes = p.n * p.k;
         const int64_t ld_as = (m + 15) / 16 * 16;
         const size_t as_bytes = p.k / blk * ld_as, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
@@ -255,6 +257,7 @@ int main(int argc, char** argv) {
   }
 
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
+  if (!moe_only)
   for (int blk : {32, 128})
     for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const int64_t k = 5120;

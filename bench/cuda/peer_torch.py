@@ -9,6 +9,7 @@ import sys
 import torch
 
 QUICK = "--quick" in sys.argv
+MOE_ONLY = "--moe" in sys.argv  # the routed-expert peers only
 REPS = 10 if QUICK else 30
 PROJS = [("q_a", 5120, 1280), ("q_b", 1280, 32768), ("o_b", 8192, 5120), ("sh_gate_up", 5120, 4608),
          ("sh_down", 2304, 5120)]
@@ -65,6 +66,8 @@ def fp8(shape):
 def main():
     dev = torch.cuda.get_device_name(0)
     print(f"peer: torch {torch.__version__} on {dev}")
+    if MOE_ONLY:
+        return moe_peers()
     x = torch.empty(2**31, dtype=torch.uint8, device="cuda").random_(1, 255)
     y = torch.empty_like(x)
     print(f"CEIL|torch_copy_tb_s|{2 * 2**31 / time_us(lambda i: y.copy_(x), 1) * 1e-6:.3f}")
@@ -111,6 +114,10 @@ def main():
                             errors.add(msg)
                             print(f"peer: blockwise refused ({shape}): {msg}")
             del w8, x8, sa, sbs
+    moe_peers()
+
+
+def moe_peers():
     # Routed experts: torch's grouped bf16 GEMM (no FP4 on Hopper in torch) over the active experts only,
     # with a routing drawn the same way as bench_cuda_kernels (6 distinct experts per token, 384 experts).
     gen = torch.Generator().manual_seed(7)

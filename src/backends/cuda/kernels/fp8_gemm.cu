@@ -241,7 +241,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   constexpr uint32_t w4_off = SWAP ? 0 : C::kPBytes;  // where the widened weights go in a stage
 
   if (wg == 0) {  // producer warpgroup: warp 0 lane 0 streams stages by TMA; warps 1..3 widen MXFP4
-    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 56 : 48>();  // (the copying warps need more than TMA)
+    // The CTA's register pool is what it launched with (384 x 168): 128 x 40 + 256 x 232 (FP8) and
+    // 128 x 56 + 256 x 224 (MXFP4: the widening warps need more) both fit; more would hang the inc.
+    if constexpr (C::kCtasPerSm == 1) setmaxnreg_dec<W4 ? 56 : 40>();
     const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_p);
@@ -285,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
             tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
           }
         } else if (W4 && warp > 0) {
-          mbar_wait(&full[slot], ph);  // (so the slot's previous readers are done too)
+          // Scales first, as soon as the slot is free (their loads overlap the stage's TMA), then widen.
+          mbar_wait(&empty[slot], ph ^ 1);
           uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
           const int lane = threadIdx.x % 32;
           if (warp == 1) {  // weight scales: 4 K blocks x the tile's 128 rows, 16 bytes a lane
@@ -295,6 +298,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           } else if (warp == 2) {
             copy_act_scales<C>(p, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, stage_s + 512, lane);
           }
+          mbar_wait(&full[slot], ph);
           widen_fp4_stage<W4_ROWS>(st + C::kPBytes + C::kQBytes, st + w4_off, threadIdx.x - 32, 96);
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
           __syncwarp();
@@ -325,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     return;
   }
 
-  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 224 : 232>();  // 128 x 48 + 256 x 232 = 64K
+  if constexpr (C::kCtasPerSm == 1) setmaxnreg_inc<W4 ? 224 : 232>();
   const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t sbase = smem_addr(smem);
   int it = 0;
