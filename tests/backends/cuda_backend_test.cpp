@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernel_test_util.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -23,31 +24,7 @@ namespace {
 
 // A device copy of a host vector (or an uninitialized, NaN-poisoned buffer of n elements).
 template <typename T>
-class Dev {
- public:
-  explicit Dev(size_t n) : n_(n) {
-    if (cudaMalloc(&p_, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) throw Error("cudaMalloc failed");
-    if (cudaMemset(p_, 0xff, std::max<size_t>(1, n) * sizeof(T)) != cudaSuccess) throw Error("cudaMemset failed");
-  }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
-    if (cudaMemcpy(p_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
-      throw Error("cudaMemcpy H2D failed");
-  }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    if (cudaDeviceSynchronize() != cudaSuccess) throw Error("kernel failed");
-    if (cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
-      throw Error("cudaMemcpy D2H failed");
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using Dev = ktest::DevBuf<T>;
 
 class CudaBackendTest : public ::testing::Test {
  protected:
