@@ -103,6 +103,7 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
       codec_(std::move(codec)),
       options_(std::move(options)),
       states_(*model_, options_.num_state_blocks),
+      runner_(*model_, states_),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
                   options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
                  states_),
@@ -206,22 +207,21 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
   auto job = std::make_unique<Job>();
   job->chunks = std::move(chunks);
   auto& b = job->batch;
-  b.seq_start.push_back(0);
+  ModelRunner::layout(job->chunks, b);
   for (int c = 0; c < static_cast<int>(job->chunks.size()); ++c) {
     const ScheduledChunk& ch = job->chunks[c];
     const Request& req = *ch.seq->request;
     if (req.params.prompt_logprobs && ch.seq->index == 0) {
       int64_t from = std::max<int64_t>(ch.start, static_cast<int64_t>(req.prompt_logprobs.size()) - 1);
       for (int64_t p = from; p < ch.start + ch.count && p + 1 < ch.seq->prompt_len(); ++p) {
-        b.logit_rows.push_back(b.seq_start.back() + static_cast<int32_t>(p - ch.start));
+        b.logit_rows.push_back(b.seq_start[c] + static_cast<int32_t>(p - ch.start));
         job->rows.push_back({c, p, false});
       }
     }
     if (ch.sample) {
-      b.logit_rows.push_back(b.seq_start.back() + ch.count - 1);
+      b.logit_rows.push_back(b.seq_start[c + 1] - 1);
       job->rows.push_back({c, ch.start + ch.count - 1, true});
     }
-    b.seq_start.push_back(b.seq_start.back() + ch.count);
   }
   stats_.max_seqs_in_step = std::max<int>(stats_.max_seqs_in_step, static_cast<int>(job->chunks.size()));
   return job;
@@ -249,15 +249,7 @@ void Engine::launch(std::unique_ptr<Job> job) {
   states_.recycle();
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
-  b.token_ids.clear();
-  b.states.clear();
-  for (auto& ch : job->chunks) {
-    check(ch.start + ch.count <= static_cast<int64_t>(ch.seq->tokens.size()), "internal: token not resolved");
-    b.token_ids.insert(b.token_ids.end(), ch.seq->tokens.begin() + ch.start, ch.seq->tokens.begin() + ch.start + ch.count);
-    model::SequenceState* st = states_.state(ch.seq->id);
-    check(st->length() == ch.start, "internal: state of sequence ", ch.seq->id, " is at ", st->length(), ", chunk starts at ", ch.start);
-    b.states.push_back(st);
-  }
+  runner_.fill(job->chunks, b);
   ++stats_.steps;
   stats_.forward_tokens += static_cast<int64_t>(b.token_ids.size());
   inflight_ = std::move(job);
@@ -267,7 +259,7 @@ void Engine::launch(std::unique_ptr<Job> job) {
 
 void Engine::run_job(Job& job) {
   try {
-    model_->forward(job.batch, job.logits);
+    runner_.run(job.batch, job.logits);
     check(job.logits.size() == job.rows.size() * static_cast<size_t>(model_->vocab_size()),
           "the model returned ", job.logits.size(), " logits for ", job.rows.size(), " rows");
   } catch (const std::exception& e) {

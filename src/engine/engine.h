@@ -14,6 +14,7 @@
 #include "cache/state_manager.h"
 #include "deepinfer/llm.h"
 #include "engine/grammar.h"
+#include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/text.h"
@@ -86,6 +87,7 @@ class Engine {
   std::unique_ptr<TextCodec> codec_;
   EngineOptions options_;
   cache::StateManager states_;
+  ModelRunner runner_;  // scheduled chunks -> ForwardBatch -> forward
   Scheduler scheduler_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<Job> inflight_;
