@@ -177,7 +177,7 @@ def test_disconnect_frees_request(server):
     ({"prompt": "x", "temperature": "hot"}, "temperature"),
     ({"max_tokens": 3}, "prompt"),
     ({"prompt": "x", "response_format": {"type": "xml"}}, "response_format"),
-    ({"prompt": "x", "guided_json": {"type": "object", "patternProperties": {"^a": {}}}}, "unsupported keyword"),
+    ({"prompt": "x", "guided_json": {"type": "object", "$dynamicRef": "#meta"}}, "unsupported keyword"),
     ({"prompt": "x", "guided_regex": "a", "guided_choice": ["b"]}, "one structured-output"),
     ({"prompt": [1, 2, 10**9]}, "outside the vocabulary"),
 ])
