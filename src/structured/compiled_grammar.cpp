@@ -366,15 +366,19 @@ void CompiledGrammar::build_masks() {
 // (deterministic, in-rule) path that leave a char_boundary node (a started character counts).
 void CompiledGrammar::add_char_counts(uint32_t node, StateMask& m) const {
   const Automaton& a = automaton_;
-  auto chars = [&](int32_t id) {
+  auto chars_of = [&](std::string_view bytes) {  // up to where the rule's path stops
     int32_t c = 0;
     uint32_t n = node;
-    for (char b : vocab_.bytes(id)) {
+    for (char b : bytes) {
+      const uint32_t t = a.step(n, static_cast<uint8_t>(b));
+      if (t == UINT32_MAX) break;
       c += a.char_boundary[n];
-      n = a.step(n, static_cast<uint8_t>(b));
+      n = t;
     }
     return c;
   };
+  auto chars = [&](int32_t id) { return chars_of(vocab_.bytes(id)); };
+  for (int32_t idx : m.uncertain) m.uncertain_chars = std::max<uint32_t>(m.uncertain_chars, chars_of(vocab_.sorted_view(idx)));
   if (m.accepted_bits.empty()) {
     for (int32_t id : m.accepted_ids) m.accepted_chars.push_back(chars(id));
     return;

@@ -139,9 +139,10 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
   for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it) {
     EarleyItem k{grammar_->canonical(it->node), it->origin, it->seen};
     const uint32_t rule = a.nodes[it->node].rule;
+    const StateMask* m = grammar_->mask(it->node);
     if (a.counted(rule) && it->seen >= uint32_t(a.count_min[rule]) &&
-        (a.count_max[rule] < 0 || uint32_t(a.count_max[rule]) - it->seen >= grammar_->max_token_bytes()))
-      k.seen = kUncounted;  // both bounds further than any token reaches: the count is moot
+        (a.count_max[rule] < 0 || uint32_t(a.count_max[rule]) - it->seen > (m ? m->uncertain_chars : 0)))
+      k.seen = kUncounted;  // both bounds further than any uncertain token reaches: the count is moot
     if (k.origin == cur) k.origin = kRootOrigin - 1;  // this set itself, wherever it is
     else if (k.origin != kRootOrigin) max_origin = std::max(max_origin, k.origin);
     key_.push_back(k);

@@ -45,6 +45,9 @@ struct StateMask {
   std::vector<std::vector<uint32_t>> at_most_bits;
   std::vector<std::pair<int32_t, int32_t>> long_ids;
   std::vector<int32_t> accepted_chars;
+  // The most characters an uncertain token reads in the rule before leaving it: further than
+  // this from the upper bound (and past the lower one) the count cannot change their verdicts.
+  uint32_t uncertain_chars = 0;
   // ORs the accepted tokens adding at most `left` characters into words (tmp: scratch words).
   void or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const;
 };

@@ -270,6 +270,10 @@ TEST(StructuredV3, MaskMatchesParserOnRealVocab) {
       "required":["id"]})", v), R"({"id":-3,"tags":["ab","c"],"when":"2024-01-31"})");
   check_mask_exact(make("json", R"({"type":"object","properties":{"a":{"type":"integer"},"bb":{"type":"string"},
       "c":{"type":"boolean"}},"required":["a","c"]})", v), R"({"c":true,"x":1,"a":12,"bb":"s"})");
+  // Counted lengths: near both bounds (minLength 6, maxLength 9) and in an array of them.
+  check_mask_exact(make("json", R"({"type":"string","minLength":6,"maxLength":9})", v), R"("abcdefgh")");
+  check_mask_exact(make("json", R"({"type":"array","items":{"type":"string","pattern":"^[a-z ]*$","maxLength":3}})", v),
+                   R"(["ab","c d","x"])");
   check_mask_exact(make("ebnf", "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
                                 "factor ::= [0-9]+ | \"(\" expr \")\"", v), "(12+3)*45-6");
 }
