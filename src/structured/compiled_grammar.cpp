@@ -359,23 +359,25 @@ void CompiledGrammar::build_masks() {
       if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(reps[m], masks_[m]);
     }
   });
-  for (int32_t id = 0; id < vocab_.size(); ++id) max_token_bytes_ = std::max<uint32_t>(max_token_bytes_, vocab_.bytes(id).size());
 }
 
 // The characters an accepted token adds from `node` of a counted rule: the bytes of its
 // (deterministic, in-rule) path that leave a char_boundary node (a started character counts).
 void CompiledGrammar::add_char_counts(uint32_t node, StateMask& m) const {
   const Automaton& a = automaton_;
-  auto chars_of = [&](std::string_view bytes) {  // up to where the rule's path stops
-    int32_t c = 0;
+  // Characters a token needs from the bound: those it starts plus the fewest still needed
+  // after each step, at most (up to where the rule's path stops).
+  auto chars_of = [&](std::string_view bytes) {
+    int32_t c = 0, need = static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[node], INT32_MAX / 2));
     uint32_t n = node;
     for (char b : bytes) {
       const uint32_t t = a.step(n, static_cast<uint8_t>(b));
       if (t == UINT32_MAX) break;
       c += a.char_boundary[n];
+      need = std::max<int32_t>(need, c + static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[t], INT32_MAX / 2)));
       n = t;
     }
-    return c;
+    return std::max(c, need);
   };
   auto chars = [&](int32_t id) { return chars_of(vocab_.bytes(id)); };
   for (int32_t idx : m.uncertain) m.uncertain_chars = std::max<uint32_t>(m.uncertain_chars, chars_of(vocab_.sorted_view(idx)));

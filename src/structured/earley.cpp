@@ -185,10 +185,10 @@ bool EarleyParser::advance(uint8_t b) {
     const uint32_t t = a_->step(items_[i].node, b);
     if (t == UINT32_MAX) continue;
     uint32_t seen = items_[i].seen;
-    if (a_->char_boundary[items_[i].node] && seen != kUncounted) {  // a counted rule starts a character
+    if (a_->counted_node[t] && seen != kUncounted) {  // a counted rule: a started character counts
+      seen += a_->char_boundary[items_[i].node];
       const int32_t max = a_->count_max[a_->nodes[t].rule];
-      if (max >= 0 && seen >= uint32_t(max)) continue;
-      ++seen;
+      if (max >= 0 && uint64_t(seen) + a_->chars_to_end[t] > uint64_t(max)) continue;  // cannot end in time
     }
     add(t, items_[i].origin, seen);
   }

@@ -271,7 +271,22 @@ void label_char_boundaries(Automaton& a, uint32_t rule) {
       }
     }
   }
-  for (auto [n, p] : pos) a.char_boundary[n] = p == 0;
+  for (auto [n, p] : pos) {
+    a.char_boundary[n] = p == 0;
+    a.counted_node[n] = 1;
+    a.chars_to_end[n] = a.nodes[n].accepting ? 0 : UINT32_MAX / 2;
+  }
+  for (bool changed = true; changed;) {  // shortest distances, in characters started
+    changed = false;
+    for (auto [n, p] : pos)
+      for (uint32_t e = a.nodes[n].byte_begin; e < a.nodes[n].byte_end; ++e) {
+        const uint32_t d = a.chars_to_end[a.byte_edges[e].target] + a.char_boundary[n];
+        if (d < a.chars_to_end[n]) {
+          a.chars_to_end[n] = d;
+          changed = true;
+        }
+      }
+  }
 }
 
 constexpr size_t kMaxTransEntries = size_t(1) << 22;  // 16 MiB of dense transitions at most
@@ -341,6 +356,8 @@ Automaton build_automaton(const Grammar& g) {
   a.count_min.assign(g.num_rules(), 0);
   a.count_max.assign(g.num_rules(), Automaton::kNotCounted);
   a.char_boundary.assign(a.nodes.size(), 0);
+  a.counted_node.assign(a.nodes.size(), 0);
+  a.chars_to_end.assign(a.nodes.size(), 0);
   for (const CountedRule& c : g.counted()) {
     check(a.rule_perm[c.rule] < 0, "grammar: rule '", a.rule_names[c.rule], "' is both counted and a perm rule");
     a.count_min[c.rule] = c.min;

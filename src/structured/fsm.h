@@ -48,6 +48,11 @@ struct Automaton {
   // one: count + 1, so a partly read character counts already).
   std::vector<int32_t> count_min, count_max;
   std::vector<uint8_t> char_boundary;
+  // Per node of a counted rule: 1, and the fewest characters still to start before the rule can
+  // end (the parser refuses a step after which they no longer fit under the upper bound, so a
+  // bounded `pattern` never walks into a dead end).
+  std::vector<uint8_t> counted_node;
+  std::vector<uint32_t> chars_to_end;
   bool counted(uint32_t rule) const { return count_max[rule] != kNotCounted; }
   static constexpr int32_t kNotCounted = -2;
 

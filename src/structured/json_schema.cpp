@@ -39,6 +39,7 @@ const std::map<std::string, std::string> kFormats = {
     {"time", "^" DI_TIME "$"},
     {"date-time", "^(" DI_DATE ")[Tt]" DI_TIME "$"},
     {"email", R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$)"},
+    {"hostname", R"(^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$)"},
     {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
     {"ipv4", R"(^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$)"},
     {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*$)"},
@@ -713,6 +714,7 @@ class Converter {
       if (s.contains("pattern") && s.contains("format")) unsupported(path, "pattern together with format");
       std::string re = s.contains("pattern") ? s["pattern"].get<std::string>() : kFormats.at(s["format"].get<std::string>());
       int r = add_regex_rule(g_, "pattern" + std::to_string(g_.num_rules()), re, true);
+      if (s.value("format", "") == "hostname" && (max == kUnbounded || max > 253)) max = 253;  // RFC 1123 length
       if (min != 0 || max != kUnbounded) g_.add_counted({r, min, max});
       return g_.seq({g_.lit("\""), g_.ref(r), g_.lit("\"")});
     }

@@ -93,7 +93,7 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
     const StateMask* m = grammar_->mask(it->node);
     if (!m) continue;
     const uint32_t rule = a.nodes[it->node].rule;
-    if (a.counted(rule) && a.count_max[rule] >= 0 && uint32_t(a.count_max[rule]) - it->seen < grammar_->max_token_bytes()) {
+    if (a.counted(rule) && a.count_max[rule] >= 0) {
       const std::pair<const StateMask*, uint32_t> c{m, uint32_t(a.count_max[rule]) - it->seen};
       if (std::find(counted_masks_.begin(), counted_masks_.end(), c) == counted_masks_.end()) counted_masks_.push_back(c);
       continue;

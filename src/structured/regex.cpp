@@ -90,14 +90,18 @@ class RegexParser {
     std::vector<int> parts;
     bool first = true;
     while (!at_end() && s_[pos_] != '|' && s_[pos_] != ')') {
+      // Anchors only where they bound a whole top-level alternative: elsewhere (inside a group,
+      // mid-sequence) dropping them would widen the language, so they are refused.
       if (s_[pos_] == '^') {
         ++pos_;
-        if (first && anchored_start) *anchored_start = true;
-        continue;  // elsewhere '^' is treated as matching the empty string
+        if (!(first && anchored_start)) unsupported("'^' that does not start a top-level alternative");
+        *anchored_start = true;
+        continue;
       }
       if (s_[pos_] == '$') {
         ++pos_;
-        if (anchored_end && (at_end() || s_[pos_] == '|')) *anchored_end = true;
+        if (!(anchored_end && (at_end() || s_[pos_] == '|'))) unsupported("'$' that does not end a top-level alternative");
+        *anchored_end = true;
         continue;
       }
       first = false;

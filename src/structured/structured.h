@@ -68,8 +68,6 @@ class CompiledGrammar {
   // behave the same in every context (used to recognise repeated parser states).
   uint32_t canonical(uint32_t node) const { return canonical_[node]; }
   size_t num_masks() const { return masks_.size(); }
-  // Longest token in bytes (a counted rule's count further than this from its bounds is moot).
-  uint32_t max_token_bytes() const { return max_token_bytes_; }
   size_t memory_bytes() const;
 
  private:
@@ -81,7 +79,6 @@ class CompiledGrammar {
   std::vector<int32_t> node_mask_;
   std::vector<uint32_t> canonical_;
   std::vector<StateMask> masks_;
-  uint32_t max_token_bytes_ = 0;
 };
 
 // Front ends into the IR (used by compile, exposed for tests and tools).

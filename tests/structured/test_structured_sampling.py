@@ -27,6 +27,7 @@ SCHEMAS = [
     {"properties": {"a": {"type": "integer"}}, "required": ["a"]},  # additional properties allowed, before "a" too
     {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 40}, "maxItems": 3},  # counted lengths
     {"type": "string", "pattern": "^[a-zé]*$", "minLength": 1, "maxLength": 6},
+    {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$", "maxLength": 7},  # never walks into a dead end
     {"type": "object", "patternProperties": {"^[a-c]{1,2}$": {"type": "integer"}}, "additionalProperties": False, "maxProperties": 2},
     {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"required": ["a"]}, "additionalProperties": False},
     {"type": ["string", "null"], "not": {"enum": ["x", None]}, "oneOf": [{"type": "string"}, {"type": "integer"}]},
