@@ -48,6 +48,14 @@ class Backend {
                           const float* base, const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters,
                           float* pre, float* post, float* comb) = 0;
 
+  // mHC collapse: y[r, d] = sum_k mix[r, k] x[r, k, d] (k in order, fp32), then bf16 when bf16_out.
+  virtual void hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
+                           float* y) = 0;
+  // mHC expand: out[r, k, d] = post[r, k] sub[r, d] + (sum_j comb[r, j, k] x[r, j, d]) (j in order),
+  // then bf16 when bf16_out. out must not alias x.
+  virtual void hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
+                         int64_t hc, int64_t dim, bool bf16_out, float* out) = 0;
+
   // Softmax pooling over slots per channel (the compressors): z[w, c] = sum_s softmax_s(gate[w,s,c]) kv[w,s,c].
   // A slot with gate -inf has weight 0.
   virtual void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,

@@ -263,6 +263,26 @@ TEST_F(CudaBackendTest, SoftmaxPool) {
   expect_close(dz.host(), ref, "softmax_pool");
 }
 
+TEST_F(CudaBackendTest, HcCollapseAndExpand) {
+  const int64_t rows = 9, hc = 4, dim = 333;
+  auto x = uniform(rows * hc * dim, -3.0f, 3.0f), mix = uniform(rows * hc), sub = uniform(rows * dim, -3.0f, 3.0f);
+  auto post = uniform(rows * hc), comb = uniform(rows * hc * hc);
+  Dev<float> dx(x), dmix(mix), dsub(sub), dpost(post), dcomb(comb);
+  for (bool bf16 : {false, true}) {
+    // fp32: CUDA may fuse a product and its sum (ulp-level); bf16 out: such an ulp can flip one rounding
+    // (2^-8 relative), which is why the bf16 bound is the bf16 step.
+    const double tol = bf16 ? 8e-3 : 1e-5;
+    std::vector<float> y(rows * dim), out(rows * hc * dim);
+    cpu().hc_collapse(x.data(), mix.data(), rows, hc, dim, bf16, y.data());
+    cpu().hc_expand(x.data(), sub.data(), post.data(), comb.data(), rows, hc, dim, bf16, out.data());
+    Dev<float> dy(y.size()), dout(out.size());
+    gpu_->hc_collapse(dx.get(), dmix.get(), rows, hc, dim, bf16, dy.get());
+    gpu_->hc_expand(dx.get(), dsub.get(), dpost.get(), dcomb.get(), rows, hc, dim, bf16, dout.get());
+    expect_close(dy.host(), y, bf16 ? "hc_collapse bf16" : "hc_collapse", tol);
+    expect_close(dout.host(), out, bf16 ? "hc_expand bf16" : "hc_expand", tol);
+  }
+}
+
 TEST_F(CudaBackendTest, Swiglu) {
   const int64_t rows = 7, dim = 1000;
   for (float limit : {0.0f, 2.5f})

@@ -43,6 +43,21 @@ TEST(V41Ops, Fp4WithE4m3ScalesPerBlock16) {
   for (int i = 16; i < 32; ++i) EXPECT_EQ(y[i], 0.0f);
 }
 
+// mHC collapse and expand on hand-checked numbers (hc 2, dim 2), fp32 and bf16 outputs.
+TEST(V41Ops, HcCollapseAndExpand) {
+  const std::vector<float> x = {1, 2, 3, 4}, mix = {0.5f, 0.25f}, sub = {10, 20}, post = {1, 2};
+  const std::vector<float> comb = {1, 0, 0.5f, 1};  // comb[j, k]: stream j into stream k
+  std::vector<float> y(2), out(4);
+  be().hc_collapse(x.data(), mix.data(), 1, 2, 2, false, y.data());
+  EXPECT_EQ(y, (std::vector<float>{0.5f * 1 + 0.25f * 3, 0.5f * 2 + 0.25f * 4}));
+  be().hc_expand(x.data(), sub.data(), post.data(), comb.data(), 1, 2, 2, false, out.data());
+  // out[k, d] = post[k] sub[d] + sum_j comb[j, k] x[j, d]
+  EXPECT_EQ(out, (std::vector<float>{10 + 1 + 1.5f, 20 + 2 + 2, 20 + 3, 40 + 4}));
+  const std::vector<float> xb = {1.00390625f, 0, 0, 0};  // 1 + 2^-8: halfway between bf16 steps
+  be().hc_collapse(xb.data(), std::vector<float>{1, 0}.data(), 1, 2, 2, true, y.data());
+  EXPECT_EQ(y[0], 1.0f);  // ties to even
+}
+
 TEST(V41Ops, LinearKBlockedSumsBlocksInOrder) {
   const int64_t m = 3, k = 96, n = 5;
   auto x = randn(m * k, 4), w = randn(n * k, 5);

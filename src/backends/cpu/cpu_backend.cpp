@@ -233,6 +233,32 @@ void CpuBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_
                     round_e2m1);
 }
 
+void CpuBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
+                             float* y) {
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t)
+      for (int64_t d = 0; d < dim; ++d) {
+        float acc = 0;
+        for (int64_t k = 0; k < hc; ++k) acc += mix[t * hc + k] * x[(t * hc + k) * dim + d];
+        y[t * dim + d] = bf16_out ? round_to_bf16(acc) : acc;
+      }
+  }, 4);
+}
+
+void CpuBackend::hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
+                           int64_t hc, int64_t dim, bool bf16_out, float* out) {
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t)
+      for (int64_t k = 0; k < hc; ++k)
+        for (int64_t d = 0; d < dim; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * x[(t * hc + j) * dim + d];
+          const float v = post[t * hc + k] * sub[t * dim + d] + acc;
+          out[(t * hc + k) * dim + d] = bf16_out ? round_to_bf16(v) : v;
+        }
+  }, 4);
+}
+
 void CpuBackend::round_bf16(float* x, int64_t n) {
   parallel_for(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) x[i] = round_to_bf16(x[i]);

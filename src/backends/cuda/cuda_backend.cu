@@ -590,6 +590,35 @@ __global__ void hc_weights_kernel(const float* __restrict__ x, int64_t hc, int64
   }
 }
 
+// ---------------------------------------------------------------- hc_collapse / hc_expand
+__device__ __forceinline__ float round_bf16_hc(float x) {  // float_to_bf16 then back, as dtype.cpp
+  if (isnan(x)) return __uint_as_float(0x7fc00000u);
+  const unsigned u = __float_as_uint(x);
+  return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+__global__ void hc_collapse_kernel(const float* __restrict__ x, const float* __restrict__ mix, int64_t rows, int64_t hc,
+                                   int64_t dim, bool bf16_out, float* __restrict__ y) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= rows * dim) return;
+  const int64_t t = e / dim, d = e % dim;
+  float acc = 0.0f;
+  for (int64_t k = 0; k < hc; ++k) acc += mix[t * hc + k] * x[(t * hc + k) * dim + d];
+  y[e] = bf16_out ? round_bf16_hc(acc) : acc;
+}
+
+__global__ void hc_expand_kernel(const float* __restrict__ x, const float* __restrict__ sub,
+                                 const float* __restrict__ post, const float* __restrict__ comb, int64_t rows,
+                                 int64_t hc, int64_t dim, bool bf16_out, float* __restrict__ out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= rows * hc * dim) return;
+  const int64_t t = e / (hc * dim), k = (e / dim) % hc, d = e % dim;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * x[(t * hc + j) * dim + d];
+  const float v = post[t * hc + k] * sub[t * dim + d] + acc;
+  out[e] = bf16_out ? round_bf16_hc(v) : v;
+}
+
 // ---------------------------------------------------------------- softmax_pool
 __global__ void softmax_pool_kernel(const float* __restrict__ kv, const float* __restrict__ gate, int64_t windows,
                                     int64_t slots, int64_t channels, float* __restrict__ z) {
@@ -1050,6 +1079,24 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   hc_weights_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(
       x, hc, dim, fn, base, scale, rms_eps, hc_eps, sinkhorn_iters, pre, post, comb);
   check_launch("hc_weights_kernel");
+}
+
+void CudaBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
+                              float* y) {
+  check_sizes(rows >= 0 && hc > 0 && dim >= 0, "hc_collapse");
+  const int64_t n = rows * dim;
+  if (n == 0) return;
+  hc_collapse_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, mix, rows, hc, dim, bf16_out, y);
+  check_launch("hc_collapse_kernel");
+}
+
+void CudaBackend::hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
+                            int64_t hc, int64_t dim, bool bf16_out, float* out) {
+  check_sizes(rows >= 0 && hc > 0 && dim >= 0, "hc_expand");
+  const int64_t n = rows * hc * dim;
+  if (n == 0) return;
+  hc_expand_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, sub, post, comb, rows, hc, dim, bf16_out, out);
+  check_launch("hc_expand_kernel");
 }
 
 void CudaBackend::softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,

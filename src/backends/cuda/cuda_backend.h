@@ -36,6 +36,10 @@ class CudaBackend final : public ops::Backend {
   void hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn, const float* base,
                   const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters, float* pre, float* post,
                   float* comb) override;
+  void hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
+                   float* y) override;
+  void hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows, int64_t hc,
+                 int64_t dim, bool bf16_out, float* out) override;
   void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
                     float* z) override;
   void swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit, const float* row_scale,

@@ -373,22 +373,11 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
   auto site = [&](const HcWeights& hw, const std::vector<float>& norm, auto&& sublayer) {
     be_.hc_weights(X.data(), T, hc, D, hw.fn.data(), hw.base.data(), hw.scale.data(), eps, hc_eps,
                    c.hc_sinkhorn_iters, pre.data(), post.data(), comb.data());
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t d = 0; d < D; ++d) {
-        float acc = 0;
-        for (int64_t k = 0; k < hc; ++k) acc += pre[t * hc + k] * X[(t * hc + k) * D + d];
-        a[t * D + d] = acc;
-      }
+    be_.hc_collapse(X.data(), pre.data(), T, hc, D, false, a.data());
     be_.rms_norm(a.data(), norm.data(), T, D, eps, a.data());
     sublayer(a, sub);
     std::vector<float> mixed(T * hc * D);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < hc; ++k)
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0;
-          for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * X[(t * hc + j) * D + d];
-          mixed[(t * hc + k) * D + d] = post[t * hc + k] * sub[t * D + d] + acc;
-        }
+    be_.hc_expand(X.data(), sub.data(), post.data(), comb.data(), T, hc, D, false, mixed.data());
     X.swap(mixed);
   };
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -410,12 +399,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
   for (int64_t r = 0; r < R; ++r) std::copy_n(X.data() + rows[r] * hc * D, hc * D, xr.data() + r * hc * D);
   be_.hc_weights(xr.data(), R, hc, D, w_.hc_head.fn.data(), w_.hc_head.base.data(), w_.hc_head.scale.data(), eps,
                  hc_eps, c.hc_sinkhorn_iters, hpre.data(), nullptr, nullptr);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int64_t k = 0; k < hc; ++k) acc += hpre[r * hc + k] * xr[(r * hc + k) * D + d];
-      y[r * D + d] = acc;
-    }
+  be_.hc_collapse(xr.data(), hpre.data(), R, hc, D, false, y.data());
   be_.rms_norm(y.data(), w_.norm.data(), R, D, eps, y.data());
   if (capture_hidden) {
     capture_hidden->push_back(y);

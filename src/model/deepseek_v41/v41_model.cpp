@@ -18,19 +18,6 @@ namespace {
 
 float rb(float x) { return round_to_bf16(x); }
 
-// The final collapse of the hc streams with the last pre-mix: y[t] = bf16(sum_k pre[t,k] X[t,k]).
-std::vector<float> collapse_streams(const std::vector<float>& X, const std::vector<float>& pre_mix, int64_t rows,
-                                    int64_t hc, int64_t D) {
-  std::vector<float> y(rows * D);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int64_t k = 0; k < hc; ++k) acc += pre_mix[t * hc + k] * X[(t * hc + k) * D + d];
-      y[t * D + d] = rb(acc);
-    }
-  return y;
-}
-
 // The streams of fresh tokens: every stream holds the embedding; the pre-mix starts on stream 0.
 void embed_rows(const V41Floats& embed, const std::vector<int64_t>& ids, int64_t hc, int64_t D, std::vector<float>& X,
                 std::vector<float>& pre_mix) {
@@ -265,16 +252,10 @@ void V41Model::block_forward(int64_t l, Step& s, std::vector<float>& X, std::vec
   const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
   const V41Block& B = blocks_[l];
   std::vector<float> pre(n * hc), post(n * hc), comb(n * hc * hc), a(n * D), sub;
-  auto collapse = [&](const std::vector<float>& mix) { a = collapse_streams(X, mix, n, hc, D); };
+  std::vector<float> mixed(n * hc * D);
+  auto collapse = [&](const std::vector<float>& mix) { be_.hc_collapse(X.data(), mix.data(), n, hc, D, true, a.data()); };
   auto expand = [&]() {
-    std::vector<float> mixed(n * hc * D);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t k = 0; k < hc; ++k)
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0;
-          for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * X[(t * hc + j) * D + d];
-          mixed[(t * hc + k) * D + d] = rb(post[t * hc + k] * sub[t * D + d] + acc);
-        }
+    be_.hc_expand(X.data(), sub.data(), post.data(), comb.data(), n, hc, D, true, mixed.data());
     X.swap(mixed);
   };
   be_.hc_weights(X.data(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
@@ -411,7 +392,8 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
   }
   // final collapse with the last pre-mix, norm
   const int64_t rows = s.rows();
-  std::vector<float> y = collapse_streams(X, pre_mix, rows, hc, D);
+  std::vector<float> y(rows * D);
+  be_.hc_collapse(X.data(), pre_mix.data(), rows, hc, D, true, y.data());  // the final collapse, last pre-mix
   std::vector<float> yn = y;
   rmsnorm(yn, norm_, rows, D);
   if (taps && taps->on_final) taps->on_final(y, yn);
@@ -474,7 +456,8 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
   embed_rows(embed_, ids, hc, D, X, pre_mix);
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) block_forward(c_.n_layers + stage, s, X, pre_mix, nullptr);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
-  std::vector<float> y = collapse_streams(X, pre_mix, n, hc, D);
+  std::vector<float> y(n * D);
+  be_.hc_collapse(X.data(), pre_mix.data(), n, hc, D, true, y.data());
   std::vector<float> yn = y;
   rmsnorm(yn, L.final_norm, n, D);
   V41Draft out;
