@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels/fp8_gemm.h"
+#include "backends/cuda/kernels/sparse_attention.h"
 #include "core/dtype.h"
 
 namespace {
@@ -255,6 +256,39 @@ int main(int argc, char** argv) {
       cudaFree(wsc);
     }
   }
+
+  // Sparse attention (V4.1: 64 heads x 512, top-512 + window 128 = 640 rows a token) over a 65536-row
+  // arena, ~5% of the indices empty. Bytes: q and out once, each token's rows once.
+  if (!moe_only)
+    for (int64_t t : {int64_t{64}, int64_t{256}, int64_t{1024}}) {
+      const int64_t H = 64, D = 512, K = 640, N = 65536;
+      std::vector<int32_t> idx_h(t * K);
+      std::mt19937 r(11);
+      for (auto& v : idx_h) v = r() % 20 == 0 ? -1 : static_cast<int32_t>(r() % N);
+      int32_t* idx = nullptr;
+      float* sink = nullptr;
+      uint16_t* out = nullptr;
+      ck(cudaMalloc(&idx, idx_h.size() * 4), "cudaMalloc idx");
+      ck(cudaMemcpy(idx, idx_h.data(), idx_h.size() * 4, cudaMemcpyHostToDevice), "idx");
+      ck(cudaMalloc(&sink, H * 4), "cudaMalloc sink");
+      ck(cudaMemset(sink, 0, H * 4), "sink");
+      ck(cudaMalloc(&out, t * H * D * 2), "cudaMalloc out");
+      auto call = [&](int) {
+        deepinfer::cuda::SparseAttnArgs a;
+        a.q = reinterpret_cast<const uint16_t*>(codes.slice(0, t * H * D * 2));  // e4m3 codes read as bf16: finite
+        a.pool = reinterpret_cast<const uint16_t*>(codes.slice(1, N * D * 2)), a.ld_pool = D;
+        a.idx = idx, a.k = K, a.sink = sink, a.scale = 0.04f, a.out = out;
+        a.tokens = t, a.heads = H, a.dim = D;
+        deepinfer::cuda::sparse_attention_bf16(a, s);
+      };
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "t%lld h64 d512 k640", static_cast<long long>(t));
+      row("sparse_attention bf16", shape, s, call, reps, 2.0 * t * H * D * 2 + t * K * (D * 2.0 + 4),
+          4.0 * t * H * K * D);
+      cudaFree(idx);
+      cudaFree(sink);
+      cudaFree(out);
+    }
 
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
   if (!moe_only)

@@ -114,7 +114,28 @@ def main():
                             errors.add(msg)
                             print(f"peer: blockwise refused ({shape}): {msg}")
             del w8, x8, sa, sbs
+    attention_peers()
     moe_peers()
+
+
+def attention_peers():
+    """Sparse attention with sink in plain torch bf16: gather the rows, two batched matmuls, softmax with
+    the sink as an extra logit (the issue's torch baseline)."""
+    h, d, k, n = 64, 512, 640, 65536
+    pool = torch.randn(n, d, device="cuda", dtype=torch.bfloat16)
+    sink = torch.zeros(h, device="cuda")
+    for t in [64, 256, 1024]:
+        q = torch.randn(t, h, d, device="cuda", dtype=torch.bfloat16)
+        idx = torch.randint(0, n, (t, k), device="cuda")
+
+        def run(i):
+            rows = pool[idx]  # [t, k, d]
+            s = torch.bmm(q, rows.transpose(1, 2)).float() * 0.04  # [t, h, k]
+            s = torch.cat([s, sink.view(1, h, 1).expand(t, h, 1)], dim=2)
+            p = torch.softmax(s, dim=2)[:, :, :k].to(torch.bfloat16)
+            return torch.bmm(p, rows)
+
+        print(f"PEER|torch gather+bmm+softmax bf16|t{t} h64 d512 k640|{time_us(run, 1, False):.2f}")
 
 
 def moe_peers():

@@ -1,7 +1,7 @@
 """Joins bench_cuda_kernels' KROW lines with peer_torch.py's PEER lines (same run) and prints the table:
 kernel, shape, measured us (per call in a CUDA graph), floor us, bound, measured/floor, achieved rate, one
 launch between events, peer us (graph-timed at m <= 256, like ours; event-timed above). Floor = max(bytes / copy ceiling,
-FLOPs / FP8 GEMM ceiling), both ceilings measured in the same run (CEIL lines).
+FLOPs / FP8 GEMM ceiling, or the bf16 one for bf16 kernels), the ceilings measured in the same run (CEIL lines).
     python3 bench/cuda/report.py bench.log peer.log
 """
 import sys
@@ -26,7 +26,8 @@ def main(paths):
     print("|---|---|---|---|---|---|---|---|---|")
     for kernel, shape, us, nbytes, flops, event_us in krows:
         t_mem = nbytes / bw * 1e6 if bw else 0
-        t_fl = flops / fp8 * 1e6 if fp8 else 0
+        rate_ceil = ceil.get("bf16_tflops", 0) * 1e12 if "bf16" in kernel else fp8  # bf16 kernels: bf16 peak
+        t_fl = flops / rate_ceil * 1e6 if rate_ceil else 0
         floor, bound = (t_mem, "mem") if t_mem >= t_fl else (t_fl, "flop")
         rate = f"{flops / us * 1e-6:.0f} TF" if bound == "flop" else f"{nbytes / us * 1e-6:.2f} TB/s"
         peer = "; ".join(f"{name} {p:.1f}" for name, p in peers.get(shape, []))

@@ -1,0 +1,41 @@
+// Sparse (gathered) attention with a per-head sink on BF16 tensor cores, raw device pointers: V4.1's MLA-style
+// attention, one 512-wide row per index serving as both K and V for all heads of a token.
+//   s_j = scale <q[t, h], row(idx[t, j])>,  out[t, h] = sum_j softmax_j(s, sink[h]) row(idx[t, j])
+// computed as the CPU backend's sparse_attention_online with block 64: an online softmax over chunks of 64
+// indices (running max from -1e30, the sink excluded from it), probabilities rounded to bf16 against the
+// running max before the P.V product, exp(sink - max) added to the denominator at the end.
+// Rows: idx >= 0 is row idx of `pool`, idx <= -2 is row ops::fresh_row_index(idx) of `fresh`, -1 is none
+// (a token with no row gives 0).
+//
+// Layouts: q [tokens, heads, 512] bf16 and out likewise (contiguous); pool [*, 512] bf16 with row stride
+// ld_pool, fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32.
+// Requirements (checked): dim == 512, heads % 64 == 0, 16-byte aligned pointers, ld_pool and ld_fresh
+// multiples of 8.
+//
+// Kernel: one CTA per (token, 64 heads), 8 warps: warp w takes heads 16 (w % 4).. and the half w / 4 of the
+// 512 channels. Each chunk's 64 rows are gathered once for all 64 heads by cp.async into a swizzled,
+// double-buffered shared-memory tile (the next chunk's gather overlaps this chunk's math); S = Q K^T by
+// mma.sync m16n8k16 over each warp's 256 channels, the two halves summed through shared memory, then the
+// online softmax in registers and O += P V with P straight from the S registers.
+#pragma once
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+struct SparseAttnArgs {
+  const uint16_t* q = nullptr;
+  const uint16_t* pool = nullptr;
+  int64_t ld_pool = 512;
+  const uint16_t* fresh = nullptr;
+  int64_t ld_fresh = 512;
+  const int32_t* idx = nullptr;
+  int64_t k = 0;
+  const float* sink = nullptr;
+  float scale = 1.0f;
+  uint16_t* out = nullptr;
+  int64_t tokens = 0, heads = 0, dim = 512;
+};
+
+void sparse_attention_bf16(const SparseAttnArgs& args, void* stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,102 @@
+// BF16 tensor-core sparse attention (kernels/sparse_attention.h) against the CPU backend's
+// sparse_attention_online (block 64) on the same bf16 values, fresh random inputs every run, output poisoned.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/sparse_attention.h"
+#include "core/dtype.h"
+#include "kernel_test_util.h"
+#include "ops/ops.h"
+
+namespace deepinfer {
+namespace {
+
+using ktest::DevBuf;
+
+class SparseAttentionTest : public ktest::KernelTest {
+ protected:
+  // n random bf16 values in (-1, 1), as bits and widened.
+  void bf16_random(size_t n, std::vector<uint16_t>& bits, std::vector<float>& wide) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    bits.resize(n);
+    wide.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16(u(rng_));
+      wide[i] = bf16_to_float(bits[i]);
+    }
+  }
+};
+
+// Indices: ~80% arena rows, ~10% fresh rows, ~10% none; token 0 has none at all (its output must be 0).
+// Tolerance: norm-wise 4e-3. The output is rounded to bf16 (up to 2^-9 relative per element, ~1e-3 in the
+// norm); the kernel's fp32 scores (tensor-core sums in another order) can put a probability on the other
+// side of a bf16 rounding step than the reference (each such flip moves that p by 2^-8 relative; in the
+// fp32 CUDA op's test these flips measured 7.3e-5). A wrong row, head, mask or rescale is of order 1.
+TEST_F(SparseAttentionTest, MatchesOnlineReference) {
+  struct Case { int64_t tokens, heads, k; };
+  for (const Case cs : {Case{5, 64, 100}, Case{3, 128, 640}, Case{2, 64, 64}, Case{2, 64, 7}}) {
+    const int64_t T = cs.tokens, H = cs.heads, K = cs.k, D = 512, N = 300, F = 20;
+    std::vector<uint16_t> qb, pb, fb;
+    std::vector<float> qf, pf, ff;
+    bf16_random(T * H * D, qb, qf);
+    bf16_random(N * D, pb, pf);
+    bf16_random(F * D, fb, ff);
+    std::vector<float> sink(H);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : sink) v = u(rng_);
+    std::vector<int32_t> idx(T * K);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const unsigned r = rng_() % 10;
+        idx[t * K + j] = t == 0 || r == 0 ? -1 : r == 1 ? ops::fresh_row(rng_() % F) : static_cast<int32_t>(rng_() % N);
+      }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D)) * 4.0f;  // sharp enough to exercise the max
+    std::vector<float> ref(T * H * D);
+    ops::cpu_backend().sparse_attention_online(qf.data(), T, H, D, pf.data(), ff.data(), idx.data(), K, sink.data(),
+                                               scale, 64, ref.data());
+    DevBuf<uint16_t> dq(qb), dp(pb), df(fb), dout(T * H * D);
+    DevBuf<int32_t> didx(idx);
+    DevBuf<float> dsink(sink);
+    cuda::SparseAttnArgs a;
+    a.q = dq.get(), a.pool = dp.get(), a.ld_pool = D, a.fresh = df.get(), a.ld_fresh = D;
+    a.idx = didx.get(), a.k = K, a.sink = dsink.get(), a.scale = scale, a.out = dout.get();
+    a.tokens = T, a.heads = H, a.dim = D;
+    cuda::sparse_attention_bf16(a, nullptr);
+    const auto out = dout.host();
+    double num = 0, den = 0;
+    int64_t nonfinite = 0, empty_nonzero = 0;
+    for (int64_t i = 0; i < T * H * D; ++i) {
+      const float got = bf16_to_float(out[i]);
+      if (!std::isfinite(got)) ++nonfinite;
+      if (i < H * D && got != 0.0f) ++empty_nonzero;  // token 0
+      num += (got - ref[i]) * static_cast<double>(got - ref[i]);
+      den += static_cast<double>(ref[i]) * ref[i];
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : 0;
+    std::printf("[ sparse_attention_bf16 t %lld h %lld k %lld ] rel err %.3e, %lld non-finite, %lld nonzero in the empty token\n",
+                static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K), rel,
+                static_cast<long long>(nonfinite), static_cast<long long>(empty_nonzero));
+    EXPECT_EQ(nonfinite, 0) << "seed " << seed_;
+    EXPECT_EQ(empty_nonzero, 0) << "seed " << seed_;
+    EXPECT_LE(rel, 4e-3) << "t " << T << " h " << H << " k " << K << " seed " << seed_;
+  }
+}
+
+TEST_F(SparseAttentionTest, RejectsBadShapes) {
+  cuda::SparseAttnArgs a;
+  alignas(16) uint16_t buf[8];
+  int32_t ix = 0;
+  float sk = 0;
+  a.q = a.pool = buf, a.out = buf, a.idx = &ix, a.sink = &sk, a.tokens = 1, a.k = 1;
+  a.heads = 64, a.dim = 256;
+  EXPECT_THROW(cuda::sparse_attention_bf16(a, nullptr), Error);  // dim must be 512
+  a.dim = 512, a.heads = 48;
+  EXPECT_THROW(cuda::sparse_attention_bf16(a, nullptr), Error);  // heads must be a multiple of 64
+}
+
+}  // namespace
+}  // namespace deepinfer
