@@ -71,36 +71,36 @@ def decode(llm, batches, steps, prompt_len, vocab, rng):
     return rows
 
 
-def figures(pre, dec, out: Path, device: str) -> list[Path]:
+def _plot(path: Path, measured, floor, labels, floor_label: str, **axes) -> None:
+    """One log-log figure: the measured curve (points labelled) and the floor beside it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(*zip(*measured), "o-", label="measured")
+    ax.plot(*zip(*floor), "--", label=floor_label)
+    for text, xy in zip(labels, measured):
+        ax.annotate(text, xy, fontsize=7)
+    ax.set(xscale="log", yscale="log", **axes)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def figures(pre, dec, out: Path, device: str) -> list[Path]:
     paths = [out / f"sweep_prefill_{device}.png", out / f"sweep_decode_{device}.png"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    x = [r["prompt_tokens"] for r in pre]
-    ax.plot(x, [r["tokens_per_s"] for r in pre], "o-", label="measured")
-    ax.plot(x, [r["floor_tokens_per_s"] for r in pre], "--", label="floor (compute bound)")
-    ax.set(xscale="log", yscale="log", xlabel="prompt length (tokens)", ylabel="prefill tokens/s",
-           title=f"Prefill throughput ({device})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths[0], dpi=120)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([r["tokens_per_s"] for r in dec], [r["tokens_per_s_per_user"] for r in dec], "o-", label="measured")
-    ax.plot([r["floor_tokens_per_s"] for r in dec], [r["floor_tokens_per_s_per_user"] for r in dec], "--", label="floor")
-    for r in dec:
-        ax.annotate(f"B={r['batch']}", (r["tokens_per_s"], r["tokens_per_s_per_user"]), fontsize=7)
-    ax.set(xscale="log", yscale="log", xlabel=f"decode tokens/s per {device}", ylabel="decode tokens/s per user",
-           title=f"Decode across batch sizes ({device})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths[1], dpi=120)
+    _plot(paths[0], [(r["prompt_tokens"], r["tokens_per_s"]) for r in pre],
+          [(r["prompt_tokens"], r["floor_tokens_per_s"]) for r in pre], [], "floor (compute bound)",
+          xlabel="prompt length (tokens)", ylabel="prefill tokens/s", title=f"Prefill throughput ({device})")
+    _plot(paths[1], [(r["tokens_per_s"], r["tokens_per_s_per_user"]) for r in dec],
+          [(r["floor_tokens_per_s"], r["floor_tokens_per_s_per_user"]) for r in dec],
+          [f"B={r['batch']}" for r in dec], "floor", xlabel=f"decode tokens/s per {device}",
+          ylabel="decode tokens/s per user", title=f"Decode across batch sizes ({device})")
     return paths
 
 
