@@ -85,6 +85,11 @@ def _esc(s: str) -> str:
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", s)
 
 
+# Bounded JSON values of non-string parameters (nested objects and arrays as empty ones).
+_JSON_VALUE = {"integer": "-?(0|[1-9][0-9]{0,8})", "number": "-?(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?",
+               "boolean": "(true|false)", "array": "\\[\\]", "object": "\\{\\}"}
+
+
 def _value_regex(schema: dict) -> tuple[bool, str]:
     """(is a DSML string parameter, regex of the value) for one parameter's JSON schema."""
     if "enum" in schema and schema["enum"]:
@@ -95,17 +100,7 @@ def _value_regex(schema: dict) -> tuple[bool, str]:
     kind = kind[0] if isinstance(kind, list) and kind else kind
     if kind == "string":
         return True, "[^<\\n]{1,16}"
-    if kind == "integer":
-        return False, "-?(0|[1-9][0-9]{0,8})"
-    if kind == "number":
-        return False, "-?(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?"
-    if kind == "boolean":
-        return False, "(true|false)"
-    if kind == "array":
-        return False, "\\[\\]"
-    if kind == "object":
-        return False, "\\{\\}"
-    return False, "null"
+    return False, _JSON_VALUE.get(kind, "null")
 
 
 def tool_call_regex(tools: list, fmt: str) -> str:
