@@ -1,4 +1,5 @@
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/weight_tile.h"
 
 #include <algorithm>
 #include <array>
@@ -22,15 +23,29 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 void CpuBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
-  constexpr int64_t kRowsPerTask = 16;  // a block of weight rows stays in cache while all x rows pass
-  int64_t blocks = (n + kRowsPerTask - 1) / kRowsPerTask;
-  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      int64_t n0 = b * kRowsPerTask, n1 = std::min(n, n0 + kRowsPerTask);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = n0; j < n1; ++j) y[i * n + j] = dot(x + i * k, w + j * k, k);
+  // Every output is dot(x row, w row): 8 interleaved partial sums (channel c into sum c % 8), combined
+  // as ((0+4)+(1+5))+((2+6)+(3+7)). Computed for 8 outputs (a weight tile) x 2 rows at a time.
+  constexpr int64_t J = 8, I = 2;
+  parallel_for((n + J - 1) / J, [&](int64_t t0, int64_t t1) {
+    std::vector<v8> tile(k);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t j0 = t * J, nj = std::min(J, n - j0);
+      pack_tile(w + j0 * k, nj, k, tile.data());
+      for (int64_t i0 = 0; i0 < m; i0 += I) {
+        const int64_t ni = std::min(I, m - i0);
+        v8 acc[I][8] = {};
+        for (int64_t r = 0; r < ni; ++r) {
+          const float* xr = x + (i0 + r) * k;
+          for (int64_t c = 0; c < k; ++c) acc[r][c & 7] += xr[c] * tile[c];
+        }
+        for (int64_t r = 0; r < ni; ++r) {
+          const v8* a = acc[r];
+          const v8 sum = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+          for (int64_t l = 0; l < nj; ++l) y[(i0 + r) * n + j0 + l] = sum[l];
+        }
+      }
     }
-  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, m * k / 256)));
+  }, std::max<int64_t>(1, 256 / std::max<int64_t>(1, m)));
 }
 
 void CpuBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
