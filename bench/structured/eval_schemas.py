@@ -225,7 +225,9 @@ def main():
         st = collections.Counter()
         compile_ms, mask_us, errors = [], [], collections.Counter()
         t_engine = time.perf_counter()
-        for s in schemas:
+        for n_done, s in enumerate(schemas):
+            if n_done and n_done % 200 == 0:
+                print(f"  {engine}: {n_done} schemas, {st['compiled']} compiled", file=sys.stderr, flush=True)
             req = {"cmd": "eval", "schema_type": "json", "schema": s["text"], "inputs": s["inputs"], "strict": args.strict}
             r = w.request(req, args.timeout)
             if r.get("timeout"):
@@ -251,6 +253,8 @@ def main():
                 sample_check(w, s, args, st)
         w.close()
         rows.append((engine, st, compile_ms, mask_us, time.perf_counter() - t_engine))
+        print(f"{engine}: {st['compiled']} of {len(schemas)} compiled, {st['timeout']} timeouts,"
+              f" {st['valid_refused']} valid refused, {st['invalid_accepted']} invalid accepted", flush=True)
         if engine == "ours" or os.environ.get("EVAL_PRINT_ERRORS"):
             print(f"\n{engine}: most common compile errors")
             for e, c in errors.most_common(25):
