@@ -10,16 +10,42 @@
 
 namespace deepinfer::model {
 
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir) {
+namespace {
+
+// config.json's model_type, with errors that name the file.
+std::string model_type_of(const std::string& dir) {
   namespace fs = std::filesystem;
   check(fs::is_directory(dir), "model: '", dir, "' is not a folder");
   const std::string config_path = dir + "/config.json";
   check(fs::exists(config_path), "model: '", dir, "' has no config.json");
   const nlohmann::json j = read_json_file(config_path);
-  const std::string type = j.value("model_type", "");
+  check(j.is_object(), config_path, ": config: the file must be a JSON object, got a JSON ", j.type_name());
+  const auto it = j.find("model_type");
+  const std::string type = it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  check(type == "deepseek_v4" || type == "deepseek_v41", config_path, ": config: model_type = ",
+        it == j.end() ? "(absent)" : it->dump(), ": not supported (supported: \"deepseek_v4\", \"deepseek_v41\")");
+  return type;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir) {
+  const std::string type = model_type_of(dir);
   if (type == "deepseek_v4") return V4Model::load(dir);
-  if (type == "deepseek_v41") return V41Model::load(dir);
-  fail(config_path, ": model_type '", type, "' is not supported (supported: deepseek_v4, deepseek_v41)");
+  return V41Model::load(dir);
+}
+
+void check_servable(const std::string& dir) {
+  if (model_type_of(dir) != "deepseek_v41") return;
+  const V41Config c = V41Config::from_file(dir + "/config.json");
+  check(c.engram_layer_ids.empty() || std::filesystem::exists(dir + "/tokenizer.json"), dir,
+        ": this V4.1 model has Engram layers, which hash token strings from the model's own tokenizer.json; "
+        "the folder has none, so every request would fail");
+}
+
+int64_t checkpoint_context_length(const std::string& dir) {
+  if (model_type_of(dir) == "deepseek_v4") return V4Config::from_file(dir + "/config.json").max_position_embeddings;
+  return V41Config::from_file(dir + "/config.json").max_position_embeddings;
 }
 
 }  // namespace deepinfer::model

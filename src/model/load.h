@@ -10,4 +10,11 @@ namespace deepinfer::model {
 // Dispatches on config.json's model_type (deepseek_v4). Errors name the folder and the problem.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
 
+// The context the checkpoint was trained for: max_position_embeddings wherever the released layout
+// keeps it (V4: the root; V4.1: text_config), validated with the rest of the config.
+int64_t checkpoint_context_length(const std::string& model_dir);
+
+// Throws when the folder loads but could not serve a request (V4.1 Engram without tokenizer.json).
+void check_servable(const std::string& model_dir);
+
 }  // namespace deepinfer::model

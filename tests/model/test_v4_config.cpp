@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -121,6 +122,35 @@ TEST(V4Config, BadValuesAreNamed) {
   r = released_tiny_b();  // index_head_dim 24
   r["quantization_config"] = {{"quant_method", "fp8"}};
   expect_error(r, "index_head_dim");
+}
+
+// Issue 17: values nlohmann would convert silently, or that allocate before any tensor is checked.
+TEST(V4Config, HostileValuesAreRefusedWithFieldValueAndRange) {
+  const std::vector<std::tuple<std::string, json, std::string>> cases = {
+      {"hidden_size", 128.5, "hidden_size = 128.5: must be an integer"},
+      {"hidden_size", true, "hidden_size = true"},
+      {"sliding_window", 1e9, "sliding_window = 1000000000"},
+      {"num_hidden_layers", 1e12, "num_hidden_layers"},
+      {"num_experts_per_tok", 0, "num_experts_per_tok = 0"},
+      {"hc_sinkhorn_iters", -1, "hc_sinkhorn_iters = -1"},
+      {"hidden_act", "gelu", "hidden_act = \"gelu\": not supported"},
+      {"scoring_func", "relu", "scoring_func"},
+      {"eos_token_id", 100000, "eos_token_id = 100000"},
+      {"max_position_embeddings", -5, "max_position_embeddings = -5"},
+      {"rms_norm_eps", 0, "rms_norm_eps = 0"},
+  };
+  for (auto& [key, value, needle] : cases) {
+    json j = golden_config("tiny-a");
+    j[key] = value;
+    expect_error(j, needle);
+  }
+  json j = golden_config("tiny-a");
+  j["rope_parameters"]["main"]["rope_theta"] = 0;
+  expect_error(j, "rope_theta");
+  expect_error(json::array({1}), "must be a JSON object");
+  j = golden_config("tiny-a");
+  j["some_unknown_field"] = {1, 2, 3};  // harmless: ignored
+  EXPECT_EQ(V4Config::from_json(j).max_position_embeddings, 1048576);
 }
 
 }  // namespace

@@ -1,35 +1,50 @@
 #include "model/deepseek_v4/v4_config.h"
 
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "model/config_fields.h"
 
 namespace deepinfer::model {
 namespace {
 
 using nlohmann::json;
 
+// Strict reads (no 128.5 -> 128, no true -> 1): integers, finite numbers, booleans, strings, lists.
 template <typename T>
-T required(const json& j, const char* key) {
-  check(j.contains(key) && !j.at(key).is_null(), "config: missing required key '", key, "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    fail("config: key '", key, "' has the wrong type: ", j.at(key).dump());
+T read(const json& j, const char* key, std::optional<T> fallback) {
+  ConfigFields f(j, "");
+  if constexpr (std::is_same_v<T, int64_t>) {
+    return f.integer(key, INT64_MIN, INT64_MAX, fallback);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return f.real(key, -1e300, 1e300, fallback);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return f.boolean(key, fallback);
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    return f.integers(key, INT64_MIN, INT64_MAX, 1 << 12, fallback);
+  } else {
+    const json* v = f.find(key);
+    if (!v) {
+      if (!fallback) f.bad(key, "required");
+      return *fallback;
+    }
+    try {
+      return v->get<T>();
+    } catch (const json::exception&) {
+      f.bad(key, "has the wrong type");
+    }
   }
 }
 
 template <typename T>
-T optional(const json& j, const char* key, T fallback) {
-  if (!j.contains(key) || j.at(key).is_null()) return fallback;
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    fail("config: key '", key, "' has the wrong type: ", j.at(key).dump());
-  }
-}
+T required(const json& j, const char* key) { return read<T>(j, key, std::nullopt); }
+
+template <typename T>
+T optional(const json& j, const char* key, T fallback) { return read<T>(j, key, std::optional<T>(std::move(fallback))); }
 
 // transformers' default YaRN attention factor when none is given: 0.1 ln(factor) + 1.
 double default_yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
@@ -123,7 +138,15 @@ void parse_layers(const json& j, V4Config& c) {
 }  // namespace
 
 V4Config V4Config::from_json(const json& j) {
-  check(j.is_object(), "config: not a JSON object");
+  try {
+    return parse(j);
+  } catch (const json::exception& e) {  // a layout nlohmann cannot walk: still name the problem
+    fail("config: ", e.what());
+  }
+}
+
+V4Config V4Config::parse(const json& j) {
+  check(j.is_object(), "config: the file must be a JSON object, got ", show(j));
   std::string model_type = optional<std::string>(j, "model_type", "deepseek_v4");
   check(model_type == "deepseek_v4", "config: model_type '", model_type, "' is not deepseek_v4");
   V4Config c;
@@ -154,9 +177,43 @@ V4Config V4Config::from_json(const json& j) {
   c.hc_eps = optional<double>(j, "hc_eps", 1e-6);
   c.rms_norm_eps = optional<double>(j, "rms_norm_eps", 1e-6);
   c.bos_token_id = optional<int64_t>(j, "bos_token_id", 0);
-  c.eos_token_id = optional<int64_t>(j, "eos_token_id", 1);
+  const json* eos = ConfigFields(j, "").find("eos_token_id");  // an id or a list of ids
+  c.eos_token_id = eos && eos->is_array() && !eos->empty() ? read<int64_t>(json{{"eos_token_id", eos->at(0)}}, "eos_token_id", 1)
+                   : eos && eos->is_array() ? 1 : optional<int64_t>(j, "eos_token_id", 1);
   c.tie_word_embeddings = optional<bool>(j, "tie_word_embeddings", false);
 
+  // Ranges (caps keep a hostile value from allocating the machine away before any tensor is
+  // checked) and relations between fields.
+  ConfigFields f(j, "");
+  f.integer("vocab_size", 1, 1 << 22);
+  f.integer("hidden_size", 1, 1 << 16);
+  f.integer("num_hidden_layers", 1, 1024);
+  f.integer("num_attention_heads", 1, 1024);
+  f.integer("head_dim", 2, 4096);
+  f.integer("q_lora_rank", 1, 1 << 16);
+  f.integer("o_groups", 1, c.num_heads);
+  f.integer("o_lora_rank", 1, 1 << 16);
+  f.integer("n_routed_experts", 1, 1 << 14);
+  f.integer("n_shared_experts", 1, 64, 1);
+  f.integer("moe_intermediate_size", 1, 1 << 18);
+  f.integer("num_experts_per_tok", 1, c.n_routed_experts);
+  f.real("routed_scaling_factor", 0, 1e6, 1.0, true);
+  f.real("swiglu_limit", 0, 1e9, 0.0);
+  c.max_position_embeddings = f.integer("max_position_embeddings", 1, int64_t{1} << 24, 4096);
+  f.integer("sliding_window", 1, std::min<int64_t>(1 << 16, c.max_position_embeddings));
+  f.integer("index_n_heads", 0, 1024, 0);
+  f.integer("index_head_dim", 0, 4096, 0);
+  f.integer("index_topk", 0, int64_t{1} << 24, 0);
+  f.integer("hc_mult", 1, 16, 4);
+  f.integer("hc_sinkhorn_iters", 1, 1000, 20);
+  f.real("hc_eps", 0, 1, 1e-6, true);
+  f.real("rms_norm_eps", 0, 1, 1e-6, true);
+  f.integer("bos_token_id", 0, c.vocab_size - 1, 0);
+  if (f.find("eos_token_id") && f.find("eos_token_id")->is_array()) f.integers("eos_token_id", 0, c.vocab_size - 1, 16);
+  else f.integer("eos_token_id", 0, c.vocab_size - 1, 1);
+  f.choice("hidden_act", {"silu"});
+  f.choice("topk_method", {"noaux_tc"});
+  if (f.boolean("attention_bias", false)) f.bad("attention_bias", "not supported (must be false)");
   parse_layers(j, c);
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("main")) {
     const json& rp = j["rope_parameters"];
@@ -173,14 +230,16 @@ V4Config V4Config::from_json(const json& j) {
   if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
     const json& q = j["quantization_config"];
     std::string method = optional<std::string>(q, "quant_method", "");
-    check(method == "fp8", "config: quantization_config.quant_method '", method, "' is not supported (expected fp8)");
+    check(method == "fp8", "config: quantization_config.quant_method = \"", method, "\": not supported (supported: fp8)");
     std::string fmt = optional<std::string>(q, "fmt", "e4m3");
     check(fmt == "e4m3", "config: quantization_config.fmt '", fmt, "' is not supported (expected e4m3)");
     std::string scale_fmt = optional<std::string>(q, "scale_fmt", "ue8m0");
     check(scale_fmt == "ue8m0", "config: quantization_config.scale_fmt '", scale_fmt, "' is not supported");
     QuantConfig qc;
     auto block = optional<std::vector<int64_t>>(q, "weight_block_size", {128, 128});
-    check(block.size() == 2 && block[0] > 0 && block[1] > 0, "config: weight_block_size must be [n, k]");
+    check(block.size() == 2 && block[0] > 0 && block[1] > 0 && block[0] <= 4096 && block[1] <= 4096,
+          "config: quantization_config.weight_block_size = ", show(q["weight_block_size"]),
+          ": must be [n, k] with n and k in [1, 4096]");
     qc.block_n = block[0];
     qc.block_k = block[1];
     std::string expert_dtype = optional<std::string>(j, "expert_dtype", optional<std::string>(q, "expert_dtype", "fp8"));
@@ -190,19 +249,27 @@ V4Config V4Config::from_json(const json& j) {
     c.quant = qc;
   }
 
-  // Consistency.
-  check(c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 && c.head_dim > 0,
-        "config: sizes must be positive");
+  // Relations of the RoPE tables.
+  for (const RopeTable* r : {&c.rope_main, &c.rope_compress}) {
+    if (!std::isfinite(r->theta) || r->theta <= 1)
+      bad_field("rope_theta", std::to_string(r->theta), "must be a finite number > 1");
+    if (r->yarn) {
+      if (!std::isfinite(r->factor) || r->factor < 1) bad_field("rope factor", std::to_string(r->factor), "must be >= 1");
+      if (r->original_max_position < 1 || r->original_max_position > (int64_t{1} << 24))
+        bad_field("original_max_position_embeddings", std::to_string(r->original_max_position), "must be in [1, 16777216]");
+      if (!(r->beta_fast > 0 && r->beta_slow > 0 && r->beta_slow <= r->beta_fast && std::isfinite(r->beta_fast)))
+        bad_field("beta_fast / beta_slow", std::to_string(r->beta_fast) + " / " + std::to_string(r->beta_slow),
+                  "must be finite with 0 < beta_slow <= beta_fast");
+      if (!std::isfinite(r->attention_factor) || r->attention_factor <= 0)
+        bad_field("attention_factor", std::to_string(r->attention_factor), "must be a finite number > 0");
+    }
+  }
   check(c.rope_dim > 0 && c.rope_dim <= c.head_dim && c.rope_dim % 2 == 0, "config: rotary dim ", c.rope_dim,
         " must be even and at most head_dim ", c.head_dim);
   check(c.num_heads % c.o_groups == 0, "config: num_attention_heads ", c.num_heads, " not divisible by o_groups ",
         c.o_groups);
-  check(c.experts_per_token > 0 && c.experts_per_token <= c.n_routed_experts, "config: num_experts_per_tok ",
-        c.experts_per_token, " must be in 1..n_routed_experts (", c.n_routed_experts, ")");
   check(c.scoring_func == "sqrtsoftplus" || c.scoring_func == "softmax" || c.scoring_func == "sigmoid",
-        "config: scoring_func '", c.scoring_func, "' is not supported");
-  check(c.sliding_window > 0, "config: sliding_window must be positive");
-  check(c.hc_mult > 0 && c.hc_sinkhorn_iters > 0, "config: hc_mult and hc_sinkhorn_iters must be positive");
+        "config: scoring_func = \"", c.scoring_func, "\": not supported (supported: sqrtsoftplus, softmax, sigmoid)");
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (c.attention[l] == AttentionKind::kCSA) {
       check(c.index_n_heads > 0 && c.index_head_dim >= c.rope_dim && c.index_topk > 0, "config: layer ", l,

@@ -48,6 +48,7 @@ struct V4Config {
   double hc_eps = 1e-6, rms_norm_eps = 1e-6;
   std::optional<QuantConfig> quant;
   int64_t bos_token_id = 0, eos_token_id = 1;
+  int64_t max_position_embeddings = 4096;  // the context the checkpoint was trained for
   bool tie_word_embeddings = false;
 
   // Parses and validates; every unknown or inconsistent value is a deepinfer::Error naming the key.
@@ -56,6 +57,9 @@ struct V4Config {
   const RopeTable& rope_for_layer(int64_t layer) const {
     return compress_ratio[layer] == 0 ? rope_main : rope_compress;
   }
+
+ private:
+  static V4Config parse(const nlohmann::json& j);
 };
 
 }  // namespace deepinfer::model

@@ -33,6 +33,9 @@ struct V41Config {
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 256;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layer_ids;
+  int64_t max_position_embeddings = 4096;  // the context the checkpoint was trained for
+  int64_t bos_token_id = 0;
+  std::vector<int64_t> eos_token_ids{1};
   int64_t image_token_id = -1;  // every position of an image span carries it (spec §5.7); -1: none
   bool has_vision = false;      // composite vision_config / flat vision_n_layers > 0
   int64_t fp8_block = 32;      // quantization_config.weight_block_size (square) and activation block
@@ -54,8 +57,13 @@ struct V41Config {
   double packed_bytes_per_token() const;
   int64_t packed_ring_bytes() const;
 
-  static V41Config from_json(const nlohmann::json& j);  // either spelling (composite or flat)
+  // Either spelling (composite or flat). Every field is checked for type, range and its relations to
+  // the others: a deepinfer::Error names the field, the value and what is allowed.
+  static V41Config from_json(const nlohmann::json& j);
   static V41Config from_file(const std::string& path);
+
+ private:
+  static V41Config parse(const nlohmann::json& j);
 };
 
 }  // namespace deepinfer::model
