@@ -24,10 +24,12 @@ struct EngineConfig {
   int max_num_seqs = 0;                   // 0: DEEPINFER_MAX_NUM_SEQS
   int max_num_batched_tokens = 0;         // 0: DEEPINFER_MAX_NUM_BATCHED_TOKENS
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings
+  bool allow_long_max_model_len = false;  // allow max_model_len above the checkpoint's positions
   int64_t state_memory_bytes = -1;        // -1: DEEPINFER_STATE_MEMORY_MB; 0: unlimited
   int64_t num_state_blocks = 0;           // >0: exact budget in the model's state blocks (overrides the bytes)
   std::optional<bool> async_scheduling;   // default: DEEPINFER_ASYNC_SCHEDULING
   std::optional<bool> batch_invariant;    // default: DEEPINFER_BATCH_INVARIANT
+  int max_logprobs = 20;                  // most logprobs / prompt_logprobs a request may ask for
   uint64_t seed = 0;                      // seeds requests that have no seq_seed
   std::vector<int32_t> eos_token_ids;     // default: config.json's eos_token_id
 };
@@ -39,16 +41,32 @@ struct Prompt {
   static Prompt from_ids(std::vector<int32_t> ids) { return {{}, std::move(ids)}; }
 };
 
+struct ChatToolCall {
+  std::string id;                         // optional; matches a tool message's tool_call_id
+  std::string name;
+  std::string arguments;                  // JSON text of an object (OpenAI style)
+};
+
 struct ChatMessage {
-  std::string role;
+  std::string role;                       // system, user, assistant, tool (V4: developer too)
   std::string content;
+  std::string reasoning_content;          // assistant: its thinking
+  std::vector<ChatToolCall> tool_calls;   // assistant
+  std::string tool_call_id;               // tool: the call this result answers
 };
 
 struct ChatOptions {
   bool thinking = false;                  // DeepSeek thinking mode: the answer starts with reasoning
   std::string reasoning_effort;           // V4.1: "low", "high", "xhigh", "max", "1".."100" (thinking)
   bool add_generation_prompt = true;      // end with the assistant header
+  std::string tools;                      // OpenAI tools list as JSON text ("" or "[]": none)
+  bool special_tokens_in_content = false; // true: "<｜User｜>" typed in a message is that token (trusted input)
 };
+
+// OpenAI chat messages (JSON text of a list of {"role", "content", ...}): content as a string, null
+// or a list of {"type": "text", "text": ...} parts; assistant tool_calls ({"id", "type": "function",
+// "function": {"name", "arguments"}}); tool messages' tool_call_id. Throws Error naming the message.
+std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text);
 
 // Called after every engine step for each request that changed (outputs are cumulative).
 using StreamCallback = std::function<void(const RequestOutput&)>;

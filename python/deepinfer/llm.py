@@ -1,6 +1,7 @@
 """LLM: offline generation over DeepInfer's C++ engine (continuous batching, async scheduling)."""
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Optional, Sequence, Union
 
@@ -32,16 +33,20 @@ def resolve_model(name: str, revision: str = "main") -> str:
 class LLM:
     """An offline LLM. `model` is a local folder or a Hugging Face repo id.
 
-    Engine arguments: max_model_len, max_num_seqs, max_num_batched_tokens, async_scheduling
+    Engine arguments: max_model_len (default: the checkpoint's max_position_embeddings; above it only
+    with allow_long_max_model_len=True), max_num_seqs, max_num_batched_tokens, async_scheduling
     (default DEEPINFER_ASYNC_SCHEDULING), batch_invariant (default DEEPINFER_BATCH_INVARIANT),
-    state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size), seed.
+    state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size),
+    max_logprobs (most logprobs a request may ask for, default 20 as vLLM), seed.
+    Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, seed: int = 0,
                  max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
-                 num_state_blocks: Optional[int] = None,
+                 num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
+                 allow_long_max_model_len: bool = False,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -49,11 +54,15 @@ class LLM:
         config = dict(tokenizer=tokenizer, seed=seed, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
-                      num_state_blocks=num_state_blocks)
+                      num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
+                      allow_long_max_model_len=allow_long_max_model_len)
+        if not isinstance(model, str):
+            raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})
-        self.llm_engine = LLMEngine(self._engine)  # request-level API (add_request, abort_request, step)
-        self._next_id = 0
         self._lock = threading.Lock()  # one generate() at a time: step() serves every request
+        # request-level API (add_request, abort_request, step); refuses to step while generate() runs
+        self.llm_engine = LLMEngine(self._engine, self._lock)
+        self._next_id = 0
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -72,19 +81,31 @@ class LLM:
     def chat(self, messages: Union[list[dict], list[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
              use_tqdm: bool = True, add_generation_prompt: bool = True,
-             chat_template_kwargs: Optional[dict[str, Any]] = None) -> list[RequestOutput]:
-        """messages: one conversation (a list of {"role", "content"} dicts) or a list of them.
+             chat_template_kwargs: Optional[dict[str, Any]] = None, tools: Optional[list[dict]] = None,
+             special_tokens_in_content: bool = False) -> list[RequestOutput]:
+        """messages: one conversation (a list of OpenAI messages) or a list of them. content: a string or
+        a list of {"type": "text", "text": ...} parts; assistant messages may carry tool_calls, tool
+        messages a tool_call_id. tools: the OpenAI tool list, rendered in DeepSeek's DSML format.
+        Special-token strings typed in a message (e.g. "<｜User｜>") stay text unless
+        special_tokens_in_content=True (trusted input only).
         chat_template_kwargs: {"thinking": bool} (or "enable_thinking") and {"reasoning_effort": str}."""
         kw = dict(chat_template_kwargs or {})
         thinking = bool(kw.pop("thinking", kw.pop("enable_thinking", False)))
         effort = str(kw.pop("reasoning_effort", "") or "")
         if kw:
             raise ValueError(f"chat_template_kwargs: unknown keys {sorted(kw)} (thinking, reasoning_effort)")
+        if not isinstance(messages, (list, tuple)):
+            raise TypeError(f"chat: messages must be a list of messages (dicts), got {type(messages).__name__}")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
         prompts = []
-        for conv in conversations:
-            pairs = [(str(m["role"]), str(m.get("content") or "")) for m in conv]
-            ids = self._engine.encode_chat(pairs, thinking, effort, add_generation_prompt)
+        for i, conv in enumerate(conversations):
+            try:
+                text = json.dumps(list(conv), ensure_ascii=False)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"chat: conversation {i} is not JSON-serializable: {e}") from None
+            ids = self._engine.encode_chat(text, tools_json, thinking, effort, add_generation_prompt,
+                                           bool(special_tokens_in_content))
             prompts.append({"prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
@@ -109,9 +130,12 @@ class LLM:
     def _params_for(self, prompts: list, sampling_params) -> list[SamplingParams]:
         if sampling_params is None:
             sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            return [sampling_params] * len(prompts)
-        sampling_params = list(sampling_params)
+        if isinstance(sampling_params, (SamplingParams, dict)):
+            return [_as_params(sampling_params)] * len(prompts)
+        if not isinstance(sampling_params, (list, tuple)):
+            raise TypeError("generate: sampling_params must be a SamplingParams, a dict of its fields, or a list "
+                            f"of them, got {type(sampling_params).__name__}")
+        sampling_params = [_as_params(p) for p in sampling_params]
         if len(sampling_params) != len(prompts):
             raise ValueError(f"generate: {len(sampling_params)} SamplingParams for {len(prompts)} prompts "
                              "(give one, or one per prompt)")
@@ -121,7 +145,12 @@ class LLM:
         if isinstance(p, str):
             text, ids = p, []
         elif isinstance(p, dict) and "prompt_token_ids" in p:
-            text, ids = p.get("prompt", "") or "", [int(t) for t in p["prompt_token_ids"]]
+            text, ids = p.get("prompt", "") or "", p["prompt_token_ids"]
+            if not isinstance(ids, (list, tuple)) or not all(type(t) is int for t in ids):
+                bad = ids if not isinstance(ids, (list, tuple)) else next(t for t in ids if type(t) is not int)
+                raise TypeError(f"prompt {i}: prompt_token_ids must be a list of ints, found {bad!r} "
+                                f"({type(bad).__name__})")
+            ids = list(ids)
         elif isinstance(p, dict) and "prompt" in p:
             text, ids = p["prompt"], []
         else:
@@ -141,6 +170,14 @@ class LLM:
 
     def _run_locked(self, prompts: list[tuple[str, list[int]]], params: list[SamplingParams],
                     use_tqdm: bool) -> list[RequestOutput]:
+        self._engine.claim_driver()  # a step() from another thread is refused until this call returns
+        try:
+            return self._run_driven(prompts, params, use_tqdm)
+        finally:
+            self._engine.release_driver()
+
+    def _run_driven(self, prompts: list[tuple[str, list[int]]], params: list[SamplingParams],
+                    use_tqdm: bool) -> list[RequestOutput]:
         ids: list[str] = []
         try:
             for (text, token_ids), sp in zip(prompts, params):
@@ -148,21 +185,23 @@ class LLM:
                 self._next_id += 1
                 self._engine.add_request(text, token_ids, sp._to_core(), rid)
                 ids.append(rid)
-        except ValueError as e:  # nothing half-runs: withdraw what was added
+        except (ValueError, TypeError) as e:  # nothing half-runs: withdraw what was added
             for rid in ids:
                 self._engine.abort(rid)
-            while self._engine.has_unfinished():
-                self._engine.step()
-            raise ValueError(f"prompt {len(ids)}: {e}") from None
+            self._drain(set(ids))
+            raise type(e)(f"prompt {len(ids)}: {e}") from None
         index = {rid: i for i, rid in enumerate(ids)}
         results: list[Optional[RequestOutput]] = [None] * len(ids)
         bar = _progress(len(ids)) if use_tqdm else None
         decode = self._token_text if self._engine.has_tokenizer() else (lambda t: None)
         try:
-            while self._engine.has_unfinished():
+            while self._engine.has_unfinished() and any(r is None for r in results):
                 for d in self._engine.step(False):
                     i = index.get(d["request_id"])
-                    if i is None or not d["finished"]:
+                    if i is None:
+                        self.llm_engine._deliver(d)  # a request of llm_engine's: its outputs, not ours
+                        continue
+                    if not d["finished"]:
                         continue
                     sp = params[i]
                     results[i] = _from_core(d, sp.logprobs is not None, sp.prompt_logprobs is not None, decode)
@@ -171,16 +210,33 @@ class LLM:
         finally:
             if bar is not None:
                 bar.close()
-            if self._engine.has_unfinished():  # interrupted (e.g. KeyboardInterrupt): withdraw the rest
-                for rid, res in zip(ids, results):
-                    if res is None:
-                        self._engine.abort(rid)
-                while self._engine.has_unfinished():
-                    self._engine.step()
+            pending = {rid for rid, res in zip(ids, results) if res is None}
+            if pending:  # interrupted (e.g. KeyboardInterrupt): withdraw the rest
+                for rid in pending:
+                    self._engine.abort(rid)
+                self._drain(pending)
         return results  # type: ignore[return-value]
+
+    def _drain(self, mine: set) -> None:
+        """Steps until the requests in `mine` are gone; other requests' outputs go to llm_engine."""
+        while mine and self._engine.has_unfinished():
+            for d in self._engine.step(False):
+                if d["request_id"] in mine:
+                    if d["finished"]:
+                        mine.discard(d["request_id"])
+                else:
+                    self.llm_engine._deliver(d)
 
     def _token_text(self, token_id: int) -> str:
         return self._engine.decode([token_id], False)
+
+
+def _as_params(p) -> SamplingParams:
+    if isinstance(p, SamplingParams):
+        return p
+    if isinstance(p, dict):
+        return SamplingParams(**p)  # unknown keys: TypeError naming them
+    raise TypeError(f"sampling_params entries must be SamplingParams or dicts, got {type(p).__name__}")
 
 
 def _progress(total: int):

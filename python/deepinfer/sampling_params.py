@@ -50,12 +50,13 @@ class SamplingParams:
 
     def _to_core(self) -> dict:
         d = asdict(self)
-        d["stop"] = list(self.stop or [])
-        d["stop_token_ids"] = list(self.stop_token_ids or [])
-        d["logit_bias"] = {int(k): float(v) for k, v in (self.logit_bias or {}).items()}
+        # Passed as given: the core checks every type and names the field (no silent "12" -> 12).
+        d["stop"] = [] if self.stop is None else self.stop
+        d["stop_token_ids"] = [] if self.stop_token_ids is None else self.stop_token_ids
+        d["logit_bias"] = {} if self.logit_bias is None else self.logit_bias
         if self.max_tokens is None:
             d["max_tokens"] = 1 << 30  # until EOS or max_model_len
-        if self.top_k == -1:
+        if self.top_k == -1 and type(self.top_k) is int:
             d["top_k"] = 0
         if self.so_args is not None:
             so = dict(self.so_args)

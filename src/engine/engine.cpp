@@ -22,6 +22,14 @@ EngineOptions resolve_options(const EngineConfig& c) {
   o.seed = c.seed;
   o.eos_token_ids = c.eos_token_ids;
   if (c.max_model_len > 0) o.max_model_len = c.max_model_len;
+  o.max_logprobs = c.max_logprobs;
+  // 0 (or -1 for the byte budget) means "the default"; anything below is a mistake, not a default.
+  check(c.max_num_seqs >= 0, "max_num_seqs must be positive, got ", c.max_num_seqs);
+  check(c.max_num_batched_tokens >= 0, "max_num_batched_tokens must be positive, got ", c.max_num_batched_tokens);
+  check(c.max_model_len >= 0, "max_model_len must be positive, got ", c.max_model_len);
+  check(c.state_memory_bytes >= -1, "state_memory_bytes must be >= 0 (0: unlimited), got ", c.state_memory_bytes);
+  check(c.num_state_blocks >= 0, "num_state_blocks must be >= 0 (0: from state_memory_bytes), got ", c.num_state_blocks);
+  check(c.max_logprobs >= 0, "max_logprobs must be >= 0, got ", c.max_logprobs);
   check(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
   check(o.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive, got ", o.max_num_batched_tokens);
   return o;
@@ -115,6 +123,17 @@ Engine::~Engine() {
 
 std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id) {
   params.validate();
+  check(params.n <= options_.max_num_seqs, "SamplingParams.n = ", params.n, " is above max_num_seqs = ",
+        options_.max_num_seqs, " (the n samples of a prompt run side by side)");
+  if (params.logprobs)
+    check(*params.logprobs <= options_.max_logprobs, "SamplingParams.logprobs = ", *params.logprobs,
+          " is above max_logprobs = ", options_.max_logprobs, " (an engine argument)");
+  if (params.prompt_logprobs)
+    check(*params.prompt_logprobs <= options_.max_logprobs, "SamplingParams.prompt_logprobs = ",
+          *params.prompt_logprobs, " is above max_logprobs = ", options_.max_logprobs, " (an engine argument)");
+  for (int32_t t : params.stop_token_ids)
+    check(t >= 0 && t < model_->vocab_size(), "SamplingParams.stop_token_ids: ", t, " is outside the vocabulary [0, ",
+          model_->vocab_size(), ")");
   auto req = std::make_unique<Request>();
   req->prompt_text = prompt.text;
   req->prompt = prompt.token_ids;
@@ -439,9 +458,36 @@ std::vector<ScheduledChunk> Engine::schedule() {
   return chunks;
 }
 
+void Engine::claim_driver() {
+  std::lock_guard<std::mutex> lock(driver_mu_);
+  const auto me = std::this_thread::get_id();
+  check(driver_ == std::thread::id() || driver_ == me,
+        "the engine is being driven by another thread (LLM.generate or a step loop there); drive one engine from "
+        "one thread at a time, or wait for that call to return");
+  driver_ = me;
+  ++driver_depth_;
+}
+
+void Engine::release_driver() {
+  std::lock_guard<std::mutex> lock(driver_mu_);
+  if (driver_ == std::this_thread::get_id() && --driver_depth_ == 0) driver_ = std::thread::id();
+}
+
+void Engine::return_outputs(std::vector<RequestOutput> outs) {
+  std::lock_guard<std::mutex> lock(driver_mu_);
+  for (auto& o : outs) returned_.push_back(std::move(o));
+}
+
 std::vector<RequestOutput> Engine::step(bool include_unfinished) {
-  std::lock_guard<std::mutex> one_stepper(step_mu_);
   std::vector<RequestOutput> outs;
+  {
+    std::lock_guard<std::mutex> lock(driver_mu_);
+    check(driver_ == std::thread::id() || driver_ == std::this_thread::get_id(),
+          "step(): the engine is being driven by another thread (LLM.generate there); its requests' results would "
+          "be lost, so this call is refused");
+    outs.swap(returned_);  // outputs a driver received for requests that are not its own
+  }
+  std::lock_guard<std::mutex> one_stepper(step_mu_);
   // Requests retired before this step may still be seen by the job in flight; this step waits
   // for and processes that job, so they are freed when the step returns.
   std::vector<std::unique_ptr<Request>> expired = std::move(retired_);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -29,6 +30,7 @@ struct EngineOptions {
   int64_t num_state_blocks = 0;           // blocks of model->state_block_bytes(); <= 0: unlimited
   bool async_scheduling = true;
   bool batch_invariant = false;
+  int max_logprobs = 20;                  // cap on logprobs / prompt_logprobs per request (vLLM's default)
   uint64_t seed = 0;                      // seeds requests without seq_seed
   std::vector<int32_t> eos_token_ids;
 };
@@ -57,8 +59,16 @@ class Engine {
 
   // Runs one step. Returns the requests that finished, and with include_unfinished also those
   // that changed (cumulative outputs, for streaming).
+  // Throws when another thread holds the engine with claim_driver() (its outputs would be lost).
   std::vector<RequestOutput> step(bool include_unfinished = false);
   bool has_unfinished() const;
+
+  // A driver that keeps only its own requests' outputs (LLM::generate) claims the engine for its
+  // call, so that step() from another thread is refused instead of taking its results; outputs it
+  // receives for requests that are not its own go back with return_outputs() to the next step().
+  void claim_driver();                    // throws when another thread holds it
+  void release_driver();
+  void return_outputs(std::vector<RequestOutput> outs);
 
   const EngineOptions& options() const { return options_; }
   int64_t state_block_bytes() const { return model_->state_block_bytes(); }
@@ -100,6 +110,10 @@ class Engine {
   EngineStats stats_;
 
   std::mutex step_mu_;                    // step() is driven by one thread at a time
+  std::mutex driver_mu_;                  // guards the three below
+  std::thread::id driver_;                // the thread that claimed the engine; none: anyone may step
+  int driver_depth_ = 0;
+  std::vector<RequestOutput> returned_;
   mutable std::mutex incoming_mu_;        // guards the two queues below and id_counter_
   std::vector<std::unique_ptr<Request>> incoming_;
   std::vector<std::string> aborts_;

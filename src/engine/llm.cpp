@@ -1,6 +1,7 @@
 // The public LLM: resolves and loads the model and tokenizer, then drives the engine.
 #include "deepinfer/llm.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -46,14 +47,26 @@ class TokenizerCodec : public engine::TextCodec {
       tokenizer::Message x;
       x.role = m.role;
       x.content = m.content;
+      x.reasoning_content = m.reasoning_content;
+      x.tool_call_id = m.tool_call_id;
+      for (auto& c : m.tool_calls) x.tool_calls.push_back({c.id, c.name, c.arguments});
       msgs.push_back(std::move(x));
+    }
+    if (!o.tools.empty()) {  // the tool list goes with the system prompt (a new one when there is none)
+      auto tools = nlohmann::ordered_json::parse(o.tools, nullptr, false);
+      check(!tools.is_discarded() && tools.is_array(), "chat: tools must be a list of {\"type\": \"function\", ...}");
+      if (!tools.empty()) {
+        auto sys = std::find_if(msgs.begin(), msgs.end(), [](auto& m) { return m.role == "system" || m.role == "developer"; });
+        if (sys == msgs.end()) sys = msgs.insert(msgs.begin(), tokenizer::Message{.role = "system"});
+        sys->tools = std::move(tools);
+      }
     }
     tokenizer::ChatOptions opts;
     opts.thinking = o.thinking;
     opts.reasoning_effort = o.reasoning_effort;
     opts.add_generation_prompt = o.add_generation_prompt;
-    std::string text = tokenizer::render_chat(format_, msgs, opts);
-    return tok_.encode(text, false);  // the rendered text carries BOS and the role tokens
+    opts.special_tokens_in_content = o.special_tokens_in_content;
+    return tokenizer::encode_chat(tok_, format_, msgs, opts);  // the rendered text carries BOS and the role tokens
   }
   tokenizer::ChatFormat format_ = tokenizer::ChatFormat::kV4;
 #endif
@@ -80,15 +93,22 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& j) {
   return out;
 }
 
+// context_length: the checkpoint's max_position_embeddings (0: unknown, e.g. a model built in memory).
 std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
                                             std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
-                                            const nlohmann::json& model_config) {
+                                            const nlohmann::json& model_config, int64_t context_length) {
   engine::EngineOptions o = engine::resolve_options(config);
   if (config.max_model_len <= 0) {
-    o.max_model_len = model_config.value("max_position_embeddings", int64_t{4096});
-    o.max_model_len = std::min<int64_t>(o.max_model_len, 1 << 20);
+    o.max_model_len = context_length > 0 ? context_length : 4096;
+  } else if (context_length > 0) {
+    check(config.max_model_len <= context_length || config.allow_long_max_model_len, "max_model_len = ",
+          config.max_model_len, " is above the model's max_position_embeddings = ", context_length,
+          " (config.json); positions past it were never trained. Pass allow_long_max_model_len=True to run anyway");
   }
   if (o.eos_token_ids.empty()) o.eos_token_ids = eos_ids_of(model_config);
+  if (o.eos_token_ids.empty() && model_config.contains("text_config")) o.eos_token_ids = eos_ids_of(model_config["text_config"]);
+  for (int32_t e : o.eos_token_ids)
+    check(e >= 0 && e < model->vocab_size(), "eos_token_ids: ", e, " is outside the vocabulary [0, ", model->vocab_size(), ")");
   if (o.num_state_blocks <= 0) {
     int64_t bytes = config.state_memory_bytes >= 0 ? config.state_memory_bytes
                                                    : env_int("DEEPINFER_STATE_MEMORY_MB") << 20;
@@ -103,11 +123,15 @@ LLM::LLM(EngineConfig config) {
   check(!config.model.empty(), "LLM: no model given");
   model_dir_ = engine::resolve_model(config.model);
   nlohmann::json cfg = read_json(fs::path(model_dir_) / "config.json");
+  if (!cfg.is_object()) cfg = nlohmann::json::object();
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
   auto model = model::load_causal_lm(model_dir_);
+  model::check_servable(model_dir_);
+  const int64_t context_length = model::checkpoint_context_length(model_dir_);
 #else
   fail("this build has no model loader (src/model/load.h)");
   std::unique_ptr<model::CausalLM> model;
+  const int64_t context_length = 0;
 #endif
   std::unique_ptr<engine::TextCodec> codec;
 #ifdef DEEPINFER_HAVE_TOKENIZER
@@ -122,19 +146,15 @@ LLM::LLM(EngineConfig config) {
     codec = std::move(c);
   }
 #endif
-  engine_ = make_engine(std::move(model), std::move(codec), config, cfg);
+  engine_ = make_engine(std::move(model), std::move(codec), config, cfg, context_length);
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {
-  nlohmann::json cfg = nlohmann::json::object();
-  if (config.max_model_len <= 0) cfg["max_position_embeddings"] = 4096;
-  engine_ = make_engine(std::move(model), nullptr, config, cfg);
+  engine_ = make_engine(std::move(model), nullptr, config, nlohmann::json::object(), 0);
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, std::unique_ptr<engine::TextCodec> codec, EngineConfig config) {
-  nlohmann::json cfg = nlohmann::json::object();
-  if (config.max_model_len <= 0) cfg["max_position_embeddings"] = 4096;
-  engine_ = make_engine(std::move(model), std::move(codec), config, cfg);
+  engine_ = make_engine(std::move(model), std::move(codec), config, nlohmann::json::object(), 0);
 }
 
 LLM::~LLM() = default;
@@ -149,6 +169,11 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
   std::lock_guard<std::mutex> lock(*generate_mu_);  // step() outputs belong to this call's requests
   // Validate everything before anything runs, so bad input never half-runs a batch.
   for (auto& p : params) p.validate();
+  engine_->claim_driver();  // step() from another thread is refused until this call returns
+  struct Release {
+    engine::Engine& e;
+    ~Release() { e.release_driver(); }
+  } release{*engine_};
   std::vector<std::string> ids;
   try {
     for (size_t i = 0; i < prompts.size(); ++i)
@@ -161,13 +186,20 @@ std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, con
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
   std::vector<RequestOutput> results(ids.size());
-  while (engine_->has_unfinished()) {
+  std::vector<RequestOutput> foreign;  // requests added by someone else: theirs, handed back
+  size_t done = 0;
+  while (done < ids.size() && engine_->has_unfinished()) {
     for (auto& out : engine_->step(static_cast<bool>(on_update))) {
-      if (on_update) on_update(out);
       auto it = index.find(out.request_id);
-      if (out.finished && it != index.end()) results[it->second] = std::move(out);
+      if (it == index.end()) {
+        if (out.finished) foreign.push_back(std::move(out));
+        continue;
+      }
+      if (on_update) on_update(out);
+      if (out.finished) results[it->second] = std::move(out), ++done;
     }
   }
+  engine_->return_outputs(std::move(foreign));
   return results;
 }
 

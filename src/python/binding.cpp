@@ -3,6 +3,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <limits>
+#include <map>
+#include <type_traits>
+
 #include "core/env.h"
 #include "core/error.h"
 #include "deepinfer/llm.h"
@@ -14,9 +18,75 @@ using namespace deepinfer;
 
 namespace {
 
+// Strict conversions with errors that name the argument (TypeError for the wrong type, ValueError
+// for a value out of range), instead of pybind11's casting messages: no 1.7 -> 1, True -> 1, "12" -> 12.
+[[noreturn]] void type_error(const std::string& what, const py::handle& v, const char* expected) {
+  throw py::type_error(what + " must be " + expected + ", got " + std::string(py::str(py::type::of(v).attr("__name__"))));
+}
+
+bool is_int(const py::handle& v) { return PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr()); }
+
 template <typename T>
-void get(const py::dict& d, const char* key, T& out) {
-  if (d.contains(key) && !d[key].is_none()) out = d[key].cast<T>();
+T to_int(const py::handle& v, const std::string& what) {
+  if (!is_int(v)) type_error(what, v, "an int");
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (std::is_unsigned_v<T> && overflow > 0) {  // above int64: maybe still a uint64
+    const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+    if (!PyErr_Occurred()) return static_cast<T>(u);
+    PyErr_Clear();
+  }
+  if (overflow || x < static_cast<long long>(std::numeric_limits<T>::min()) ||
+      (x > 0 && static_cast<unsigned long long>(x) > static_cast<unsigned long long>(std::numeric_limits<T>::max())))
+    throw py::value_error(what + " = " + std::string(py::str(v)) + " is out of range [" +
+                          std::to_string(std::numeric_limits<T>::min()) + ", " +
+                          std::to_string(std::numeric_limits<T>::max()) + "]");
+  return static_cast<T>(x);
+}
+
+std::string to_str(const py::handle& v, const std::string& what) {
+  if (!PyUnicode_Check(v.ptr())) type_error(what, v, "a str");
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(v.ptr(), &n);
+  if (!p) {
+    PyErr_Clear();
+    throw py::value_error(what + " is not valid Unicode (it holds a lone surrogate)");
+  }
+  return std::string(p, static_cast<size_t>(n));
+}
+
+template <typename T>
+void convert(const py::handle& v, const std::string& what, T& out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!PyBool_Check(v.ptr())) type_error(what, v, "a bool");
+    out = v.ptr() == Py_True;
+  } else if constexpr (std::is_integral_v<T>) {
+    out = to_int<T>(v, what);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!(is_int(v) || PyFloat_Check(v.ptr()))) type_error(what, v, "a number");
+    out = static_cast<T>(v.cast<double>());
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    out = to_str(v, what);
+  } else if constexpr (std::is_same_v<T, std::map<int32_t, float>>) {
+    if (!PyDict_Check(v.ptr())) type_error(what, v, "a dict");
+    out.clear();
+    for (auto [k, x] : v.cast<py::dict>()) convert(x, what + "[" + std::string(py::str(k)) + "]", out[to_int<int32_t>(k, what + " key")]);
+  } else {  // std::vector<...>
+    if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) type_error(what, v, "a list");
+    out.clear();
+    size_t i = 0;
+    for (auto x : v) convert(x, what + "[" + std::to_string(i++) + "]", out.emplace_back());
+  }
+}
+
+template <typename T>
+void get(const py::dict& d, const char* key, T& out, const char* owner = "SamplingParams") {
+  if (d.contains(key) && !d[key].is_none()) convert(d[key], std::string(owner) + "." + key, out);
+}
+
+template <typename T>
+void get(const py::dict& d, const char* key, std::optional<T>& out, const char* owner = "SamplingParams") {
+  if (d.contains(key) && !d[key].is_none()) convert(d[key], std::string(owner) + "." + key, out.emplace());
 }
 
 SamplingParams params_from_dict(const py::dict& d) {
@@ -30,15 +100,15 @@ SamplingParams params_from_dict(const py::dict& d) {
   get(d, "presence_penalty", p.presence_penalty);
   get(d, "frequency_penalty", p.frequency_penalty);
   get(d, "logit_bias", p.logit_bias);
-  if (d.contains("seed") && !d["seed"].is_none()) p.seed = d["seed"].cast<uint64_t>();
+  get(d, "seed", p.seed);
   get(d, "max_tokens", p.max_tokens);
   get(d, "min_tokens", p.min_tokens);
   get(d, "stop", p.stop);
   get(d, "stop_token_ids", p.stop_token_ids);
   get(d, "include_stop_str_in_output", p.include_stop_str_in_output);
   get(d, "ignore_eos", p.ignore_eos);
-  if (d.contains("logprobs") && !d["logprobs"].is_none()) p.logprobs = d["logprobs"].cast<int>();
-  if (d.contains("prompt_logprobs") && !d["prompt_logprobs"].is_none()) p.prompt_logprobs = d["prompt_logprobs"].cast<int>();
+  get(d, "logprobs", p.logprobs);
+  get(d, "prompt_logprobs", p.prompt_logprobs);
   get(d, "skip_special_tokens", p.skip_special_tokens);
   get(d, "detokenize", p.detokenize);
   get(d, "so_args", p.so_args);
@@ -84,15 +154,28 @@ py::dict output_to_py(const RequestOutput& o) {
 EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   EngineConfig c;
   c.model = model;
-  get(d, "tokenizer", c.tokenizer);
-  get(d, "max_num_seqs", c.max_num_seqs);
-  get(d, "max_num_batched_tokens", c.max_num_batched_tokens);
-  get(d, "max_model_len", c.max_model_len);
-  get(d, "state_memory_bytes", c.state_memory_bytes);
-  get(d, "num_state_blocks", c.num_state_blocks);
-  if (d.contains("async_scheduling") && !d["async_scheduling"].is_none()) c.async_scheduling = d["async_scheduling"].cast<bool>();
-  if (d.contains("batch_invariant") && !d["batch_invariant"].is_none()) c.batch_invariant = d["batch_invariant"].cast<bool>();
-  get(d, "seed", c.seed);
+  get(d, "tokenizer", c.tokenizer, "LLM");
+  get(d, "max_num_seqs", c.max_num_seqs, "LLM");
+  get(d, "max_num_batched_tokens", c.max_num_batched_tokens, "LLM");
+  get(d, "max_model_len", c.max_model_len, "LLM");
+  get(d, "allow_long_max_model_len", c.allow_long_max_model_len, "LLM");
+  get(d, "state_memory_bytes", c.state_memory_bytes, "LLM");
+  get(d, "num_state_blocks", c.num_state_blocks, "LLM");
+  get(d, "max_logprobs", c.max_logprobs, "LLM");
+  get(d, "async_scheduling", c.async_scheduling, "LLM");
+  get(d, "batch_invariant", c.batch_invariant, "LLM");
+  get(d, "seed", c.seed, "LLM");
+  // Given explicitly, these must mean what they say: C++'s "0 / -1 = default" is not for Python callers.
+  auto positive = [&](const char* key, int64_t v, int64_t lo) {
+    if (d.contains(key) && !d[key].is_none() && v < lo)
+      throw py::value_error(std::string("LLM.") + key + " = " + std::to_string(v) + " must be >= " + std::to_string(lo));
+  };
+  positive("max_num_seqs", c.max_num_seqs, 1);
+  positive("max_num_batched_tokens", c.max_num_batched_tokens, 1);
+  positive("max_model_len", c.max_model_len, 2);
+  positive("state_memory_bytes", c.state_memory_bytes, 0);
+  positive("num_state_blocks", c.num_state_blocks, 1);
+  positive("max_logprobs", c.max_logprobs, 0);
   return c;
 }
 
@@ -122,13 +205,19 @@ PYBIND11_MODULE(_core, m) {
            }),
            py::arg("model"), py::arg("config"))
       .def("add_request",
-           [](LLM& llm, const std::string& text, const std::vector<int32_t>& ids, const py::dict& params,
-              const std::string& request_id) {
-             Prompt p{text, ids};
-             return llm.engine().add_request(p, params_from_dict(params), request_id);
+           [](LLM& llm, const py::object& text, const py::object& ids, const py::dict& params,
+              const py::object& request_id) {
+             Prompt p;
+             convert(text, "prompt", p.text);
+             convert(ids, "prompt_token_ids", p.token_ids);
+             std::string rid;
+             convert(request_id, "request_id", rid);
+             return llm.engine().add_request(p, params_from_dict(params), rid);
            },
            py::arg("text"), py::arg("token_ids"), py::arg("params"), py::arg("request_id") = "")
       .def("abort", [](LLM& llm, const std::string& id) { llm.engine().abort(id); })
+      .def("claim_driver", [](LLM& llm) { llm.engine().claim_driver(); })
+      .def("release_driver", [](LLM& llm) { llm.engine().release_driver(); })
       .def("step",
            [](LLM& llm, bool include_unfinished) {
              std::vector<RequestOutput> outs;
@@ -155,15 +244,18 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("ids"), py::arg("skip_special_tokens") = true)
       .def("encode_chat",
-           [](LLM& llm, const std::vector<std::pair<std::string, std::string>>& messages, bool thinking,
-              const std::string& reasoning_effort, bool add_generation_prompt) {
+           [](LLM& llm, const py::object& messages_json, const py::object& tools_json, bool thinking,
+              const std::string& reasoning_effort, bool add_generation_prompt, bool special_tokens_in_content) {
              check(llm.engine().codec(), "chat needs a tokenizer, and this model has none");
-             std::vector<ChatMessage> msgs;
-             for (auto& [role, content] : messages) msgs.push_back({role, content});
-             return llm.engine().codec()->encode_chat(msgs, {thinking, reasoning_effort, add_generation_prompt});
+             std::string messages, tools;
+             convert(messages_json, "messages", messages);
+             convert(tools_json, "tools", tools);
+             ChatOptions o{thinking, reasoning_effort, add_generation_prompt, tools, special_tokens_in_content};
+             return llm.engine().codec()->encode_chat(chat_messages_from_json(messages), o);
            },
-           py::arg("messages"), py::arg("thinking") = false, py::arg("reasoning_effort") = "",
-           py::arg("add_generation_prompt") = true)
+           py::arg("messages_json"), py::arg("tools_json") = "", py::arg("thinking") = false,
+           py::arg("reasoning_effort") = "", py::arg("add_generation_prompt") = true,
+           py::arg("special_tokens_in_content") = false)
       .def("vocab_size", [](LLM& llm) { return llm.engine().model().vocab_size(); })
       .def("max_model_len", [](LLM& llm) { return llm.engine().options().max_model_len; })
       .def("model_dir", &LLM::model_dir)

@@ -45,12 +45,20 @@ struct ChatOptions {
   // V4: "" / "high" (nothing) or "max" (the fixed paragraph). V4.1: "" (= "high"), "low", "high",
   // "xhigh", "max" or a number "1".."100"; rendered in thinking mode only.
   std::string reasoning_effort;
+  // encode_chat: special-token strings inside message fields become special tokens (trusted
+  // input only). Default: they stay text, so a message cannot forge a role or a turn boundary.
+  bool special_tokens_in_content = false;
 };
 
 // The prompt text. Throws deepinfer::Error on messages the format cannot express.
 std::string render_v4(std::span<const Message> messages, const ChatOptions& options = {});
 std::string render_v41(std::span<const Message> messages, const ChatOptions& options = {});
 std::string render_chat(ChatFormat format, std::span<const Message> messages, const ChatOptions& options = {});
+
+// The prompt's token ids: rendered and encoded (no BOS added: the text has it). Only the format's
+// own markup becomes special tokens unless options.special_tokens_in_content.
+std::vector<int32_t> encode_chat(const Tokenizer& tok, ChatFormat format, std::span<const Message> messages,
+                                 const ChatOptions& options = {});
 
 // The special tokens of the chat format, with ids read from the tokenizer file.
 struct ChatTokens {

@@ -274,6 +274,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
+  encode_impl(text, add_special_tokens, true, out);
+}
+
+std::vector<int32_t> Tokenizer::encode_plain(std::string_view text) const {
+  std::vector<int32_t> out;
+  encode_impl(text, false, false, out);
+  return out;
+}
+
+void Tokenizer::encode_impl(std::string_view text, bool add_special_tokens, bool match_added,
+                            std::vector<int32_t>& out) const {
   const TokenizerData& d = data();
   check(text.size() < (size_t(1) << 32), "encode: text longer than 4 GiB");
   size_t bad = first_invalid_utf8(text);
@@ -283,7 +294,8 @@ void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std:
   thread_local std::vector<Segment> raw_segs, segs;
   thread_local std::vector<Piece> pieces, scratch;
   raw_segs.clear();
-  d.raw_tokens->split(text, 0, uint32_t(text.size()), raw_segs);
+  if (match_added) d.raw_tokens->split(text, 0, uint32_t(text.size()), raw_segs);
+  else raw_segs.push_back({0, uint32_t(text.size()), -1});
   WordCache& cache = cache_for(d.uid);
   for (const Segment& rs : raw_segs) {
     if (rs.id >= 0) {
@@ -291,7 +303,8 @@ void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std:
       continue;
     }
     segs.clear();
-    d.normalized_tokens->split(text, rs.begin, rs.end, segs);
+    if (match_added) d.normalized_tokens->split(text, rs.begin, rs.end, segs);
+    else segs.push_back(rs);
     for (const Segment& s : segs) {
       if (s.id >= 0) {
         out.push_back(s.id);

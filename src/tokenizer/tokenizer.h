@@ -25,6 +25,9 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   // Appends to out (no clearing): the allocation-free form for hot loops.
   void encode_into(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
+  // Added-token strings (e.g. "<｜User｜>") in the text stay text (HF's split_special_tokens): for
+  // untrusted content that must not be able to forge special tokens.
+  std::vector<int32_t> encode_plain(std::string_view text) const;
   // Invalid UTF-8 (e.g. a cut multi-byte character) becomes U+FFFD, like HF.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
@@ -39,6 +42,7 @@ class Tokenizer {
   bool add_bos_token() const;  // tokenizer_config.json's add_bos_token (false when absent)
 
  private:
+  void encode_impl(std::string_view text, bool add_special_tokens, bool match_added, std::vector<int32_t>& out) const;
   const TokenizerData& data() const;  // throws when default-constructed
   std::shared_ptr<const TokenizerData> d_;
 };

@@ -1,0 +1,78 @@
+// chat_messages_from_json: OpenAI-style chat messages into ChatMessage (declared in deepinfer/llm.h).
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "deepinfer/llm.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+
+std::string text_of(const json& v, const std::string& where) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get<std::string>();
+  check(v.is_array(), where, " must be a string, null or a list of content parts, got a JSON ", v.type_name());
+  std::string out;
+  for (size_t k = 0; k < v.size(); ++k) {
+    const json& part = v[k];
+    const std::string at = where + "[" + std::to_string(k) + "]";
+    check(part.is_object() && part.contains("type") && part["type"].is_string(), at,
+          " must be an object with a string \"type\"");
+    const std::string type = part["type"].get<std::string>();
+    check(type == "text", at, ": content part type '", type, "' is not supported (only \"text\")");
+    check(part.contains("text") && part["text"].is_string(), at, ": a text part needs a string \"text\"");
+    out += part["text"].get<std::string>();  // parts join without a separator, as OpenAI's
+  }
+  return out;
+}
+
+std::string string_field(const json& m, const char* key, const std::string& where) {
+  if (!m.contains(key) || m[key].is_null()) return "";
+  check(m[key].is_string(), where, ".", key, " must be a string, got a JSON ", m[key].type_name());
+  return m[key].get<std::string>();
+}
+
+}  // namespace
+
+std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text) {
+  const json j = json::parse(json_text, nullptr, false);
+  check(!j.is_discarded(), "chat: messages are not valid JSON");
+  check(j.is_array(), "chat: messages must be a list of {\"role\", \"content\"} objects");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& m = j[i];
+    const std::string where = "chat: message " + std::to_string(i);
+    check(m.is_object(), where, " must be an object, got a JSON ", m.type_name());
+    check(m.contains("role") && m["role"].is_string(), where, " needs a string \"role\"");
+    ChatMessage x;
+    x.role = m["role"].get<std::string>();
+    x.content = text_of(m.contains("content") ? m["content"] : json(), where + ".content");
+    x.reasoning_content = string_field(m, "reasoning_content", where);
+    x.tool_call_id = string_field(m, "tool_call_id", where);
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      check(x.role == "assistant", where, ": only assistant messages carry tool_calls");
+      const json& calls = m["tool_calls"];
+      check(calls.is_array(), where, ".tool_calls must be a list");
+      for (size_t k = 0; k < calls.size(); ++k) {
+        const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
+        const json& c = calls[k];
+        check(c.is_object() && c.contains("function") && c["function"].is_object(), at, " needs a \"function\" object");
+        const json& f = c["function"];
+        ChatToolCall call;
+        call.id = string_field(c, "id", at);
+        call.name = string_field(f, "name", at + ".function");
+        check(!call.name.empty(), at, ".function needs a \"name\"");
+        if (f.contains("arguments") && f["arguments"].is_string()) call.arguments = f["arguments"].get<std::string>();
+        else if (f.contains("arguments") && f["arguments"].is_object()) call.arguments = f["arguments"].dump();
+        else check(!f.contains("arguments") || f["arguments"].is_null(), at, ".function.arguments must be a JSON text or an object");
+        if (call.arguments.empty()) call.arguments = "{}";
+        x.tool_calls.push_back(std::move(call));
+      }
+    }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+}  // namespace deepinfer
