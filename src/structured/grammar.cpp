@@ -130,6 +130,47 @@ void Grammar::check_complete() const {
     check(bodies_[i] >= 0, "grammar: rule '", names_[i], "' is used but never defined");
 }
 
+std::vector<bool> Grammar::productive_rules() const {
+  std::vector<bool> ok(names_.size(), false);
+  // Whether expression e derives a finite string, given the rules known productive so far.
+  auto derives = [&](auto& self, int e) -> bool {
+    const Expr& x = exprs_[e];
+    switch (x.kind) {
+      case Expr::Kind::kEmpty: case Expr::Kind::kBytes: return true;
+      case Expr::Kind::kClass: return !x.ranges.empty();
+      case Expr::Kind::kRef: return ok[x.rule];
+      case Expr::Kind::kRepeat: return x.min == 0 || self(self, x.kids[0]);
+      case Expr::Kind::kSeq:
+        for (int k : x.kids) if (!self(self, k)) return false;
+        return true;
+      case Expr::Kind::kAlt:
+        for (int k : x.kids) if (self(self, k)) return true;
+        return false;
+    }
+    return false;
+  };
+  // A permutation rule also needs each required member to be completable.
+  std::vector<const PermRule*> perm(names_.size(), nullptr);
+  for (const PermRule& p : perms_) perm[p.rule] = &p;
+  auto members_ok = [&](int r) {
+    if (!perm[r]) return true;
+    for (size_t i = 0; i < perm[r]->member_rules.size(); ++i) {
+      if (!perm[r]->required[i]) continue;
+      bool any = false;
+      for (int m : perm[r]->member_rules[i]) any = any || ok[m];
+      if (!any) return false;
+    }
+    return true;
+  };
+  for (bool changed = true; changed;) {  // fixpoint: at most one pass per rule
+    changed = false;
+    for (size_t r = 0; r < names_.size(); ++r)
+      if (!ok[r] && bodies_[r] >= 0 && members_ok(static_cast<int>(r)) && derives(derives, bodies_[r]))
+        ok[r] = changed = true;
+  }
+  return ok;
+}
+
 namespace {
 
 void print_cp(std::string& out, uint32_t cp, bool in_class) {

@@ -84,6 +84,9 @@ class Grammar {
   // their plain bodies, which allow repeats and any subset).
   std::string to_ebnf() const;
   void check_complete() const;  // every declared rule has a body, the root exists
+  // Per rule: whether it derives at least one finite string (a rule that only recurses into itself,
+  // like a $ref cycle with nothing else, does not: no output could ever complete it).
+  std::vector<bool> productive_rules() const;
 
  private:
   int add(Expr e);

@@ -58,6 +58,13 @@ class Converter {
     int r = g_.declare_rule("root");
     g_.set_root(r);
     g_.define_rule(r, convert(root_, "#"));
+    // A $ref cycle with no way out (e.g. {"$ref": "#"}, or a required property that refers back to
+    // its own object) matches no finite value: refuse it now instead of failing every output.
+    const std::vector<bool> productive = g_.productive_rules();
+    for (auto& [ref, rule] : refs_)
+      if (!productive[rule])
+        fail("json schema: $ref '", ref, "' recurses into itself with no way to end (no finite JSON value matches)");
+    if (!productive[r]) fail("json schema: the schema matches no finite JSON value");
     return std::move(g_);
   }
 
@@ -302,6 +309,15 @@ class Converter {
   }
 
   int convert(const Json& schema0, const std::string& path) {
+    // Bounds the recursion (a deep schema must not overflow the stack) with a reason that says so.
+    struct Depth {
+      int& d;
+      explicit Depth(int& x) : d(++x) {}
+      ~Depth() { --d; }
+    } depth(depth_);
+    if (depth_ > kMaxSchemaDepth)
+      fail("json schema: nested deeper than ", kMaxSchemaDepth, " levels at ", path.substr(0, 200),
+           path.size() > 200 ? "..." : "");
     const Json schema = normalize(schema0);
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
@@ -1133,6 +1149,8 @@ class Converter {
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
   int ref_merge_depth_ = 0;
+  static constexpr int kMaxSchemaDepth = 64;
+  int depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };
 
