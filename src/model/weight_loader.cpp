@@ -2,10 +2,23 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace deepinfer::model {
+namespace {
+
+// A NaN or infinity in a weight poisons every request that reaches it: refuse it at load.
+std::vector<float> finite(std::vector<float> v, const io::Checkpoint& ck, const std::string& name) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      fail(ck.path(), ": tensor '", name, "' holds a non-finite value (", v[i], " at element ", i, ")");
+  return v;
+}
+
+}  // namespace
 
 WeightLoader::WeightLoader(const io::Checkpoint& ckpt, int64_t fp8_block_n, int64_t fp8_block_k,
                            std::function<std::string(const std::string&)> translate)
@@ -14,7 +27,7 @@ WeightLoader::WeightLoader(const io::Checkpoint& ckpt, int64_t fp8_block_n, int6
 bool WeightLoader::has(const std::string& name) const { return ckpt_.contains(translate_(name)); }
 
 std::vector<float> WeightLoader::floats(const std::string& name, const std::vector<int64_t>& shape) const {
-  return ckpt_.read_f32(translate_(name), shape);
+  return finite(ckpt_.read_f32(translate_(name), shape), ckpt_, translate_(name));
 }
 
 std::vector<int32_t> WeightLoader::ints(const std::string& name, const std::vector<int64_t>& shape) const {
@@ -47,7 +60,7 @@ std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int6
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < k; ++c)
         out[r * k + c] = e4m3_to_float(w.data[r * k + c]) * scale[(r / block_n_) * gk + c / block_k_];
-    return out;
+    return finite(std::move(out), ckpt_, wname);
   }
   if (w.dtype == DType::I8 || w.dtype == DType::U8) {  // MXFP4: [n, k/2] bytes + [n, k/32] UE8M0 scales
     check(k % 32 == 0 && w.shape == std::vector<int64_t>{n, k / 2}, w.file, ": FP4 tensor '", wname,
@@ -62,9 +75,9 @@ std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int6
         out[r * k + c] = e2m1_to_float(byte & 0xf) * s;
         out[r * k + c + 1] = e2m1_to_float(byte >> 4) * s;
       }
-    return out;
+    return finite(std::move(out), ckpt_, wname);
   }
-  return ckpt_.read_f32(wname, {n, k});
+  return finite(ckpt_.read_f32(wname, {n, k}), ckpt_, wname);
 }
 
 void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,
