@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# libFuzzer runs of the fuzz targets (tests/fuzz/) under ASan + UBSan, built with clang in build-fuzz.
+#   scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [TARGET...]   (targets: fuzz_config, fuzz_chat, ...)
+# Installs clang and libFuzzer when missing (Debian: clang-14, libclang-rt-14-dev). Inputs that reach
+# new coverage are kept in build-fuzz/corpus/<target> (seeded from tests/fuzz/corpus); a crash stops
+# the run and leaves its input in build-fuzz/crashes/. Prints executions per target at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+all=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_json_schema fuzz_regex fuzz_ebnf fuzz_chat)
+targets=("$@")
+((${#targets[@]})) || targets=("${all[@]}")
+
+have_libfuzzer() {
+  command -v clang++ >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1
+}
+if ! have_libfuzzer; then
+  sudo=(); [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+  echo "fuzz.sh: apt-get install clang-14 libclang-rt-14-dev"
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-14 libclang-rt-14-dev >/dev/null
+fi
+cxx=$(command -v clang++ || command -v clang++-14)
+cc=$(command -v clang || command -v clang-14)
+
+dir=build-fuzz
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=OFF -DDEEPINFER_FUZZ=ON \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build "$dir" -j "${DEEPINFER_BUILD_JOBS:-$(nproc)}" --target "${targets[@]}"
+
+mkdir -p "$dir/crashes"
+summary=()
+for t in "${targets[@]}"; do
+  name=${t#fuzz_}
+  mkdir -p "$dir/corpus/$name"
+  log="$dir/$t.log"
+  echo "fuzz.sh: $t for ${seconds}s"
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+    "$dir/tests/fuzz/$t" -max_total_time="$seconds" -rss_limit_mb=3072 -timeout=20 -max_len=16384 \
+    -artifact_prefix="$dir/crashes/$t-" -print_final_stats=1 "$dir/corpus/$name" "tests/fuzz/corpus/$name" \
+    >"$log" 2>&1 || { echo "fuzz.sh: $t FAILED, see $log and $dir/crashes/"; tail -40 "$log"; exit 1; }
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  summary+=("$t: $runs executions in ${seconds}s, 0 crashes, corpus $(ls "$dir/corpus/$name" | wc -l) inputs")
+done
+printf '%s\n' "${summary[@]}"
