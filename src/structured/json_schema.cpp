@@ -1163,7 +1163,13 @@ Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
   } catch (const std::exception& e) {
     fail("json schema: not valid JSON: ", e.what());
   }
-  return Converter(j, opts).run();
+  try {
+    return Converter(j, opts).run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a keyword of the wrong JSON type, a malformed $ref escape, ...
+    fail("json schema: malformed schema (", e.what(), ")");
+  }
 }
 
 Grammar json_object_grammar(const SchemaArgs& opts) {
