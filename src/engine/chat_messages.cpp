@@ -1,8 +1,12 @@
-// chat_messages_from_json: OpenAI-style chat messages into ChatMessage (declared in deepinfer/llm.h).
+// chat_messages_from_json (declared in deepinfer/llm.h): OpenAI-style chat messages into ChatMessage;
+// encoding_messages: ChatMessage into the chat encoding's Message.
+#include "engine/chat_messages.h"
+
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "deepinfer/llm.h"
 
 namespace deepinfer {
 namespace {
@@ -75,4 +79,29 @@ std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text) {
   return out;
 }
 
+namespace engine {
+
+std::vector<tokenizer::Message> encoding_messages(const std::vector<ChatMessage>& messages,
+                                                  const std::string& tools_json) {
+  std::vector<tokenizer::Message> msgs;
+  for (auto& m : messages) {
+    tokenizer::Message x;
+    x.role = m.role;
+    x.content = m.content;
+    x.reasoning_content = m.reasoning_content;
+    x.tool_call_id = m.tool_call_id;
+    for (auto& c : m.tool_calls) x.tool_calls.push_back({c.id, c.name, c.arguments});
+    msgs.push_back(std::move(x));
+  }
+  if (tools_json.empty()) return msgs;
+  auto tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+  check(!tools.is_discarded() && tools.is_array(), "chat: tools must be a list of {\"type\": \"function\", ...}");
+  if (tools.empty()) return msgs;
+  auto sys = std::find_if(msgs.begin(), msgs.end(), [](auto& m) { return m.role == "system" || m.role == "developer"; });
+  if (sys == msgs.end()) sys = msgs.insert(msgs.begin(), tokenizer::Message{.role = "system"});
+  sys->tools = std::move(tools);
+  return msgs;
+}
+
+}  // namespace engine
 }  // namespace deepinfer

@@ -1,7 +1,6 @@
 // The public LLM: resolves and loads the model and tokenizer, then drives the engine.
 #include "deepinfer/llm.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -18,6 +17,7 @@
 #ifdef DEEPINFER_HAVE_TOKENIZER
 #include "tokenizer/tokenizer.h"
 #if __has_include("tokenizer/chat_encoding.h")
+#include "engine/chat_messages.h"
 #include "tokenizer/chat_encoding.h"
 #define DEEPINFER_HAVE_CHAT_ENCODING 1
 #endif
@@ -42,25 +42,7 @@ class TokenizerCodec : public engine::TextCodec {
   }
 #ifdef DEEPINFER_HAVE_CHAT_ENCODING
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& o) const override {
-    std::vector<tokenizer::Message> msgs;
-    for (auto& m : messages) {
-      tokenizer::Message x;
-      x.role = m.role;
-      x.content = m.content;
-      x.reasoning_content = m.reasoning_content;
-      x.tool_call_id = m.tool_call_id;
-      for (auto& c : m.tool_calls) x.tool_calls.push_back({c.id, c.name, c.arguments});
-      msgs.push_back(std::move(x));
-    }
-    if (!o.tools.empty()) {  // the tool list goes with the system prompt (a new one when there is none)
-      auto tools = nlohmann::ordered_json::parse(o.tools, nullptr, false);
-      check(!tools.is_discarded() && tools.is_array(), "chat: tools must be a list of {\"type\": \"function\", ...}");
-      if (!tools.empty()) {
-        auto sys = std::find_if(msgs.begin(), msgs.end(), [](auto& m) { return m.role == "system" || m.role == "developer"; });
-        if (sys == msgs.end()) sys = msgs.insert(msgs.begin(), tokenizer::Message{.role = "system"});
-        sys->tools = std::move(tools);
-      }
-    }
+    std::vector<tokenizer::Message> msgs = engine::encoding_messages(messages, o.tools);
     tokenizer::ChatOptions opts;
     opts.thinking = o.thinking;
     opts.reasoning_effort = o.reasoning_effort;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "deepinfer/llm.h"
+#include "engine/chat_messages.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace {
@@ -18,16 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   using namespace deepinfer;
   try {
-    std::vector<tokenizer::Message> msgs;
-    for (const ChatMessage& m : chat_messages_from_json(text)) {
-      tokenizer::Message x;
-      x.role = m.role;
-      x.content = m.content;
-      x.reasoning_content = m.reasoning_content;
-      x.tool_call_id = m.tool_call_id;
-      for (auto& c : m.tool_calls) x.tool_calls.push_back({c.id, c.name, c.arguments});
-      msgs.push_back(std::move(x));
-    }
+    const std::vector<tokenizer::Message> msgs = engine::encoding_messages(chat_messages_from_json(text), "");
     for (auto format : {tokenizer::ChatFormat::kV4, tokenizer::ChatFormat::kV41}) {
       try {
         tokenizer::ChatOptions o;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,24 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace {
+const std::string* current = nullptr;  // the input being run, saved when it takes the process down
+
+void save_crash() {
+  if (current) {
+    std::ofstream("fuzz-crash.bin", std::ios::binary) << *current;
+    std::fprintf(stderr, "fuzz: the crashing input is in fuzz-crash.bin (%zu bytes)\n", current->size());
+  }
+  std::abort();
+}
+
+void run(const std::string& s) {
+  current = &s;
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  current = nullptr;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   double seconds = 0;
@@ -31,8 +50,9 @@ int main(int argc, char** argv) {
     corpus.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
   if (corpus.empty()) corpus.push_back("");
+  std::set_terminate(save_crash);  // an exception other than deepinfer::Error escaped
   long runs = 0;
-  for (auto& c : corpus) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(c.data()), c.size()), ++runs;
+  for (auto& c : corpus) run(c), ++runs;
   std::mt19937_64 rng(17);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
@@ -48,7 +68,7 @@ int main(int argc, char** argv) {
         default: if (!s.empty()) s[at] ^= static_cast<char>(1u << (rng() % 8)); break;
       }
     }
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    run(s);
     ++runs;
   }
   std::printf("%s: %ld runs (%zu corpus files), no crash\n", argv[0], runs, corpus.size());
