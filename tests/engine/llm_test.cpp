@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -44,6 +46,72 @@ TEST(LLM, GenerateKeepsInputOrderAndStreamsCumulativeOutputs) {
     EXPECT_TRUE(std::is_sorted(l.begin(), l.end()));  // cumulative, growing
     EXPECT_EQ(l.back(), static_cast<size_t>(params[i].max_tokens));
   }
+}
+
+// Issue 17: a step() from another thread while generate() runs would take generate's results; it is
+// refused, and the outputs generate() steps for requests it did not add are handed back.
+TEST(LLM, StepFromAnotherThreadDuringGenerateIsRefusedAndNothingIsLost) {
+  LLM llm(std::make_unique<testing::HashLM>(), EngineConfig{});
+  const std::string side = llm.engine().add_request(Prompt::from_ids({7, 7}), greedy(4), "side");
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 64; ++i) prompts.push_back(Prompt::from_ids({1 + i % 9, 2, 3}));
+  std::atomic<bool> started{false}, tried{false}, refused{false};
+  std::vector<RequestOutput> outs;
+  std::thread gen([&] {
+    outs = llm.generate(prompts, {greedy(40)}, [&](const RequestOutput&) {
+      started = true;
+      while (!tried) std::this_thread::yield();  // generate() is mid-call while the other thread tries
+    });
+  });
+  while (!started) std::this_thread::yield();
+  try {
+    llm.engine().step();
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("another thread") != std::string::npos;
+  }
+  tried = true;
+  gen.join();
+  EXPECT_TRUE(refused.load());
+  ASSERT_EQ(outs.size(), prompts.size());
+  for (auto& o : outs) EXPECT_EQ(o.outputs[0].token_ids.size(), 40u);
+  std::vector<RequestOutput> later;  // the side request finished inside generate(): handed back
+  for (int i = 0; i < 1000 && later.empty(); ++i)
+    for (auto& o : llm.engine().step())
+      if (o.request_id == side) later.push_back(o);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_TRUE(later[0].finished);
+  EXPECT_EQ(later[0].outputs[0].token_ids.size(), 4u);
+}
+
+TEST(LLM, ArgumentsOutOfRangeAndPastTheCheckpointContextAreErrors) {
+  auto bad = [](EngineConfig c, const std::string& needle) {
+    try {
+      LLM llm(std::make_unique<testing::HashLM>(), c);
+      ADD_FAILURE() << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EngineConfig c;
+  c.max_num_seqs = -3;
+  bad(c, "max_num_seqs");
+  c = {};
+  c.state_memory_bytes = -2;
+  bad(c, "state_memory_bytes");
+  c = {};
+  c.max_logprobs = -1;
+  bad(c, "max_logprobs");
+  c = {};
+  c.model = "tests/data/goldens/v4/tiny-a";  // max_position_embeddings 1048576
+  c.max_model_len = 1 << 21;
+  try {
+    LLM llm(c);
+    ADD_FAILURE() << "max_model_len above the checkpoint accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allow_long_max_model_len"), std::string::npos) << e.what();
+  }
+  c.allow_long_max_model_len = true;
+  EXPECT_EQ(LLM(c).engine().options().max_model_len, 1 << 21);
 }
 
 TEST(LLM, InvalidInputFailsBeforeAnythingRuns) {
