@@ -459,8 +459,10 @@ class Converter {
     if (is_never(n)) return convert(rest, path);
     if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
     auto only = [&](std::initializer_list<const char*> keys) {
-      for (auto& [k, v] : n.items())
+      for (auto it = n.begin(); it != n.end(); ++it) {  // no structured binding: clang 14 cannot capture one
+        const std::string& k = it.key();
         if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) return false;
+      }
       return true;
     };
     if (only({"not"})) {  // not not X = X
