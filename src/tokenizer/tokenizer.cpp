@@ -182,12 +182,19 @@ Tokenizer Tokenizer::from_json(std::string_view text, std::string_view config_te
 
     // Ids: the model vocab, then added tokens (which may repeat vocab ids).
     int32_t max_id = -1;
-    for (auto& [tok, id] : model.at("vocab").items()) max_id = std::max(max_id, id.get<int32_t>());
+    // An id must be an integer below 2^24: a float or a huge id would be UB or allocate the machine away.
+    auto token_id = [](const json& v, const std::string& tok) {
+      check(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 24), "token '", tok,
+            "' has id ", v.dump(), ": ids must be integers in [0, 16777216)");
+      return static_cast<int32_t>(v.get<int64_t>());
+    };
+    for (auto it = model.at("vocab").begin(); it != model.at("vocab").end(); ++it)
+      max_id = std::max(max_id, token_id(it.value(), it.key()));
     std::vector<AddedToken> added;
     for (auto& a : j.value("added_tokens", json::array())) {
       AddedToken t;
-      t.id = a.at("id");
       t.content = a.at("content");
+      t.id = token_id(a.at("id"), t.content);
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);
       t.rstrip = a.value("rstrip", false);
