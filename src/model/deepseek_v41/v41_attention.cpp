@@ -174,21 +174,54 @@ void V41Model::index(int64_t l, Step& s, const std::vector<float>& x, const std:
   s.sel_k[l] = K;
 }
 
-void V41Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
-  const V41Block& B = blocks_[l];
-  const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window_size, T = s.rows();
-  const ops::RopeFreqs rope = rope_for(l);
-  std::vector<float> qr(T * c_.q_lora_rank), q(T * H * hd), kv(T * hd);
+// Queries of rows x: wq_a, q_norm (qr, which the indexer reads too), wq_b, RoPE, bf16.
+void V41Model::queries(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
+                       const ops::RopeFreqs& rope, std::vector<float>& qr, std::vector<float>& q) {
+  const int64_t T = static_cast<int64_t>(pos.size()), H = c_.n_heads, hd = c_.head_dim;
+  qr.resize(T * c_.q_lora_rank);
+  q.resize(T * H * hd);
   lin(x.data(), T, B.wq_a, qr.data());
   rmsnorm(qr, B.q_norm, T, c_.q_lora_rank);
   lin(qr.data(), T, B.wq_b, q.data());
-  be_.rope(q.data(), T, H, hd, s.pos.data(), rope, false);
+  be_.rope(q.data(), T, H, hd, pos.data(), rope, false);
   bf16(q);
+}
+
+// The window K=V of rows x: wkv, kv_norm, RoPE, bf16, FP8 (all channels, rope tail included).
+void V41Model::window_kv(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
+                         const ops::RopeFreqs& rope, std::vector<float>& kv) {
+  const int64_t T = static_cast<int64_t>(pos.size()), hd = c_.head_dim;
+  kv.resize(T * hd);
   lin(x.data(), T, B.wkv, kv.data());
   rmsnorm(kv, B.kv_norm, T, hd);
-  be_.rope(kv.data(), T, 1, hd, s.pos.data(), rope, false);
+  be_.rope(kv.data(), T, 1, hd, pos.data(), rope, false);
   bf16(kv);
-  be_.fake_quant_fp8(kv.data(), T, hd, c_.fp8_block);  // window K=V, all channels, rope tail included
+  be_.fake_quant_fp8(kv.data(), T, hd, c_.fp8_block);
+}
+
+// Sparse attention of every row over its index list (arena rows, and this step's rows in kv), bf16,
+// inverse RoPE at the query position, bf16: the heads' outputs before the output projection.
+std::vector<float> V41Model::attend(const V41Block& B, const Step& s, const std::vector<float>& q,
+                                    const std::vector<float>& kv, const std::vector<int32_t>& idx, int64_t K,
+                                    const ops::RopeFreqs& rope) {
+  const int64_t T = s.rows(), H = c_.n_heads, hd = c_.head_dim;
+  std::vector<float> o(T * H * hd);
+  be_.sparse_attention_online(q.data(), T, H, hd, reinterpret_cast<const float*>(s.st[0]->pool().base()), kv.data(),
+                              idx.data(), K, B.attn_sink.data(),
+                              static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o.data());
+  bf16(o);
+  be_.rope(o.data(), T, H, hd, s.pos.data(), rope, true);
+  bf16(o);
+  return o;
+}
+
+void V41Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
+  const V41Block& B = blocks_[l];
+  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows();
+  const ops::RopeFreqs rope = rope_for(l);
+  std::vector<float> qr, q, kv;
+  queries(B, x, s.pos, rope, qr, q);
+  window_kv(B, x, s.pos, rope, kv);
 
   const int64_t ratio = c_.compress_ratios[l];
   const int64_t src = ratio > 0 ? c_.kv_source_of[l] : -1;
@@ -235,16 +268,11 @@ void V41Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::v
       }
     }
   }
-  std::vector<float> o(T * H * hd);
-  be_.sparse_attention_online(q.data(), T, H, hd, reinterpret_cast<const float*>(arena.base()), kv.data(), idx.data(),
-                              K, B.attn_sink.data(), static_cast<float>(std::pow(static_cast<double>(hd), -0.5)),
-                              kAttnBlock, o.data());
-  bf16(o);
+  std::vector<float> o = attend(B, s, q, kv, idx, K, rope);
+  // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
   for (int64_t qi = 0; qi < s.num(); ++qi)
     for (int64_t i = s.begin[qi]; i < s.begin[qi + 1]; ++i)
       std::copy_n(kv.data() + i * hd, hd, s.st[qi]->ring_row(l, s.pos[i]));
-  be_.rope(o.data(), T, H, hd, s.pos.data(), rope, true);
-  bf16(o);
   output_projection(B, o, T, out);
 }
 
@@ -267,19 +295,11 @@ void V41Model::output_projection(const V41Block& B, const std::vector<float>& o,
 // sequence attend the stage's ring (its main-token rows up to p) plus every block position.
 void V41Model::dspark_attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
   const V41Block& B = blocks_[l];
-  const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window_size, T = s.rows();
+  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows();
   const ops::RopeFreqs rope = rope_main_.freqs();
-  std::vector<float> qr(T * c_.q_lora_rank), q(T * H * hd), kv(T * hd);
-  lin(x.data(), T, B.wq_a, qr.data());
-  rmsnorm(qr, B.q_norm, T, c_.q_lora_rank);
-  lin(qr.data(), T, B.wq_b, q.data());
-  be_.rope(q.data(), T, H, hd, s.pos.data(), rope, false);
-  bf16(q);
-  lin(x.data(), T, B.wkv, kv.data());
-  rmsnorm(kv, B.kv_norm, T, hd);
-  be_.rope(kv.data(), T, 1, hd, s.pos.data(), rope, false);
-  bf16(kv);
-  be_.fake_quant_fp8(kv.data(), T, hd, c_.fp8_block);
+  std::vector<float> qr, q, kv;
+  queries(B, x, s.pos, rope, qr, q);
+  window_kv(B, x, s.pos, rope, kv);
   const BlockPool& arena = s.st[0]->pool();
   const int64_t n = c_.dspark_block_size, K = W + n;
   std::vector<int32_t> idx(T * K, -1);
@@ -294,14 +314,7 @@ void V41Model::dspark_attention(int64_t l, Step& s, const std::vector<float>& x,
       for (int64_t j = 0; j < n; ++j) idx[i * K + W + j] = ops::fresh_row(b + j);
     }
   }
-  std::vector<float> o(T * H * hd);
-  be_.sparse_attention_online(q.data(), T, H, hd, reinterpret_cast<const float*>(arena.base()), kv.data(), idx.data(),
-                              K, B.attn_sink.data(), static_cast<float>(std::pow(static_cast<double>(hd), -0.5)),
-                              kAttnBlock, o.data());
-  bf16(o);
-  be_.rope(o.data(), T, H, hd, s.pos.data(), rope, true);
-  bf16(o);
-  output_projection(B, o, T, out);
+  output_projection(B, attend(B, s, q, kv, idx, K, rope), T, out);
 }
 
 }  // namespace deepinfer::model

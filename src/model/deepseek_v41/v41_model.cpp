@@ -417,18 +417,13 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
 // DSpark: every stage's ring gets kv_norm(wkv(main_x)) of every (kept) main token.
 void V41Model::dspark_rings(Step& s, const std::vector<float>& main_hidden) {
   const int64_t m = s.rows(), D = c_.dim, hd = c_.head_dim;
-  std::vector<float> mx(m * D), kv(m * hd);
+  std::vector<float> mx(m * D), kv;
   const V41Block& S0 = blocks_[c_.n_layers];
   lin(main_hidden.data(), m, S0.main_proj, mx.data());
   rmsnorm(mx, S0.main_norm, m, D);
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) {
     const int64_t l = c_.n_layers + stage;
-    const V41Block& B = blocks_[l];
-    lin(mx.data(), m, B.wkv, kv.data());
-    rmsnorm(kv, B.kv_norm, m, hd);
-    be_.rope(kv.data(), m, 1, hd, s.pos.data(), rope_main_.freqs(), false);
-    bf16(kv);
-    be_.fake_quant_fp8(kv.data(), m, hd, c_.fp8_block);
+    window_kv(blocks_[l], mx, s.pos, rope_main_.freqs(), kv);
     for (int64_t q = 0; q < s.num(); ++q) {
       V41SequenceState& st = *s.st[q];
       if (s.begin[q + 1] > s.begin[q] && st.length_ == 0 && s.first(q) > 0) st.ring_from[l] = s.first(q);  // compact replay

@@ -133,6 +133,12 @@ class V41Model final : public CausalLM {
   void block_forward(int64_t l, Step& s, std::vector<float>& X, std::vector<float>& pre_mix,
                      const ForwardTaps* taps);
   void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out);
+  void queries(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
+               const ops::RopeFreqs& rope, std::vector<float>& qr, std::vector<float>& q);
+  void window_kv(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
+                 const ops::RopeFreqs& rope, std::vector<float>& kv);
+  std::vector<float> attend(const V41Block& B, const Step& s, const std::vector<float>& q, const std::vector<float>& kv,
+                            const std::vector<int32_t>& idx, int64_t K, const ops::RopeFreqs& rope);
   void compress(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& lat,
                 std::vector<int64_t>& lat_pos, std::vector<int64_t>& lat_begin);
   void index(int64_t l, Step& s, const std::vector<float>& x, const std::vector<float>& qr,

@@ -22,7 +22,7 @@ int64_t V41SequenceState::fixed_rows_for(const V41Config& c, int64_t rollback) {
 }
 
 V41SequenceState::V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c, int64_t rollback)
-    : pool_(std::move(pool)), fixed(pool_.get(), c.head_dim), c_(&c), window_(c.window_size), head_dim_(c.head_dim),
+    : pool_(std::move(pool)), fixed(pool_.get(), c.head_dim), window_(c.window_size), head_dim_(c.head_dim),
       rollback_(rollback), ring_size_(c.window_size + rollback) {
   fixed_rows = ring_count(c) * ring_size_;
   carry_row.assign(c.n_layers, -1);
@@ -79,7 +79,7 @@ void V41SequenceState::truncate(int64_t length) {
   for (int64_t r : ring_from)
     check(length >= r, "truncate: position ", length, " lies before the rows a compact replay kept (from ", r, ")");
   for (size_t l = 0; l < sources.size(); ++l) {
-    if (!ratio_[l] || !sources[l].ckv.pool_ptr()) continue;
+    if (!sources[l].ckv.pool_ptr()) continue;  // not a KV source (ratio > 0 at every source)
     const int64_t rows = length / ratio_[l];
     sources[l].ckv.truncate(rows);
     if (sources[l].ik.pool_ptr()) sources[l].ik.truncate(rows);

@@ -63,7 +63,6 @@ class V41SequenceState final : public SequenceState {
   int64_t last_ik_owner = -1;        // last KV source that wrote index keys (reference emulation only)
 
  private:
-  const V41Config* c_;
   int64_t window_, head_dim_, rollback_, ring_size_;
   std::vector<int64_t> carry_size_, ratio_;
 };
