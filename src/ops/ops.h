@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/device.h"
+
 namespace deepinfer::ops {
 
 // Frequencies of one interleaved RoPE table: pair i of the rotated tail turns by pos * inv_freq[i];
@@ -19,9 +21,9 @@ struct RopeFreqs {
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
 constexpr int64_t fresh_row_index(int32_t r) { return -2 - static_cast<int64_t>(r); }
 
-class Backend {
+// A backend: the ops, and (DeviceMemory) the memory they read and write.
+class Backend : public DeviceMemory {
  public:
-  virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
   // y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation in a fixed order (batch invariant).
@@ -87,8 +89,94 @@ class Backend {
   virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                        const float* fresh, const int32_t* idx, int64_t k, const float* sink,
                                        float scale, int64_t block, float* out) = 0;
+
+  // --- data movement (indices are backend memory like the data) ---
+  // Row gather/scatter: dst row (dst_idx ? dst_idx[i] : i) = src row (src_idx ? src_idx[i] : i) for
+  // i < n, rows of `width` floats; an index < 0 skips row i. Destination rows must be distinct.
+  virtual void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                         const int32_t* dst_idx) = 0;
+  // Strided block copy: dst[r * dst_ld + c] = src[r * src_ld + c] for r < rows, c < width.
+  virtual void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) = 0;
+  virtual void fill(float* x, int64_t n, float value) = 0;
+  virtual void scale(float* x, int64_t n, float s) = 0;      // x *= s
+  virtual void add(float* x, const float* y, int64_t n) = 0;  // x += y
+  // out[r] = index of the first maximum of row r of x [rows, n].
+  virtual void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
+
+  // --- model pieces (DeepSeek V4 / V4.1) ---
+  // Mean of the hc streams: out[r * out_ld + d] = bf16((sum_k x[r, k, d] in k order) / hc).
+  virtual void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) = 0;
+  // V4.1 compressor pooling: z[w, c] = sum_s kv[w,s,c] * (e_s / den) (s in order, fp32), with
+  // e_s = exp(score[w,s,c] - max_s score), den = sum_s e_s summed first; then bf16.
+  virtual void softmax_pool_v41(const float* kv, const float* score, int64_t windows, int64_t slots,
+                                int64_t channels, float* z) = 0;
+
+  // MoE router (spec §3.5, §5.5) for rows of logits [n, experts]: v = logit / temperature;
+  // score = softmax_e(v) (kSoftmax), sigmoid(v), or sqrt(softplus(v)) (softplus threshold 20, torch's);
+  // selection = top-k of score + (image && image[r] ? bias_vl : bias) (torch.topk's tie order, see
+  // backends/cpu/torch_topk.h); weight_j = score of expert j, divided by (sum + 1e-20) when
+  // normalize and k > 1, times route_scale. sel/weight [n, k] in selection order; scores [n, E] (null
+  // to skip) = the unbiased scores. bias may be null (0).
+  enum class ScoreFunc : int32_t { kSoftmax = 0, kSigmoid = 1, kSqrtSoftplus = 2 };
+  struct RouteParams {
+    ScoreFunc score_func;
+    float temperature;
+    int64_t k;
+    bool normalize;
+    float route_scale;
+  };
+  virtual void moe_route(const float* logits, int64_t n, int64_t experts, const float* bias, const float* bias_vl,
+                         const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) = 0;
+  // MoE combine: out[t] = bf16(acc + shared[t]) with acc = 0 + y[slot[t*k + 0]] + y[slot[t*k + 1]] + ...
+  // (j in order; slot < 0 skipped); rows of `dim` floats. shared may be null (0).
+  virtual void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim,
+                           const float* shared, float* out) = 0;
+
+  // V4.1 indexer scores of each token over its sequence's keys. Token t's key w (w < width[t]) is row
+  // key_rows[key_begin[t] + w] of `keys` (rows of `dim` floats). For w < visible[t]:
+  //   s = bf16(sum_h bf16(max(bf16(dot(q[t,h], key_w)), 0) * weight[t,h])), h in order, fp32,
+  // dot as cpu::dot orders it on the CPU; w >= visible[t] (and w in [width[t], ld)) -> -inf.
+  // scores [tokens, ld].
+  virtual void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
+                            const float* keys, const int32_t* key_rows, const int32_t* key_begin,
+                            const int32_t* width, const int32_t* visible, int64_t ld, float* scores) = 0;
+  // V4.1 candidate blocks (the candidate source layer): for token t, blocks of `block` columns of its
+  // first width[t] columns; the block maximum of scores, except block (clen[t]-1)/block (if clen[t] >= 1),
+  // which counts +inf; the top min(topk_blocks, ranked[t]) of the first ranked[t] blocks (torch.topk's
+  // tie order, sorted); every column (< width[t]) of a chosen block whose maximum is > -inf gets
+  // mask 1, all others 0. mask [tokens, ld].
+  virtual void candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width,
+                              const int32_t* clen, const int32_t* ranked, int64_t block, int64_t topk_blocks,
+                              uint8_t* mask) = 0;
+  // Index top-k: for token t, columns with mask == 0 (mask may be null) count -inf; the top
+  // m = min(topk[t], ranked[t]) of the first ranked[t] columns (torch.topk's tie order), sorted by
+  // column; sel[t, j] = column if column < visible[t] else -1 for j < m, then -1 up to K. sel [tokens, K].
+  virtual void index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld,
+                            const int32_t* ranked, const int32_t* visible, const int32_t* topk, int64_t K,
+                            int32_t* sel) = 0;
+  // Row-number translation: out[t * out_ld + j] = in[t*k + j] < 0 ? -1 : table[begin[t] + in[t*k + j]]
+  // for j < k (a token's selected compressed rows -> arena rows).
+  virtual void lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,
+                           int32_t* out, int64_t out_ld) = 0;
+
+  // Rows of an FP8 e4m3 table with one UE8M0 scale per 32 values, dequantized to fp32:
+  // out[i, d] = e4m3(table[ids[i], d]) * e8m0(scale[ids[i], d / 32]). table and scale are HOST memory
+  // (memory-mapped Engram tables, too large for a device); ids (already range-checked) and out are
+  // backend memory.
+  virtual void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
+                             float* out) = 0;
+  // V4.1 Engram gate (spec §5.3) on the streams x [n, hc, dim] with kv [n, hc + 1, dim] (keys, value)
+  // and qk [hc, dim] (q_weight * k_weight): for each token not marked in image and stream k,
+  //   dot = <x_k * qk_k, key_k> * rsqrt(mean(x_k^2) + eps) * rsqrt(mean(key_k^2) + eps) / sqrt(dim)
+  //   (the three sums in one pass, d in order), g = sigmoid(sign(dot) sqrt(max(|dot|, 1e-6))),
+  //   x_k = bf16(x_k + g * value).
+  virtual void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
+                           int64_t dim, float eps) = 0;
 };
 
 Backend& cpu_backend();
+// The backend of a device (the CPU's, or one CUDA backend per GPU, created on first use); throws
+// deepinfer::Error for a device this build or machine does not have.
+Backend& backend_for(const Device& device);
 
 }  // namespace deepinfer::ops

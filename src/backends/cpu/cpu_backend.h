@@ -33,6 +33,46 @@ class CpuBackend final : public ops::Backend {
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
+
+  // memory (host memory: the CPU backend's device is the host)
+  Device device() const override { return {}; }
+  void* allocate(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+
+  // data movement (cpu_data_ops.cpp)
+  void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                 const int32_t* dst_idx) override;
+  void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;
+  void fill(float* x, int64_t n, float value) override;
+  void scale(float* x, int64_t n, float s) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+
+  // DeepSeek pieces (cpu_deepseek_ops.cpp)
+  void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;
+  void softmax_pool_v41(const float* kv, const float* score, int64_t windows, int64_t slots, int64_t channels,
+                        float* z) override;
+  void moe_route(const float* logits, int64_t n, int64_t experts, const float* bias, const float* bias_vl,
+                 const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) override;
+  void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim, const float* shared,
+                   float* out) override;
+  void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const float* keys,
+                    const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
+                    int64_t ld, float* scores) override;
+  void candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width, const int32_t* clen,
+                      const int32_t* ranked, int64_t block, int64_t topk_blocks, uint8_t* mask) override;
+  void index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld, const int32_t* ranked,
+                    const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) override;
+  void lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,
+                   int32_t* out, int64_t out_ld) override;
+  void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
+                     float* out) override;
+  void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
+                   int64_t dim, float eps) override;
 };
 
 // Dot product in a fixed order (8 interleaved partial sums, then a fixed tree), vectorizable.

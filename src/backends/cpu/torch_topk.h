@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace deepinfer::model {
+namespace deepinfer::cpu {
 
 inline std::vector<int64_t> torch_topk(const float* v, int64_t n, int64_t k, bool sorted) {
   using elem = std::pair<float, int64_t>;
@@ -31,4 +31,4 @@ inline std::vector<int64_t> torch_topk(const float* v, int64_t n, int64_t k, boo
   return out;
 }
 
-}  // namespace deepinfer::model
+}  // namespace deepinfer::cpu

@@ -1,0 +1,48 @@
+// The CPU backend's memory (host memory) and its data-movement ops.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::cpu {
+
+void* CpuBackend::allocate(size_t bytes) {
+  void* p = std::aligned_alloc(256, std::max<size_t>(256, (bytes + 255) / 256 * 256));
+  check(p != nullptr, "cpu: out of memory allocating ", bytes, " bytes");
+  return p;
+}
+void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) { if (bytes) std::memmove(dst, src, bytes); }
+void CpuBackend::zero(void* dst, size_t bytes) { if (bytes) std::memset(dst, 0, bytes); }
+
+void CpuBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                           const int32_t* dst_idx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+    if (s >= 0 && d >= 0) std::memcpy(dst + d * width, src + s * width, width * sizeof(float));
+  }
+}
+
+void CpuBackend::copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
+}
+
+void CpuBackend::fill(float* x, int64_t n, float value) { std::fill_n(x, n, value); }
+void CpuBackend::scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void CpuBackend::argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = static_cast<int32_t>(std::max_element(x + r * n, x + (r + 1) * n) - (x + r * n));
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,38 @@
+// Where data lives, and the memory interface of a device. Every backend owns the memory its ops read;
+// host code holds device pointers but never dereferences them: it moves data with upload/download.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace deepinfer {
+
+enum class DeviceKind : uint8_t { kCpu, kCuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+
+  bool is_cpu() const { return kind == DeviceKind::kCpu; }
+  std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+  // "cpu", "cuda" (= cuda:0) or "cuda:N"; throws deepinfer::Error on anything else.
+  static Device parse(const std::string& s);
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual Device device() const = 0;
+  // At least 256-byte aligned, contents undefined; throws deepinfer::Error when out of memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Ordered with the backend's ops: an upload is visible to ops enqueued after it; download returns
+  // once the data (written by every op enqueued before it) is on the host.
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the device
+  virtual void zero(void* dst, size_t bytes) = 0;
+};
+
+}  // namespace deepinfer
