@@ -9,7 +9,7 @@ namespace deepinfer::cache {
 StateManager::StateManager(model::CausalLM& model, int64_t num_blocks)
     : model_(model),
       total_blocks_(num_blocks),
-      pool_(std::make_shared<BlockPool>(model.state_block_bytes(), num_blocks)) {
+      pool_(std::make_shared<BlockPool>(model.state_block_bytes(), num_blocks, model.state_memory())) {
   model.set_state_pool(pool_);
 }
 

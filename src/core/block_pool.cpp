@@ -19,10 +19,19 @@ std::byte* reserve(size_t bytes) {
 
 }  // namespace
 
-BlockPool::BlockPool(int64_t block_bytes, int64_t capacity_blocks)
-    : block_bytes_(block_bytes), capacity_(capacity_blocks > 0 ? capacity_blocks : 0) {
+BlockPool::BlockPool(int64_t block_bytes, int64_t capacity_blocks, DeviceMemory* memory)
+    : block_bytes_(block_bytes), capacity_(capacity_blocks > 0 ? capacity_blocks : 0),
+      memory_(memory ? memory : &host_memory()) {
   check(block_bytes > 0 && block_bytes % 64 == 0, "state block size must be a positive multiple of 64 bytes, got ",
         block_bytes);
+  if (!memory_->device().is_cpu()) {
+    if (!capacity_) capacity_ = static_cast<int64_t>(kDefaultDeviceBytes / block_bytes);
+    reserved_bytes_ = static_cast<size_t>(capacity_) * block_bytes;
+    base_ = static_cast<std::byte*>(memory_->allocate(reserved_bytes_));
+    reserved_blocks_ = capacity_;
+    return;
+  }
+  mapped_ = true;
   reserved_bytes_ = capacity_ ? static_cast<size_t>(capacity_) * block_bytes : kUnlimitedBytes;
   base_ = reserve(reserved_bytes_);
   for (size_t smaller = reserved_bytes_ / 2; !base_ && !capacity_ && smaller >= (size_t{1} << 30); smaller /= 2)
@@ -32,7 +41,10 @@ BlockPool::BlockPool(int64_t block_bytes, int64_t capacity_blocks)
   reserved_blocks_ = static_cast<int64_t>(reserved_bytes_ / block_bytes);
 }
 
-BlockPool::~BlockPool() { munmap(base_, reserved_bytes_); }
+BlockPool::~BlockPool() {
+  if (mapped_) munmap(base_, reserved_bytes_);
+  else memory_->release(base_);
+}
 
 int64_t BlockPool::used() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -52,7 +64,7 @@ void* BlockPool::allocate() {
     block = base_ + next_++ * block_bytes_;
   }
   ++used_;
-  std::memset(block, 0, block_bytes_);
+  memory_->zero(block, block_bytes_);
   return block;
 }
 

@@ -9,12 +9,17 @@
 #include <mutex>
 #include <vector>
 
+#include "core/device.h"
+
 namespace deepinfer {
 
 class BlockPool {
  public:
   // capacity_blocks <= 0: unlimited (a large virtual reservation; pages are committed on first use).
-  BlockPool(int64_t block_bytes, int64_t capacity_blocks);
+  // memory: where the arena lives (null: host memory). A device arena is one allocation of
+  // capacity_blocks blocks (kDefaultDeviceBytes when unlimited).
+  BlockPool(int64_t block_bytes, int64_t capacity_blocks, DeviceMemory* memory = nullptr);
+  static constexpr size_t kDefaultDeviceBytes = size_t{2} << 30;
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -22,6 +27,7 @@ class BlockPool {
   int64_t block_bytes() const { return block_bytes_; }
   int64_t capacity() const { return capacity_; }
   int64_t used() const;
+  DeviceMemory& memory() const { return *memory_; }
   // A zero-filled block; throws deepinfer::Error when the capacity is spent (callers reserve first).
   void* allocate();
   void release(void* block);
@@ -35,7 +41,10 @@ class BlockPool {
   }
 
  private:
-  const int64_t block_bytes_, capacity_;
+  const int64_t block_bytes_;
+  int64_t capacity_;
+  DeviceMemory* memory_;
+  bool mapped_ = false;  // host reservation (munmap) rather than a device allocation
   int64_t reserved_blocks_ = 0;  // blocks the reservation can hold
   std::byte* base_ = nullptr;
   size_t reserved_bytes_ = 0;

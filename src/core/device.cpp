@@ -1,5 +1,9 @@
 #include "core/device.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -11,6 +15,34 @@ Device Device::parse(const std::string& s) {
       s.find_first_not_of("0123456789", 5) == std::string::npos)
     return {DeviceKind::kCuda, std::stoi(s.substr(5))};
   throw Error("unknown device '" + s + "' (expected cpu, cuda or cuda:N)");
+}
+
+namespace {
+
+class HostMemory final : public DeviceMemory {
+ public:
+  Device device() const override { return {}; }
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(256, std::max<size_t>(256, (bytes + 255) / 256 * 256));
+    check(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+};
+
+}  // namespace
+
+DeviceMemory& host_memory() {
+  static HostMemory m;
+  return m;
 }
 
 }  // namespace deepinfer

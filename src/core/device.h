@@ -35,4 +35,7 @@ class DeviceMemory {
   virtual void zero(void* dst, size_t bytes) = 0;
 };
 
+// Host memory as a DeviceMemory (the device of host-side arenas).
+DeviceMemory& host_memory();
+
 }  // namespace deepinfer

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/device.h"
 
 namespace deepinfer::model {
 
@@ -69,6 +70,8 @@ class CausalLM {
   // Exactly how many blocks one sequence holds once it has consumed `tokens` tokens (monotone), so a
   // scheduler can reserve before a forward and the forward never runs out.
   virtual int64_t state_blocks_for(int64_t tokens) const = 0;
+  // Where the state arena must live (the model's device; null: host memory).
+  virtual DeviceMemory* state_memory() const { return nullptr; }
 };
 
 // Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])

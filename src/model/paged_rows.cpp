@@ -33,8 +33,13 @@ float* PagedRows::append() {
 
 void PagedRows::resize(int64_t rows) {
   while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows) blocks_.push_back(pool_->allocate());
-  for (int64_t r = rows_; r < rows; ++r) std::memset(row(r), 0, width_ * sizeof(float));  // reused rows
+  for (int64_t r = rows_; r < rows; ++r) pool_->memory().zero(row(r), width_ * sizeof(float));  // reused rows
   rows_ = rows;
+}
+
+void PagedRows::extend(int64_t n) {
+  while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows_ + n) blocks_.push_back(pool_->allocate());
+  rows_ += n;
 }
 
 void PagedRows::truncate(int64_t rows) {
@@ -55,7 +60,7 @@ void PagedRows::clear() {
 void PagedRows::copy_to(float* out) const {
   for (int64_t r = 0; r < rows_; r += per_block_) {
     int64_t n = std::min(per_block_, rows_ - r);
-    std::memcpy(out + r * width_, row(r), n * width_ * sizeof(float));
+    pool_->memory().download(out + r * width_, row(r), n * width_ * sizeof(float));
   }
 }
 

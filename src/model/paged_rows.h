@@ -28,6 +28,7 @@ class PagedRows {
   }
   float* append();                 // a new zeroed row at the end
   void resize(int64_t rows);       // grows with zeroed rows or shrinks (keeping the blocks)
+  void extend(int64_t n);          // n more rows, not zeroed (the caller writes them at once)
   void truncate(int64_t rows);     // shrinks to `rows` rows and returns the blocks no longer needed
   void clear();                    // no rows, every block back to the pool
   void copy_to(float* out) const;  // all rows, contiguous

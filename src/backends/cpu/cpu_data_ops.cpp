@@ -1,6 +1,5 @@
 // The CPU backend's memory (host memory) and its data-movement ops.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
@@ -9,16 +8,12 @@
 
 namespace deepinfer::cpu {
 
-void* CpuBackend::allocate(size_t bytes) {
-  void* p = std::aligned_alloc(256, std::max<size_t>(256, (bytes + 255) / 256 * 256));
-  check(p != nullptr, "cpu: out of memory allocating ", bytes, " bytes");
-  return p;
-}
-void CpuBackend::release(void* p) { std::free(p); }
-void CpuBackend::upload(void* dst, const void* src, size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
-void CpuBackend::download(void* dst, const void* src, size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
-void CpuBackend::copy(void* dst, const void* src, size_t bytes) { if (bytes) std::memmove(dst, src, bytes); }
-void CpuBackend::zero(void* dst, size_t bytes) { if (bytes) std::memset(dst, 0, bytes); }
+void* CpuBackend::allocate(size_t bytes) { return host_memory().allocate(bytes); }
+void CpuBackend::release(void* p) { host_memory().release(p); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) { host_memory().upload(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, size_t bytes) { host_memory().download(dst, src, bytes); }
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) { host_memory().copy(dst, src, bytes); }
+void CpuBackend::zero(void* dst, size_t bytes) { host_memory().zero(dst, bytes); }
 
 void CpuBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                            const int32_t* dst_idx) {

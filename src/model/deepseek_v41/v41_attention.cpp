@@ -1,306 +1,349 @@
 // DeepSeek-V4.1 attention over a flat batch (spec §5.4): projections for all rows at once; the
 // compressor carry, the indexer's scores over each sequence's keys and the window lists per sequence;
 // one sparse attention call that reads the state arena in place and this step's rows from `kv`.
+// All math runs as backend ops on device tensors; the host computes only row numbers (positions,
+// arena rows) and uploads them.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "model/deepseek_v41/v41_model.h"
 #include "model/deepseek_v41/v41_step.h"
-#include "model/deepseek_v41/v41_topk.h"
 
 namespace deepinfer::model {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kAttnBlock = 64;  // the reference kernel's online-softmax block of indices
-float rb(float x) { return round_to_bf16(x); }
-
-// Row index of a state row in the arena, in rows of `row_floats` floats (what sparse attention reads).
-int32_t arena_row(const BlockPool& arena, const float* row, int64_t row_floats) {
-  return static_cast<int32_t>(arena.row_index(row, row_floats * static_cast<int64_t>(sizeof(float))));
-}
+int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
+int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
 
 }  // namespace
 
-// The compressor of KV source l: latents (pre-RoPE, normalized) of the groups this step completes,
-// their first positions, and per sequence where its latents begin (lat_begin[S] = count).
-void V41Model::compress(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& lat,
-                        std::vector<int64_t>& lat_pos, std::vector<int64_t>& lat_begin) {
+struct V41Model::Latents {
+  Tensor rows;                 // [count, head_dim] pre-RoPE, normalized
+  std::vector<int64_t> pos;    // first position of each group
+  Tensor pos_d;                // pos on the device (I64)
+  std::vector<int64_t> begin;  // [S+1] each sequence's first latent
+  int64_t count() const { return static_cast<int64_t>(pos.size()); }
+};
+
+float* V41Model::arena(const Step& s) const { return reinterpret_cast<float*>(s.st[0]->pool().base()); }
+
+int32_t V41Model::arena_row(const Step& s, const float* row, int64_t width) const {
+  return i32(s.st[0]->pool().row_index(row, width * static_cast<int64_t>(sizeof(float))));
+}
+
+// Grows `rows` by n rows (written by the caller's next op) and lists their arena rows.
+void V41Model::append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t width, std::vector<int32_t>& out) const {
+  const int64_t first = rows.size();
+  rows.extend(n);
+  for (int64_t r = first; r < first + n; ++r) out.push_back(arena_row(s, rows.row(r), width));
+}
+
+// The compressor of KV source l: latents of the groups this step completes. The carry holds the
+// kv/score rows of earlier positions; this step's come from kvf/sc directly (a long step wraps the
+// carry ring before its groups are pooled), and only each sequence's last carry positions are written.
+void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
   const V41Block& B = blocks_[l];
   const int64_t ratio = c_.compress_ratios[l], hd = c_.head_dim, T = s.rows();
-  lat_begin.assign(s.num() + 1, 0);
+  lat.begin.assign(s.num() + 1, 0);
+  // a step completes at most one group per row: T rows bound the latents (in the caller's scope)
+  lat.rows = ws_.f32({T, hd});
   if (ratio == 1) {
-    lat.resize(T * hd);
-    lin(x.data(), T, B.c_wkv, lat.data());
-    rmsnorm(lat, B.c_norm, T, hd);
-    lat_pos = s.pos;
-    lat_begin = s.begin;
+    lin(x, T, B.c_wkv, lat.rows.f32());
+    rmsnorm(lat.rows.f32(), B.c_norm, T, hd);
+    lat.pos = s.pos;
+    lat.pos_d = s.pos_d;
+    lat.begin = s.begin;
     return;
   }
-  std::vector<float> kvf(T * hd), sc(T * hd), z(hd), e(ratio);
-  lin(x.data(), T, B.c_wkv, kvf.data(), false);  // fp32 weights, fp32 pooling
-  lin(x.data(), T, B.c_wgate, sc.data(), false);
+  lat.pos_d = ws_.take(DType::I64, {T});
+  Workspace::Scope scope(ws_);
+  Tensor kvf = ws_.f32({T, hd}), sc = ws_.f32({T, hd});
+  lin(x, T, B.c_wkv, kvf.f32(), false);  // fp32 weights, fp32 pooling
+  lin(x, T, B.c_wgate, sc.f32(), false);
+  std::vector<int32_t> carry_src, carry_kv, carry_sc;  // this step's rows into the carry ring
+  std::vector<int32_t> old_kv, old_sc, old_dst, fresh_src, fresh_dst;  // group slots: arena rows / fresh rows
   for (int64_t q = 0; q < s.num(); ++q) {
     V41SequenceState& st = *s.st[q];
-    lat_begin[q] = static_cast<int64_t>(lat_pos.size());
-    for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) {
+    const int64_t b = s.begin[q], P0 = s.first(q), carry = st.carry_size(l);
+    lat.begin[q] = lat.count();
+    for (int64_t i = b; i < s.begin[q + 1]; ++i) {
       const int64_t p = s.pos[i];
-      std::copy_n(kvf.data() + i * hd, hd, st.carry_kv(l, p));
-      std::copy_n(sc.data() + i * hd, hd, st.carry_score(l, p));
-      if ((p + 1) % ratio != 0) continue;
-      const int64_t g0 = p + 1 - ratio;  // the group's positions g0 .. p, pooled in position order
-      for (int64_t ch = 0; ch < hd; ++ch) {
-        float mx = kNegInf, den = 0, acc = 0;
-        for (int64_t j = 0; j < ratio; ++j) mx = std::max(mx, st.carry_score(l, g0 + j)[ch]);
-        for (int64_t j = 0; j < ratio; ++j) den += (e[j] = std::exp(st.carry_score(l, g0 + j)[ch] - mx));
-        for (int64_t j = 0; j < ratio; ++j) acc += st.carry_kv(l, g0 + j)[ch] * (e[j] / den);
-        z[ch] = rb(acc);
+      if (p >= s.end_pos[q] - carry) {
+        carry_src.push_back(i32(i));
+        carry_kv.push_back(arena_row(s, st.carry_kv(l, p), hd));
+        carry_sc.push_back(arena_row(s, st.carry_score(l, p), hd));
       }
-      lat.insert(lat.end(), z.begin(), z.end());
-      lat_pos.push_back(g0);
+      if ((p + 1) % ratio != 0) continue;
+      const int64_t g0 = p + 1 - ratio, slot0 = lat.count() * ratio;  // positions g0 .. p, pooled in order
+      for (int64_t j = 0; j < ratio; ++j) {
+        const int64_t pp = g0 + j;
+        if (pp >= P0) {
+          fresh_src.push_back(i32(b + pp - P0));
+          fresh_dst.push_back(i32(slot0 + j));
+        } else {
+          old_kv.push_back(arena_row(s, st.carry_kv(l, pp), hd));
+          old_sc.push_back(arena_row(s, st.carry_score(l, pp), hd));
+          old_dst.push_back(i32(slot0 + j));
+        }
+      }
+      lat.pos.push_back(g0);
     }
   }
-  lat_begin[s.num()] = static_cast<int64_t>(lat_pos.size());
-  const int64_t ng = static_cast<int64_t>(lat_pos.size());
-  if (ng) rmsnorm(lat, B.c_norm, ng, hd);
+  lat.begin[s.num()] = lat.count();
+  const int64_t ng = lat.count();
+  if (ng) {
+    Tensor kvg = ws_.f32({ng * ratio, hd}), scg = ws_.f32({ng * ratio, hd});
+    Tensor okv = ws_.upload(old_kv, DType::I32), osc = ws_.upload(old_sc, DType::I32);
+    Tensor od = ws_.upload(old_dst, DType::I32), fs = ws_.upload(fresh_src, DType::I32);
+    Tensor fd = ws_.upload(fresh_dst, DType::I32);
+    const int64_t no = static_cast<int64_t>(old_dst.size()), nf = static_cast<int64_t>(fresh_dst.size());
+    be_.copy_rows(arena(s), okv.i32(), no, hd, kvg.f32(), od.i32());
+    be_.copy_rows(arena(s), osc.i32(), no, hd, scg.f32(), od.i32());
+    be_.copy_rows(kvf.f32(), fs.i32(), nf, hd, kvg.f32(), fd.i32());
+    be_.copy_rows(sc.f32(), fs.i32(), nf, hd, scg.f32(), fd.i32());
+    be_.softmax_pool_v41(kvg.f32(), scg.f32(), ng, ratio, hd, lat.rows.f32());
+    rmsnorm(lat.rows.f32(), B.c_norm, ng, hd);
+  }
+  // after the pooling read the old carry rows: this step's rows into the ring
+  const int64_t nc = static_cast<int64_t>(carry_src.size());
+  Tensor cs = ws_.upload(carry_src, DType::I32), ck = ws_.upload(carry_kv, DType::I32);
+  Tensor cg = ws_.upload(carry_sc, DType::I32);
+  be_.copy_rows(kvf.f32(), cs.i32(), nc, hd, arena(s), ck.i32());
+  be_.copy_rows(sc.f32(), cs.i32(), nc, hd, arena(s), cg.i32());
+  be_.upload(lat.pos_d.data, lat.pos.data(), lat.pos.size() * sizeof(int64_t));
 }
 
 // The indexer of index source l: keys of the new latents (KV sources), queries and weights of every
-// row, per sequence the scores over its keys, the candidate blocks and the top-k selection.
-void V41Model::index(int64_t l, Step& s, const std::vector<float>& x, const std::vector<float>& qr,
-                     const std::vector<float>& lat, const std::vector<int64_t>& lat_pos,
-                     const std::vector<int64_t>& lat_begin) {
+// row, the scores of every row over its sequence's keys, the candidate blocks and the top-k selection.
+void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const Latents& lat) {
   const V41Block& B = blocks_[l];
   const int64_t ih = c_.index_n_heads, id = c_.index_head_dim, ratio = c_.compress_ratios[l], T = s.rows();
-  const int64_t src = c_.kv_source_of[l], ng = static_cast<int64_t>(lat_pos.size());
+  const int64_t src = c_.kv_source_of[l], ng = lat.count();
   const ops::RopeFreqs rope = rope_for(l);
+  Workspace::Scope scope(ws_);
   if (c_.is_kv_source[l] && ng) {
-    std::vector<float> k(ng * id);
-    lin(lat.data(), ng, B.i_wk, k.data());
-    rmsnorm(k, B.i_k_norm, ng, id);
-    be_.rope(k.data(), ng, 1, id, lat_pos.data(), rope, false);
-    bf16(k);
-    be_.fake_quant_fp4(k.data(), ng, id, 32);
+    Tensor k = ws_.f32({ng, id});
+    lin(lat.rows.f32(), ng, B.i_wk, k.f32());
+    rmsnorm(k.f32(), B.i_k_norm, ng, id);
+    be_.rope(k.f32(), ng, 1, id, lat.pos_d.i64(), rope, false);
+    be_.round_bf16(k.f32(), ng * id);
+    be_.fake_quant_fp4(k.f32(), ng, id, 32);
+    std::vector<int32_t> dst;
     for (int64_t q = 0; q < s.num(); ++q) {
-      for (int64_t g = lat_begin[q]; g < lat_begin[q + 1]; ++g) std::copy_n(k.data() + g * id, id, s.st[q]->sources[l].ik.append());
-      if (lat_begin[q + 1] > lat_begin[q]) s.st[q]->last_ik_owner = l;  // the reference's shared_attn.index_k
+      append_rows(s, s.st[q]->sources[l].ik, lat.begin[q + 1] - lat.begin[q], id, dst);
+      if (lat.begin[q + 1] > lat.begin[q]) s.st[q]->last_ik_owner = l;  // the reference's shared_attn.index_k
     }
+    Tensor d = ws_.upload(dst, DType::I32);
+    be_.copy_rows(k.f32(), nullptr, ng, id, arena(s), d.i32());
   }
-  std::vector<float> iq(T * ih * id), wts(T * ih);
-  lin(qr.data(), T, B.i_wq_b, iq.data());
-  be_.rope(iq.data(), T, ih, id, s.pos.data(), rope, false);
-  bf16(iq);
-  be_.fake_quant_fp4(iq.data(), T * ih, id, 32);
-  lin(x.data(), T, B.i_weights_proj, wts.data());
-  const float wscale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5));
-  for (float& v : wts) v = rb(v * wscale);
+  Tensor iq = ws_.f32({T, ih, id}), wts = ws_.f32({T, ih});
+  lin(qr, T, B.i_wq_b, iq.f32());
+  be_.rope(iq.f32(), T, ih, id, s.pos_d.i64(), rope, false);
+  be_.round_bf16(iq.f32(), T * ih * id);
+  be_.fake_quant_fp4(iq.f32(), T * ih, id, 32);
+  lin(x, T, B.i_weights_proj, wts.f32());
+  be_.scale(wts.f32(), T * ih, static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5)));
+  be_.round_bf16(wts.f32(), T * ih);
 
-  int64_t K = 0;  // the widest selection of the batch; narrower rows end in -1 (no row)
-  for (int64_t q = 0; q < s.num(); ++q) K = std::max(K, std::min(c_.index_topk, s.end_pos[q] / ratio));
-  std::vector<int32_t> sel(T * K, -1);
-  const bool cand_source = l == c_.candidate_source_layer;
-  const bool cand_mask = c_.candidate_source_layer >= 0 && c_.candidate_source_layer < l;
-  if (cand_source) s.cand.assign(T, {});
-  std::vector<float> keys, dots, score;
+  // Per row: its sequence's keys (arena rows), how many exist (width), how many it sees (visible).
+  int64_t K = 0, maxw = 0;  // the widest selection / key count of the batch; narrower rows end in -1
+  std::vector<int32_t> key_rows, key_begin(T), width(T), visible(T), ranked(T), topk(T), nblocks(T);
+  const int64_t bs = c_.candidate_block_size;
   for (int64_t q = 0; q < s.num(); ++q) {
     V41SequenceState& st = *s.st[q];
-    const int64_t b = s.begin[q], n = s.begin[q + 1] - b, width = s.end_pos[q] / ratio;
-    check(st.sources[src].ik.size() == width, "v41: index keys of layer ", src, " are out of step");
-    const int64_t topk = std::min(c_.index_topk, width);
-    if (width == 0) continue;
+    const int64_t w = s.end_pos[q] / ratio;
+    check(st.sources[src].ik.size() == w, "v41: index keys of layer ", src, " are out of step");
     const PagedRows* kr = &st.sources[src].ik;
     if (o_.emulate_reference_stale_index_keys && st.last_ik_owner >= 0) {
       // DeepSeek's model.py re-publishes shared_attn.index_k only when a key owner produced a
       // latent; a ratio-2 source on a step that completes no group reads the last owner's cache.
       kr = &st.sources[st.last_ik_owner].ik;
-      check(kr->size() >= width, "v41: stale index keys too short");
+      check(kr->size() >= w, "v41: stale index keys too short");
     }
-    keys.resize(width * id);  // the first `width` rows, contiguous
-    for (int64_t w = 0; w < width; ++w) std::copy_n(kr->row(w), id, keys.data() + w * id);
-    dots.resize(n * ih * width);
-    be_.linear(iq.data() + b * ih * id, n * ih, id, keys.data(), width, dots.data());
-    // score[t,w] = sum_h bf16(relu(bf16(<q_th, k_w>)) * w_th), summed in fp32, rounded to bf16
-    score.resize(n * width);
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t visible = (s.pos[b + t] + 1) / ratio;
-      for (int64_t w = 0; w < width; ++w) {
-        float acc = 0;
-        for (int64_t h = 0; h < ih; ++h)
-          acc += rb(std::max(rb(dots[(t * ih + h) * width + w]), 0.0f) * wts[(b + t) * ih + h]);
-        score[t * width + w] = w >= visible ? kNegInf : rb(acc);
-      }
-    }
-    if (cand_source) {
-      const int64_t bs = c_.candidate_block_size, nb = (width + bs - 1) / bs;
-      std::vector<float> bv(nb);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t clen = (s.pos[b + t] + 1) / ratio;
-        const int64_t last = clen >= 1 ? (clen - 1) / bs : -1;
-        const int64_t nbt = o_.chunk_invariant_selection ? (clen + bs - 1) / bs : nb;  // blocks ranked
-        for (int64_t k = 0; k < nb; ++k) {
-          float m = kNegInf;
-          for (int64_t w = k * bs; w < std::min(width, (k + 1) * bs); ++w) m = std::max(m, score[t * width + w]);
-          bv[k] = k == last ? std::numeric_limits<float>::infinity() : m;
-        }
-        std::vector<uint8_t>& mask = s.cand[b + t];
-        mask.assign(width, 0);
-        for (int64_t k : torch_topk(bv.data(), nbt, std::min(c_.candidate_topk_blocks, nbt), true)) {
-          if (!(bv[k] > kNegInf)) continue;
-          for (int64_t w = k * bs; w < std::min(width, (k + 1) * bs); ++w) mask[w] = 1;
-        }
-      }
-    } else if (cand_mask) {
-      for (int64_t t = 0; t < n; ++t) {
-        const std::vector<uint8_t>& mask = s.cand[b + t];
-        check(static_cast<int64_t>(mask.size()) == width, "v41: candidate mask width mismatch at layer ", l);
-        for (int64_t w = 0; w < width; ++w)
-          if (!mask[w]) score[t * width + w] = kNegInf;
-      }
-    }
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t visible = (s.pos[b + t] + 1) / ratio;
-      const int64_t ranked = o_.chunk_invariant_selection ? visible : width;  // rows ranked
-      std::vector<int64_t> order = torch_topk(score.data() + t * width, ranked, std::min(topk, ranked), false);
-      std::sort(order.begin(), order.end());
-      order.resize(topk, width);  // past the ranked rows: no row
-      for (int64_t j = 0; j < topk; ++j)
-        sel[(b + t) * K + j] = order[j] < visible ? static_cast<int32_t>(order[j]) : -1;
+    const int64_t kb = static_cast<int64_t>(key_rows.size());
+    for (int64_t r = 0; r < w; ++r) key_rows.push_back(arena_row(s, kr->row(r), id));
+    K = std::max(K, std::min(c_.index_topk, w));
+    maxw = std::max(maxw, w);
+    for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) {
+      const int64_t vis = (s.pos[i] + 1) / ratio;
+      key_begin[i] = i32(kb);
+      width[i] = i32(w);
+      visible[i] = i32(vis);
+      ranked[i] = i32(o_.chunk_invariant_selection ? vis : w);  // rows ranked
+      topk[i] = i32(std::min(c_.index_topk, w));
+      nblocks[i] = i32(o_.chunk_invariant_selection ? (vis + bs - 1) / bs : (w + bs - 1) / bs);  // blocks ranked
     }
   }
-  s.sel[l] = std::move(sel);
+  const int64_t ld = round_up4(std::max<int64_t>(maxw, 1));  // the mask's rows are whole floats (compaction)
+  Tensor kr = ws_.upload(key_rows, DType::I32), kb = ws_.upload(key_begin, DType::I32);
+  Tensor wd = ws_.upload(width, DType::I32), vd = ws_.upload(visible, DType::I32);
+  Tensor score = ws_.f32({T, ld});
+  be_.index_scores(iq.f32(), wts.f32(), T, ih, id, arena(s), kr.i32(), kb.i32(), wd.i32(), vd.i32(), ld, score.f32());
+
+  const bool cand_source = l == c_.candidate_source_layer;
+  const bool cand_mask = c_.candidate_source_layer >= 0 && c_.candidate_source_layer < l;
+  const uint8_t* mask = nullptr;
+  if (cand_source) {
+    s.cand = fws_.take(DType::U8, {T, ld});
+    s.cand_ld = ld;
+    s.cand_width.clear();
+    for (int64_t q = 0; q < s.num(); ++q) s.cand_width.push_back(s.end_pos[q] / ratio);
+    Tensor nb = ws_.upload(nblocks, DType::I32);
+    be_.candidate_mask(score.f32(), T, ld, wd.i32(), vd.i32(), nb.i32(), bs, c_.candidate_topk_blocks, s.cand.u8());
+  } else if (cand_mask) {
+    for (int64_t q = 0; q < s.num(); ++q)
+      check(s.cand_width[q] == s.end_pos[q] / ratio, "v41: candidate mask width mismatch at layer ", l);
+    check(s.cand_ld == ld, "v41: candidate mask width mismatch at layer ", l);
+    mask = s.cand.u8();
+  }
+  Tensor rd = ws_.upload(ranked, DType::I32), td = ws_.upload(topk, DType::I32);
+  s.sel[l] = fws_.i32({T, std::max<int64_t>(K, 1)});
+  be_.index_select(score.f32(), mask, T, ld, rd.i32(), vd.i32(), td.i32(), K, s.sel[l].i32());
   s.sel_k[l] = K;
 }
 
 // Queries of rows x: wq_a, q_norm (qr, which the indexer reads too), wq_b, RoPE, bf16.
-void V41Model::queries(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
-                       const ops::RopeFreqs& rope, std::vector<float>& qr, std::vector<float>& q) {
-  const int64_t T = static_cast<int64_t>(pos.size()), H = c_.n_heads, hd = c_.head_dim;
-  qr.resize(T * c_.q_lora_rank);
-  q.resize(T * H * hd);
-  lin(x.data(), T, B.wq_a, qr.data());
+void V41Model::queries(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* qr,
+                       float* q) {
+  const int64_t T = s.rows(), H = c_.n_heads, hd = c_.head_dim;
+  lin(x, T, B.wq_a, qr);
   rmsnorm(qr, B.q_norm, T, c_.q_lora_rank);
-  lin(qr.data(), T, B.wq_b, q.data());
-  be_.rope(q.data(), T, H, hd, pos.data(), rope, false);
-  bf16(q);
+  lin(qr, T, B.wq_b, q);
+  be_.rope(q, T, H, hd, s.pos_d.i64(), rope, false);
+  be_.round_bf16(q, T * H * hd);
 }
 
 // The window K=V of rows x: wkv, kv_norm, RoPE, bf16, FP8 (all channels, rope tail included).
-void V41Model::window_kv(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
-                         const ops::RopeFreqs& rope, std::vector<float>& kv) {
-  const int64_t T = static_cast<int64_t>(pos.size()), hd = c_.head_dim;
-  kv.resize(T * hd);
-  lin(x.data(), T, B.wkv, kv.data());
+void V41Model::window_kv(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* kv) {
+  const int64_t T = s.rows(), hd = c_.head_dim;
+  lin(x, T, B.wkv, kv);
   rmsnorm(kv, B.kv_norm, T, hd);
-  be_.rope(kv.data(), T, 1, hd, pos.data(), rope, false);
-  bf16(kv);
-  be_.fake_quant_fp8(kv.data(), T, hd, c_.fp8_block);
+  be_.rope(kv, T, 1, hd, s.pos_d.i64(), rope, false);
+  be_.round_bf16(kv, T * hd);
+  be_.fake_quant_fp8(kv, T, hd, c_.fp8_block);
 }
 
 // Sparse attention of every row over its index list (arena rows, and this step's rows in kv), bf16,
 // inverse RoPE at the query position, bf16: the heads' outputs before the output projection.
-std::vector<float> V41Model::attend(const V41Block& B, const Step& s, const std::vector<float>& q,
-                                    const std::vector<float>& kv, const std::vector<int32_t>& idx, int64_t K,
-                                    const ops::RopeFreqs& rope) {
+void V41Model::attend(const V41Block& B, const Step& s, const float* q, const float* kv, const Tensor& idx, int64_t K,
+                      const ops::RopeFreqs& rope, float* o) {
   const int64_t T = s.rows(), H = c_.n_heads, hd = c_.head_dim;
-  std::vector<float> o(T * H * hd);
-  be_.sparse_attention_online(q.data(), T, H, hd, reinterpret_cast<const float*>(s.st[0]->pool().base()), kv.data(),
-                              idx.data(), K, B.attn_sink.data(),
-                              static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o.data());
-  bf16(o);
-  be_.rope(o.data(), T, H, hd, s.pos.data(), rope, true);
-  bf16(o);
-  return o;
+  be_.sparse_attention_online(q, T, H, hd, arena(s), kv, idx.i32(), K, B.attn_sink.data(),
+                              static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o);
+  be_.round_bf16(o, T * H * hd);
+  be_.rope(o, T, H, hd, s.pos_d.i64(), rope, true);
+  be_.round_bf16(o, T * H * hd);
 }
 
-void V41Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
+// Writes this step's window rows into ring `ring` (only each sequence's last ring-size positions: the
+// earlier ones would be overwritten within the step).
+void V41Model::write_rings(Step& s, int64_t ring, const float* kv) {
+  Workspace::Scope scope(ws_);
+  std::vector<int32_t> src, dst;
+  for (int64_t q = 0; q < s.num(); ++q)
+    for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i)
+      if (s.pos[i] >= s.end_pos[q] - s.st[q]->ring_size()) {
+        src.push_back(i32(i));
+        dst.push_back(arena_row(s, s.st[q]->ring_row(ring, s.pos[i]), c_.head_dim));
+      }
+  Tensor sd = ws_.upload(src, DType::I32), dd = ws_.upload(dst, DType::I32);
+  be_.copy_rows(kv, sd.i32(), static_cast<int64_t>(src.size()), c_.head_dim, arena(s), dd.i32());
+}
+
+void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   const V41Block& B = blocks_[l];
-  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows();
+  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows(), H = c_.n_heads;
   const ops::RopeFreqs rope = rope_for(l);
-  std::vector<float> qr, q, kv;
-  queries(B, x, s.pos, rope, qr, q);
-  window_kv(B, x, s.pos, rope, kv);
+  Workspace::Scope scope(ws_);
+  Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
+  queries(B, x, s, rope, qr.f32(), q.f32());
+  window_kv(B, x, s, rope, kv.f32());
 
   const int64_t ratio = c_.compress_ratios[l];
   const int64_t src = ratio > 0 ? c_.kv_source_of[l] : -1;
-  const std::vector<int32_t>* sel = nullptr;
+  const Tensor* sel = nullptr;
   int64_t ksel = 0;
   if (ratio > 0) {
-    std::vector<float> lat;
-    std::vector<int64_t> lat_pos, lat_begin(s.num() + 1, 0);
-    if (c_.is_kv_source[l]) compress(l, s, x, lat, lat_pos, lat_begin);
-    if (c_.is_index_source[l]) index(l, s, x, qr, lat, lat_pos, lat_begin);
+    Latents lat;
+    lat.begin.assign(s.num() + 1, 0);
+    if (c_.is_kv_source[l]) compress(l, s, x, lat);
+    if (c_.is_index_source[l]) index(l, s, x, qr.f32(), lat);
     const int64_t ix = c_.is_index_source[l] ? l : c_.index_source_of[l];
     sel = &s.sel[ix];
     ksel = s.sel_k[ix];
     // RoPE + FP4 (E4M3 block 16) of the latents into the compressed cache
-    if (const int64_t ng = static_cast<int64_t>(lat_pos.size())) {
-      be_.rope(lat.data(), ng, 1, hd, lat_pos.data(), rope, false);
-      bf16(lat);
-      be_.fake_quant_fp4_e4m3(lat.data(), ng, hd, 16);
+    if (const int64_t ng = lat.count()) {
+      be_.rope(lat.rows.f32(), ng, 1, hd, lat.pos_d.i64(), rope, false);
+      be_.round_bf16(lat.rows.f32(), ng * hd);
+      be_.fake_quant_fp4_e4m3(lat.rows.f32(), ng, hd, 16);
+      std::vector<int32_t> dst;
       for (int64_t qi = 0; qi < s.num(); ++qi)
-        for (int64_t g = lat_begin[qi]; g < lat_begin[qi + 1]; ++g)
-          std::copy_n(lat.data() + g * hd, hd, s.st[qi]->sources[l].ckv.append());
+        append_rows(s, s.st[qi]->sources[l].ckv, lat.begin[qi + 1] - lat.begin[qi], hd, dst);
+      Tensor d = ws_.upload(dst, DType::I32);
+      be_.copy_rows(lat.rows.f32(), nullptr, ng, hd, arena(s), d.i32());
     }
   }
 
-  // Index lists: the window (earlier positions from the arena's ring, this step's from kv) then the
-  // selected compressed rows (arena).
-  const BlockPool& arena = s.st[0]->pool();
+  // Index lists: the window (earlier positions from the arena's ring, this step's from kv), then the
+  // selected compressed rows (arena rows, translated on the device from the selection).
   const int64_t K = W + ksel;
-  std::vector<int32_t> idx(T * K, -1);
+  std::vector<int32_t> idx(T * K, -1), table, table_begin(T);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
     V41SequenceState& st = *s.st[qi];
     const int64_t b = s.begin[qi], P0 = s.first(qi), from = st.ring_from[l];
-    if (ratio > 0)
-      check(st.sources[src].ckv.size() == s.end_pos[qi] / ratio, "v41: compressed rows of layer ", src,
-            " are out of step");
+    const int64_t tb = static_cast<int64_t>(table.size());
+    if (ratio > 0) {
+      const PagedRows& ckv = st.sources[src].ckv;
+      check(ckv.size() == s.end_pos[qi] / ratio, "v41: compressed rows of layer ", src, " are out of step");
+      for (int64_t r = 0; r < ckv.size(); ++r) table.push_back(arena_row(s, ckv.row(r), hd));
+    }
     for (int64_t i = b; i < s.begin[qi + 1]; ++i) {
       const int64_t p = s.pos[i];
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(from, p - W + 1); qp <= p; ++qp)
-        idx[i * K + k++] = qp < P0 ? arena_row(arena, st.ring_row(l, qp), hd) : ops::fresh_row(b + qp - P0);
-      for (int64_t j = 0; j < ksel; ++j) {
-        const int32_t r = (*sel)[i * ksel + j];
-        idx[i * K + W + j] = r < 0 ? -1 : arena_row(arena, st.sources[src].ckv.row(r), hd);
-      }
+        idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), hd) : ops::fresh_row(b + qp - P0);
+      table_begin[i] = i32(tb);
     }
   }
-  std::vector<float> o = attend(B, s, q, kv, idx, K, rope);
+  Tensor idx_d = ws_.upload(idx, DType::I32);
+  if (ksel) {
+    Tensor td = ws_.upload(table, DType::I32), tbd = ws_.upload(table_begin, DType::I32);
+    be_.lookup_rows(sel->i32(), T, ksel, td.i32(), tbd.i32(), idx_d.i32() + W, K);
+  }
+  Tensor o = ws_.f32({T, H, hd});
+  attend(B, s, q.f32(), kv.f32(), idx_d, K, rope, o.f32());
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
-  for (int64_t qi = 0; qi < s.num(); ++qi)
-    for (int64_t i = s.begin[qi]; i < s.begin[qi + 1]; ++i)
-      std::copy_n(kv.data() + i * hd, hd, s.st[qi]->ring_row(l, s.pos[i]));
-  output_projection(B, o, T, out);
+  write_rings(s, l, kv.f32());
+  output_projection(B, o.f32(), T, out);
 }
 
 // Grouped output projection: wo_a per group of heads (dequantized, bf16 out, no activation quantization),
 // then wo_b.
-void V41Model::output_projection(const V41Block& B, const std::vector<float>& o, int64_t n, std::vector<float>& out) {
+void V41Model::output_projection(const V41Block& B, const float* o, int64_t n, float* out) {
   const int64_t H = c_.n_heads, hd = c_.head_dim, G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
-  std::vector<float> og(n * gin), ug(n * R), u(n * G * R);
+  Workspace::Scope scope(ws_);
+  Tensor og = ws_.f32({n, gin}), ug = ws_.f32({n, R}), u = ws_.f32({n, G * R});
   for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < n; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, og.data() + t * gin);
-    be_.linear(og.data(), n, gin, B.wo_a.w.data() + g * R * gin, R, ug.data());
-    be_.round_bf16(ug.data(), n * R);
-    for (int64_t t = 0; t < n; ++t) std::copy_n(ug.data() + t * R, R, u.data() + t * G * R + g * R);
+    be_.copy_2d(o + g * gin, H * hd, n, gin, og.f32(), gin);
+    be_.linear(og.f32(), n, gin, B.wo_a.w.data() + g * R * gin, R, ug.f32());
+    be_.round_bf16(ug.f32(), n * R);
+    be_.copy_2d(ug.f32(), R, n, R, u.f32() + g * R, G * R);
   }
-  out.resize(n * c_.dim);
-  lin(u.data(), n, B.wo_b, out.data());
+  lin(u.f32(), n, B.wo_b, out);
 }
 
 // DSpark stage attention (reference DSparkAttention, decode): the block queries at p+1..p+B of each
 // sequence attend the stage's ring (its main-token rows up to p) plus every block position.
-void V41Model::dspark_attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
+void V41Model::dspark_attention(int64_t l, Step& s, const float* x, float* out) {
   const V41Block& B = blocks_[l];
-  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows();
-  const ops::RopeFreqs rope = rope_main_.freqs();
-  std::vector<float> qr, q, kv;
-  queries(B, x, s.pos, rope, qr, q);
-  window_kv(B, x, s.pos, rope, kv);
-  const BlockPool& arena = s.st[0]->pool();
+  const int64_t hd = c_.head_dim, W = c_.window_size, T = s.rows(), H = c_.n_heads;
+  const ops::RopeFreqs rope = main_rope();
+  Workspace::Scope scope(ws_);
+  Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
+  queries(B, x, s, rope, qr.f32(), q.f32());
+  window_kv(B, x, s, rope, kv.f32());
   const int64_t n = c_.dspark_block_size, K = W + n;
   std::vector<int32_t> idx(T * K, -1);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
@@ -310,11 +353,13 @@ void V41Model::dspark_attention(int64_t l, Step& s, const std::vector<float>& x,
     for (int64_t i = b; i < s.begin[qi + 1]; ++i) {
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(st.ring_from[l], p - W + 1); qp <= p; ++qp)
-        idx[i * K + k++] = arena_row(arena, st.ring_row(l, qp), hd);
+        idx[i * K + k++] = arena_row(s, st.ring_row(l, qp), hd);
       for (int64_t j = 0; j < n; ++j) idx[i * K + W + j] = ops::fresh_row(b + j);
     }
   }
-  output_projection(B, attend(B, s, q, kv, idx, K, rope), T, out);
+  Tensor idx_d = ws_.upload(idx, DType::I32), o = ws_.f32({T, H, hd});
+  attend(B, s, q.f32(), kv.f32(), idx_d, K, rope, o.f32());
+  output_projection(B, o.f32(), T, out);
 }
 
 }  // namespace deepinfer::model

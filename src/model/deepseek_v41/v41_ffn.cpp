@@ -2,153 +2,92 @@
 // bias / bias_vl, top-k, routed experts in token groups, shared expert) and Engram (spec §5.3).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "model/deepseek_v41/v41_model.h"
 #include "model/deepseek_v41/v41_step.h"
-#include "model/deepseek_v41/v41_topk.h"
 
 namespace deepinfer::model {
-namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold 20
-float rb(float x) { return round_to_bf16(x); }
-
-}  // namespace
-
-void V41Model::moe(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out, const ForwardTaps* taps) {
+void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps) {
   const V41Block& B = blocks_[l];
   const int64_t n = s.rows();
-  const uint8_t* image = s.image.data();
   const int64_t D = c_.dim, E = c_.experts_for(l), k = c_.active_for(l), I = c_.moe_inter_dim;
-  const float limit = static_cast<float>(c_.swiglu_limit);
-  std::vector<float> logits(n * E);
-  be_.linear(x.data(), n, D, B.gate.data(), E, logits.data());  // fp32 router
-  std::vector<int32_t> sel(n * k);
-  std::vector<float> wsel(n * k);
-  std::vector<float> sc(E);
-  std::vector<int32_t> order(E);
-  std::vector<float> scores;  // [n, E] for on_route
-  for (int64_t t = 0; t < n; ++t) {
-    const float* lg = logits.data() + t * E;
-    if (c_.score_func == "softmax") {
-      float mx = kNegInf, z = 0;
-      for (int64_t e = 0; e < E; ++e) mx = std::max(mx, lg[e] / static_cast<float>(c_.gate_temp));
-      for (int64_t e = 0; e < E; ++e) z += (sc[e] = std::exp(lg[e] / static_cast<float>(c_.gate_temp) - mx));
-      for (int64_t e = 0; e < E; ++e) sc[e] /= z;
-    } else {
-      for (int64_t e = 0; e < E; ++e) {
-        const float v = lg[e] / static_cast<float>(c_.gate_temp);
-        sc[e] = c_.score_func == "sigmoid" ? 1.0f / (1.0f + std::exp(-v)) : std::sqrt(softplus(v));
-      }
-    }
-    // Image-span tokens select with bias_vl; the weights below still come from the unbiased scores.
-    const bool vl = image[t] != 0;
-    check(!vl || !B.gate_bias_vl.empty(), "v41: an image token reached layer ", l,
+  for (int64_t t = 0; t < n; ++t)
+    check(!s.image[t] || !B.gate_bias_vl.empty(), "v41: an image token reached layer ", l,
           " but the checkpoint has no ffn.gate.bias_vl there");
-    const V41Floats& bias = vl ? B.gate_bias_vl : B.gate_bias;
-    if (taps && taps->on_route) scores.insert(scores.end(), sc.begin(), sc.end());
-    std::vector<float> biased(E);
-    for (int64_t e = 0; e < E; ++e) biased[e] = sc[e] + bias[e];
-    std::vector<int64_t> top = torch_topk(biased.data(), E, k, true);
-    for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int32_t>(top[j]);
-    float sum = 0;
+  Workspace::Scope scope(ws_);
+  Tensor logits = ws_.f32({n, E}), sel = ws_.i32({n, k}), wsel = ws_.f32({n, k});
+  Tensor scores = taps && taps->on_route ? ws_.f32({n, E}) : Tensor{};
+  be_.linear(x, n, D, B.gate.data(), E, logits.f32());  // fp32 router
+  const ops::Backend::ScoreFunc sf = c_.score_func == "softmax" ? ops::Backend::ScoreFunc::kSoftmax
+                                     : c_.score_func == "sigmoid" ? ops::Backend::ScoreFunc::kSigmoid
+                                                                  : ops::Backend::ScoreFunc::kSqrtSoftplus;
+  const ops::Backend::RouteParams rp{sf, static_cast<float>(c_.gate_temp), k, c_.norm_topk_prob,
+                                     static_cast<float>(c_.route_scale)};
+  be_.moe_route(logits.f32(), n, E, B.gate_bias.data(), B.gate_bias_vl.empty() ? nullptr : B.gate_bias_vl.data(),
+                s.image_d.u8(), rp, sel.i32(), wsel.f32(), scores.empty() ? nullptr : scores.f32());
+  // The expert groups are formed on the host: the one read-back of the layer (the grouped GEMM that
+  // takes device-side counts is the CUDA forward's).
+  std::vector<int32_t> hsel(n * k);
+  std::vector<float> hw(n * k);
+  be_.download(hsel.data(), sel.data, hsel.size() * sizeof(int32_t));
+  be_.download(hw.data(), wsel.data, hw.size() * sizeof(float));
+  if (scores.data) taps->on_route(l, host(scores.f32(), n * E), hsel, hw);
+  // Rows grouped by expert (ascending); slot[t, j] = the permuted row of token t's j-th expert in
+  // expert order, so the combine adds the experts in the order the reference does.
+  std::vector<int64_t> count(E + 1, 0);
+  for (int32_t e : hsel) ++count[e + 1];
+  std::vector<int64_t> start(count);
+  for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+  const int64_t M = start[E];
+  std::vector<int32_t> perm(M), slot(n * k);
+  std::vector<float> rw(M);
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<std::pair<int32_t, int64_t>> mine;  // (expert, j) of token t, by expert
+    for (int64_t j = 0; j < k; ++j) mine.push_back({hsel[t * k + j], j});
+    std::sort(mine.begin(), mine.end());
     for (int64_t j = 0; j < k; ++j) {
-      sel[t * k + j] = order[j];
-      sum += (wsel[t * k + j] = sc[order[j]]);
-    }
-    for (int64_t j = 0; j < k; ++j) {
-      if (c_.norm_topk_prob && k > 1) wsel[t * k + j] /= (sum + 1e-20f);
-      wsel[t * k + j] *= static_cast<float>(c_.route_scale);
+      const int64_t r = next[mine[j].first]++;
+      perm[r] = static_cast<int32_t>(t);
+      rw[r] = hw[t * k + mine[j].second];
+      slot[t * k + j] = static_cast<int32_t>(r);
     }
   }
-  if (taps && taps->on_route) taps->on_route(l, scores, sel, wsel);
-  std::vector<float> y(n * D, 0.0f);
-  auto expert = [&](const V41Expert& ex, const std::vector<float>& xs, int64_t m, const float* rw, std::vector<float>& yo) {
-    std::vector<float> g(m * I), u(m * I), h(m * I);
-    lin(xs.data(), m, ex.w1, g.data());
-    lin(xs.data(), m, ex.w3, u.data());
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t i = 0; i < I; ++i) {
-        float gv = g[r * I + i], uv = u[r * I + i];
-        if (limit > 0) {
-          uv = std::clamp(uv, -limit, limit);
-          gv = std::min(gv, limit);
-        }
-        float hv = gv / (1.0f + std::exp(-gv)) * uv;
-        if (rw) hv = rw[r] * hv;
-        h[r * I + i] = rb(hv);
-      }
-    yo.resize(m * D);
-    lin(h.data(), m, ex.w2, yo.data());
+  Tensor perm_d = ws_.upload(perm, DType::I32), rw_d = ws_.upload(rw, DType::F32), slot_d = ws_.upload(slot, DType::I32);
+  Tensor xs = ws_.f32({std::max<int64_t>(M, 1), D}), ys = ws_.f32({std::max<int64_t>(M, 1), D});
+  be_.copy_rows(x, perm_d.i32(), M, D, xs.f32(), nullptr);
+  const int64_t rows_max = std::max(n, *std::max_element(count.begin(), count.end()));
+  Tensor g = ws_.f32({rows_max, I}), u = ws_.f32({rows_max, I}), h = ws_.f32({rows_max, I});
+  auto expert = [&](const V41Expert& ex, const float* xin, int64_t m, const float* row_scale, float* yout) {
+    lin(xin, m, ex.w1, g.f32());
+    lin(xin, m, ex.w3, u.f32());
+    be_.swiglu(g.f32(), u.f32(), m, I, static_cast<float>(c_.swiglu_limit), row_scale, h.f32());
+    be_.round_bf16(h.f32(), m * I);
+    lin(h.f32(), m, ex.w2, yout);
   };
-  std::vector<float> xs, yo, rw;
-  std::vector<int64_t> rows;
-  for (int64_t e = 0; e < E; ++e) {
-    rows.clear();
-    rw.clear();
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t j = 0; j < k; ++j)
-        if (sel[t * k + j] == e) {
-          rows.push_back(t);
-          rw.push_back(wsel[t * k + j]);
-        }
-    if (rows.empty()) continue;
-    const int64_t m = static_cast<int64_t>(rows.size());
-    xs.resize(m * D);
-    for (int64_t r = 0; r < m; ++r) std::copy_n(x.data() + rows[r] * D, D, xs.data() + r * D);
-    expert(B.experts[e], xs, m, rw.data(), yo);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t d = 0; d < D; ++d) y[rows[r] * D + d] += yo[r * D + d];
-  }
-  expert(B.shared, x, n, nullptr, yo);
-  out.resize(n * D);
-  for (int64_t i = 0; i < n * D; ++i) out[i] = rb(y[i] + yo[i]);
+  for (int64_t e = 0; e < E; ++e)
+    if (const int64_t m = count[e + 1])
+      expert(B.experts[e], xs.f32() + start[e] * D, m, rw_d.f32() + start[e], ys.f32() + start[e] * D);
+  Tensor shared = ws_.f32({n, D});
+  expert(B.shared, x, n, nullptr, shared.f32());
+  be_.moe_combine(ys.f32(), slot_d.i32(), n, k, D, shared.f32(), out);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Engram (spec §5.3)
 
-void V41Model::engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, std::vector<float>& X) {
+void V41Model::engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X) {
   const V41Block& B = blocks_[l];
-  const int64_t n = s.rows();
-  const uint8_t* image = s.image.data();
-  const int64_t D = c_.dim, hc = c_.hc_mult, ehd = c_.engram_head_dim, C = B.e_wkv.k / ehd;
-  std::vector<float> e(n * C * ehd), kv(n * (hc + 1) * D);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t col = 0; col < C; ++col) {
-      const int64_t row = ids[t * C + col];
-      check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
-      const uint8_t* w = B.e_table + row * ehd;
-      const uint8_t* s = B.e_scale + row * (ehd / 32);
-      for (int64_t d = 0; d < ehd; ++d) e[(t * C + col) * ehd + d] = e4m3_to_float(w[d]) * e8m0_to_float(s[d / 32]);
-    }
-  lin(e.data(), n, B.e_wkv, kv.data());
-  const float eps = static_cast<float>(c_.norm_eps);
-  const float dscale = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
-  for (int64_t t = 0; t < n; ++t) {
-    if (image[t]) continue;  // gate_k = 0 for image-span tokens: the streams pass unchanged
-    const float* val = kv.data() + t * (hc + 1) * D + hc * D;
-    for (int64_t k = 0; k < hc; ++k) {
-      float* h = X.data() + (t * hc + k) * D;
-      const float* key = kv.data() + t * (hc + 1) * D + k * D;
-      const float* w = B.e_qk.data() + k * D;
-      float sh = 0, sk = 0, dot = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        sh += h[d] * h[d];
-        sk += key[d] * key[d];
-        dot += h[d] * w[d] * key[d];
-      }
-      const float rstd = (1.0f / std::sqrt(sh / D + eps)) * (1.0f / std::sqrt(sk / D + eps));
-      dot = dot * rstd * dscale;
-      const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
-      const float gate = 1.0f / (1.0f + std::exp(-std::copysign(mag, dot)));
-      for (int64_t d = 0; d < D; ++d) h[d] = rb(h[d] + gate * val[d]);
-    }
-  }
+  const int64_t n = s.rows(), D = c_.dim, hc = c_.hc_mult, ehd = c_.engram_head_dim, C = B.e_wkv.k / ehd;
+  for (int64_t row : ids)
+    check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
+  Workspace::Scope scope(ws_);
+  Tensor id = ws_.upload(ids, DType::I64), e = ws_.f32({n * C, ehd}), kv = ws_.f32({n, hc + 1, D});
+  be_.embedding_fp8(B.e_table, B.e_scale, ehd, id.i64(), n * C, e.f32());
+  lin(e.f32(), n, B.e_wkv, kv.f32());
+  be_.engram_gate(X, kv.f32(), B.e_qk.data(), s.image_d.u8(), n, hc, D, static_cast<float>(c_.norm_eps));
 }
 
 }  // namespace deepinfer::model

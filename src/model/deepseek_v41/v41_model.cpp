@@ -14,23 +14,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
-namespace {
-
-float rb(float x) { return round_to_bf16(x); }
-
-// The streams of fresh tokens: every stream holds the embedding; the pre-mix starts on stream 0.
-void embed_rows(const V41Floats& embed, const std::vector<int64_t>& ids, int64_t hc, int64_t D, std::vector<float>& X,
-                std::vector<float>& pre_mix) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  X.assign(n * hc * D, 0.0f);
-  pre_mix.assign(n * hc, 0.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t k = 0; k < hc; ++k) std::copy_n(embed.data() + ids[t] * D, D, X.data() + (t * hc + k) * D);
-    pre_mix[t * hc] = 1.0f;
-  }
-}
-
-}  // namespace
 
 V41Options V41Options::from_env() {
   V41Options o;
@@ -38,6 +21,7 @@ V41Options V41Options::from_env() {
   const std::string mode = env_string("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
   o.replay_compact = mode.empty() || mode == "compact";
   o.replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
+  o.device = Device::parse(env_string("DEEPINFER_DEVICE"));
   return o;
 }
 
@@ -45,9 +29,13 @@ V41Options V41Options::from_env() {
 // state
 
 void V41Model::check_pool(const BlockPool& pool) const {
-  const int64_t row = c_.head_dim * static_cast<int64_t>(sizeof(float));
-  check(pool.block_bytes() % row == 0, "v41: state blocks of ", pool.block_bytes(),
-        " bytes must hold whole rows of ", row, " bytes (attention reads the arena by row)");
+  for (int64_t width : {c_.head_dim, c_.index_head_dim}) {
+    const int64_t row = width * static_cast<int64_t>(sizeof(float));
+    check(pool.block_bytes() % row == 0, "v41: state blocks of ", pool.block_bytes(),
+          " bytes must hold whole rows of ", row, " bytes (attention reads the arena by row)");
+  }
+  check(pool.memory().device() == be_.device(), "v41: the state arena is on ", pool.memory().device().str(),
+        ", the model on ", be_.device().str());
 }
 
 void V41Model::set_state_pool(std::shared_ptr<BlockPool> pool) {
@@ -78,63 +66,69 @@ std::unique_ptr<SequenceState> V41Model::new_sequence() const {
 
 namespace {
 
-V41Linear load_linear(const WeightLoader& w, const std::string& base, int64_t n, int64_t k) {
+Param to_param(DeviceMemory& mem, const std::vector<float>& v) {
+  return {upload_buffer(mem, v.data(), v.size() * sizeof(float)), static_cast<int64_t>(v.size())};
+}
+
+V41Linear load_linear(DeviceMemory& mem, const WeightLoader& w, const std::string& base, int64_t n, int64_t k) {
   V41Linear L;
   L.n = n;
   L.k = k;
   const io::TensorView& t = w.checkpoint().get(base + ".weight");
   L.quant = t.dtype == DType::F8_E4M3 || t.dtype == DType::I8 || t.dtype == DType::U8;
-  L.w = w.matrix(base, n, k);
+  L.w = to_param(mem, w.matrix(base, n, k));
   return L;
 }
 
-void load_block(const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, int64_t l, V41Block& B) {
+void load_block(DeviceMemory& mem, const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, int64_t l,
+                V41Block& B) {
+  auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(mem, w.floats(name, shape)); };
   const bool mtp = l >= c.n_layers;
   const std::string p = mtp ? "mtp." + std::to_string(l - c.n_layers) + "." : "layers." + std::to_string(l) + ".";
   const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc, H = c.n_heads, hd = c.head_dim;
-  B.attn_norm = w.floats(p + "attn_norm.weight", {D});
-  B.ffn_norm = w.floats(p + "ffn_norm.weight", {D});
-  B.hc_attn_fn = w.floats(p + "hc_attn_fn", {mix, hc * D});
-  B.hc_attn_base = w.floats(p + "hc_attn_base", {mix});
-  B.hc_attn_scale = w.floats(p + "hc_attn_scale", {3});
-  B.hc_ffn_fn = w.floats(p + "hc_ffn_fn", {mix, hc * D});
-  B.hc_ffn_base = w.floats(p + "hc_ffn_base", {mix});
-  B.hc_ffn_scale = w.floats(p + "hc_ffn_scale", {3});
+  B.attn_norm = F(p + "attn_norm.weight", {D});
+  B.ffn_norm = F(p + "ffn_norm.weight", {D});
+  B.hc_attn_fn = F(p + "hc_attn_fn", {mix, hc * D});
+  B.hc_attn_base = F(p + "hc_attn_base", {mix});
+  B.hc_attn_scale = F(p + "hc_attn_scale", {3});
+  B.hc_ffn_fn = F(p + "hc_ffn_fn", {mix, hc * D});
+  B.hc_ffn_base = F(p + "hc_ffn_base", {mix});
+  B.hc_ffn_scale = F(p + "hc_ffn_scale", {3});
   const std::string a = p + "attn.";
-  B.wq_a = load_linear(w, a + "wq_a", c.q_lora_rank, D);
-  B.q_norm = w.floats(a + "q_norm.weight", {c.q_lora_rank});
-  B.wq_b = load_linear(w, a + "wq_b", H * hd, c.q_lora_rank);
-  B.wkv = load_linear(w, a + "wkv", hd, D);
-  B.kv_norm = w.floats(a + "kv_norm.weight", {hd});
-  B.wo_a = load_linear(w, a + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);
+  B.wq_a = load_linear(mem, w, a + "wq_a", c.q_lora_rank, D);
+  B.q_norm = F(a + "q_norm.weight", {c.q_lora_rank});
+  B.wq_b = load_linear(mem, w, a + "wq_b", H * hd, c.q_lora_rank);
+  B.wkv = load_linear(mem, w, a + "wkv", hd, D);
+  B.kv_norm = F(a + "kv_norm.weight", {hd});
+  B.wo_a = load_linear(mem, w, a + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);
   B.wo_a.quant = false;  // the reference dequantizes wo_a to bf16 at load and runs it without act quant
-  B.wo_b = load_linear(w, a + "wo_b", D, c.o_groups * c.o_lora_rank);
-  B.attn_sink = w.floats(a + "attn_sink", {H});
+  B.wo_b = load_linear(mem, w, a + "wo_b", D, c.o_groups * c.o_lora_rank);
+  B.attn_sink = F(a + "attn_sink", {H});
   if (!mtp && c.is_kv_source[l]) {
-    B.c_wkv = load_linear(w, a + "compressor.wkv", hd, D);
-    if (c.compress_ratios[l] > 1) B.c_wgate = load_linear(w, a + "compressor.wgate", hd, D);
-    B.c_norm = w.floats(a + "compressor.norm.weight", {hd});
+    B.c_wkv = load_linear(mem, w, a + "compressor.wkv", hd, D);
+    if (c.compress_ratios[l] > 1) B.c_wgate = load_linear(mem, w, a + "compressor.wgate", hd, D);
+    B.c_norm = F(a + "compressor.norm.weight", {hd});
   }
   if (!mtp && c.is_index_source[l]) {
-    B.i_wq_b = load_linear(w, a + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-    B.i_weights_proj = load_linear(w, a + "indexer.weights_proj", c.index_n_heads, D);
+    B.i_wq_b = load_linear(mem, w, a + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    B.i_weights_proj = load_linear(mem, w, a + "indexer.weights_proj", c.index_n_heads, D);
     if (c.is_kv_source[l]) {
-      B.i_wk = load_linear(w, a + "indexer.wk", c.index_head_dim, hd);
-      B.i_k_norm = w.floats(a + "indexer.k_norm.weight", {c.index_head_dim});
+      B.i_wk = load_linear(mem, w, a + "indexer.wk", c.index_head_dim, hd);
+      B.i_k_norm = F(a + "indexer.k_norm.weight", {c.index_head_dim});
     }
   }
   const int64_t E = c.experts_for(l), I = c.moe_inter_dim;
   const std::string f = p + "ffn.";
-  B.gate = w.floats(f + "gate.weight", {E, D});
-  B.gate_bias = w.floats(f + "gate.bias", {E});
-  if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = w.floats(f + "gate.bias_vl", {E});
+  B.gate = F(f + "gate.weight", {E, D});
+  B.gate_bias = F(f + "gate.bias", {E});
+  if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = F(f + "gate.bias_vl", {E});
   B.experts.resize(E);
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = f + "experts." + std::to_string(e) + ".";
-    B.experts[e] = {load_linear(w, x + "w1", I, D), load_linear(w, x + "w2", D, I), load_linear(w, x + "w3", I, D)};
+    B.experts[e] = {load_linear(mem, w, x + "w1", I, D), load_linear(mem, w, x + "w2", D, I), load_linear(mem, w, x + "w3", I, D)};
   }
-  B.shared = {load_linear(w, f + "shared_experts.w1", I, D), load_linear(w, f + "shared_experts.w2", D, I),
-              load_linear(w, f + "shared_experts.w3", I, D)};
+  B.shared = {load_linear(mem, w, f + "shared_experts.w1", I, D), load_linear(mem, w, f + "shared_experts.w2", D, I),
+              load_linear(mem, w, f + "shared_experts.w3", I, D)};
   if (!mtp && c.has_engram(l)) {
     const int64_t ei = c.engram_index(l), ehd = c.engram_head_dim, cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
     const int64_t rows = c.engram_num_embeddings[ei];
@@ -143,33 +137,36 @@ void load_block(const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, i
     B.e_table = ck.get(p + "engram.embed.weight", DType::F8_E4M3, {rows, ehd}).data;
     B.e_scale = ck.get(p + "engram.embed.scale", DType::F8_E8M0, {rows, ehd / 32}).data;
     B.e_rows = rows;
-    B.e_wkv = load_linear(w, p + "engram.wkv", (hc + 1) * D, cols * ehd);
-    V41Floats q = w.floats(p + "engram.q_weight", {hc, D}), k = w.floats(p + "engram.k_weight", {hc, D});
-    B.e_qk.resize(hc * D);
-    for (int64_t i = 0; i < hc * D; ++i) B.e_qk[i] = q[i] * k[i];
+    B.e_wkv = load_linear(mem, w, p + "engram.wkv", (hc + 1) * D, cols * ehd);
+    std::vector<float> q = w.floats(p + "engram.q_weight", {hc, D}), k = w.floats(p + "engram.k_weight", {hc, D});
+    for (int64_t i = 0; i < hc * D; ++i) q[i] *= k[i];
+    B.e_qk = to_param(mem, q);
   }
   if (mtp) {
     const int64_t s = l - c.n_layers;
     if (s == 0) {
       const int64_t nt = static_cast<int64_t>(c.dspark_target_layer_ids.size());
-      B.main_proj = load_linear(w, p + "main_proj", D, nt * D);
-      B.main_norm = w.floats(p + "main_norm.weight", {D});
+      B.main_proj = load_linear(mem, w, p + "main_proj", D, nt * D);
+      B.main_norm = F(p + "main_norm.weight", {D});
     }
     if (s == c.n_mtp_layers - 1) {
-      B.final_norm = w.floats(p + "norm.weight", {D});
-      B.markov_embed = w.floats(p + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank});
-      B.markov_head = load_linear(w, p + "markov_head.head", c.vocab_size, c.dspark_markov_rank);
-      B.confidence = load_linear(w, p + "confidence_head.proj", 1, D + c.dspark_markov_rank);
+      B.final_norm = F(p + "norm.weight", {D});
+      B.markov_embed = F(p + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank});
+      B.markov_head = load_linear(mem, w, p + "markov_head.head", c.vocab_size, c.dspark_markov_rank);
+      B.confidence = load_linear(mem, w, p + "confidence_head.proj", 1, D + c.dspark_markov_rank);
     }
   }
 }
 
 }  // namespace
 
-V41Model::V41Model(V41Config c, ops::Backend& be, const V41Options& options) : c_(std::move(c)), be_(be) {
+V41Model::V41Model(V41Config c, ops::Backend& be, const V41Options& options)
+    : c_(std::move(c)), be_(be), ws_(be), fws_(be) {
   rope_main_ = make_rope_table(c_.rope_main, c_.rope_head_dim);
   rope_compress_ = make_rope_table(c_.rope_compress, c_.rope_head_dim);
-  pool_ = std::make_shared<BlockPool>(16384, 0);
+  pool_ = std::make_shared<BlockPool>(16384, 0, &be_);
+  rope_main_freq_ = param(rope_main_.inv_freq);
+  rope_compress_freq_ = param(rope_compress_.inv_freq);
   set_options(options);
 }
 
@@ -186,16 +183,16 @@ void V41Model::set_options(const V41Options& o) {
 
 std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Options& options) {
   V41Config c = V41Config::from_file(dir + "/config.json");
-  auto m = std::make_unique<V41Model>(c, ops::cpu_backend(), options);
+  auto m = std::make_unique<V41Model>(c, ops::backend_for(options.device), options);
   m->ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open(dir));
   check_fits_in_memory(*m->ckpt_, {"engram.embed."});  // Engram tables stay memory-mapped
   WeightLoader w(*m->ckpt_, c.fp8_block, c.fp8_block, [](const std::string& n) { return n; });
-  m->embed_ = w.floats("embed.weight", {c.vocab_size, c.dim});
-  m->head_ = w.floats("head.weight", {c.vocab_size, c.dim});
-  m->norm_ = w.floats("norm.weight", {c.dim});
+  m->embed_ = to_param(m->be_, w.floats("embed.weight", {c.vocab_size, c.dim}));
+  m->head_ = to_param(m->be_, w.floats("head.weight", {c.vocab_size, c.dim}));
+  m->norm_ = to_param(m->be_, w.floats("norm.weight", {c.dim}));
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
-  for (int64_t l = 0; l < nb; ++l) load_block(m->c_, w, *m->ckpt_, l, m->blocks_[l]);
+  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, *m->ckpt_, l, m->blocks_[l]);
   // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
   const std::string tok_path = dir + "/tokenizer.json";
@@ -223,56 +220,90 @@ void V41Model::set_engram_tokens(const std::vector<std::string>& decoded, const 
 // ---------------------------------------------------------------------------------------------------
 // primitives with the reference's rounding points
 
+Param V41Model::param(const std::vector<float>& v) const { return to_param(be_, v); }
+
+std::vector<float> V41Model::host(const float* p, int64_t n) const {
+  std::vector<float> out(n);
+  be_.download(out.data(), p, n * sizeof(float));
+  return out;
+}
+
 void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16) {
   if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per 32) then the block-scaled GEMM
-    std::vector<float> xq(x, x + m * W.k);
-    be_.fake_quant_fp8(xq.data(), m, W.k, c_.fp8_block);
-    be_.linear_kblocked(xq.data(), m, W.k, W.w.data(), W.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
+    Workspace::Scope scope(ws_);
+    Tensor xq = ws_.f32({m, W.k});
+    be_.copy(xq.data, x, xq.bytes());
+    be_.fake_quant_fp8(xq.f32(), m, W.k, c_.fp8_block);
+    be_.linear_kblocked(xq.f32(), m, W.k, W.w.data(), W.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
   } else {
     be_.linear(x, m, W.k, W.w.data(), W.n, y);
   }
   if (to_bf16) be_.round_bf16(y, m * W.n);
 }
 
-void V41Model::rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim) {
-  be_.rms_norm(x.data(), w.data(), rows, dim, static_cast<float>(c_.norm_eps), x.data());
-  be_.round_bf16(x.data(), rows * dim);
+void V41Model::rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim) {
+  be_.rms_norm(x, w.data(), rows, dim, static_cast<float>(c_.norm_eps), x);
+  be_.round_bf16(x, rows * dim);
 }
 
 const ops::RopeFreqs V41Model::rope_for(int64_t l) const {
-  return (l < c_.n_layers && c_.compress_ratios[l] > 0 ? rope_compress_ : rope_main_).freqs();
+  if (l < c_.n_layers && c_.compress_ratios[l] > 0)
+    return {rope_compress_freq_.data(), rope_compress_.rope_dim, rope_compress_.attention_factor};
+  return main_rope();
+}
+
+// The streams of fresh tokens: every stream holds the embedding; the pre-mix starts on stream 0.
+void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix) {
+  const int64_t n = static_cast<int64_t>(ids.size()), hc = c_.hc_mult, D = c_.dim;
+  std::vector<int32_t> rows(n * hc);
+  std::vector<float> mix(n * hc, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < hc; ++k) rows[t * hc + k] = static_cast<int32_t>(ids[t]);
+    mix[t * hc] = 1.0f;
+  }
+  X = fws_.f32({n, hc, D});
+  pre_mix = fws_.upload(mix, DType::F32);
+  Workspace::Scope scope(ws_);
+  Tensor r = ws_.upload(rows, DType::I32);
+  be_.copy_rows(embed_.data(), r.i32(), n * hc, D, X.f32(), nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // blocks (single-pass mHC, spec §5.2)
 
-void V41Model::block_forward(int64_t l, Step& s, std::vector<float>& X, std::vector<float>& pre_mix,
-                             const ForwardTaps* taps) {
+void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, const ForwardTaps* taps) {
   const int64_t D = c_.dim, hc = c_.hc_mult, n = s.rows();
   const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
   const V41Block& B = blocks_[l];
-  std::vector<float> pre(n * hc), post(n * hc), comb(n * hc * hc), a(n * D), sub;
-  std::vector<float> mixed(n * hc * D);
-  auto collapse = [&](const std::vector<float>& mix) { be_.hc_collapse(X.data(), mix.data(), n, hc, D, true, a.data()); };
+  Workspace::Scope scope(ws_);
+  Tensor pre = ws_.f32({n, hc}), attn_pre = ws_.f32({n, hc}), post = ws_.f32({n, hc}), comb = ws_.f32({n, hc, hc});
+  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D}), mixed = ws_.f32({n, hc, D});
+  auto collapse = [&](const Tensor& mix) { be_.hc_collapse(X.f32(), mix.f32(), n, hc, D, true, a.f32()); };
   auto expand = [&]() {
-    be_.hc_expand(X.data(), sub.data(), post.data(), comb.data(), n, hc, D, true, mixed.data());
-    X.swap(mixed);
+    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, true, mixed.f32());
+    be_.copy(X.data, mixed.data, mixed.bytes());
   };
-  be_.hc_weights(X.data(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
-                 c_.hc_sinkhorn_iters, pre.data(), post.data(), comb.data());
-  std::vector<float> attn_pre = pre;
+  be_.hc_weights(X.f32(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
+                 c_.hc_sinkhorn_iters, attn_pre.f32(), post.f32(), comb.f32());
   collapse(pre_mix);
-  rmsnorm(a, B.attn_norm, n, D);
-  if (s.dspark) dspark_attention(l, s, a, sub);
-  else attention(l, s, a, sub);
+  rmsnorm(a.f32(), B.attn_norm, n, D);
+  if (s.dspark) dspark_attention(l, s, a.f32(), sub.f32());
+  else attention(l, s, a.f32(), sub.f32());
   expand();
-  be_.hc_weights(X.data(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
-                 c_.hc_sinkhorn_iters, pre.data(), post.data(), comb.data());
+  be_.hc_weights(X.f32(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
+                 c_.hc_sinkhorn_iters, pre.f32(), post.f32(), comb.f32());
   collapse(attn_pre);
-  rmsnorm(a, B.ffn_norm, n, D);
-  moe(l, s, a, sub, taps);
+  rmsnorm(a.f32(), B.ffn_norm, n, D);
+  moe(l, s, a.f32(), sub.f32(), taps);
   expand();
-  pre_mix = pre;
+  be_.copy(pre_mix.data, pre.data, pre.bytes());
+}
+
+// Keeps rows `kept` (device I32, n rows) of a forward-lifetime tensor of `width` 4-byte entries per row.
+static Tensor compact(ops::Backend& be, Workspace& fws, const Tensor& t, int64_t width, const Tensor& kept, int64_t n) {
+  Tensor out = fws.take(t.dtype, {std::max<int64_t>(n, 1), width * 4 / static_cast<int64_t>(dtype_bits(t.dtype) / 8)});
+  be.copy_rows(static_cast<const float*>(t.data), kept.i32(), n, width, static_cast<float*>(out.data), nullptr);
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -310,7 +341,6 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
   for (int64_t t = 0; t < T; ++t) s.image[t] = image_token_ >= 0 && ids[t] == image_token_;  // spec §5.7
   for (V41SequenceState* st : s.st)
     if (st->fixed.size() == 0) st->start();
-  s.sel.assign(c_.n_layers, {});
   s.sel_k.assign(c_.n_layers, 0);
 
   // Engram hash ids [T, n_engram_layers, cols], per sequence from its history.
@@ -357,17 +387,30 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
   }
   const bool any_cut = std::any_of(cut.begin(), cut.end(), [](int64_t v) { return v > 0; });
 
-  std::vector<float> X, pre_mix;
-  embed_rows(embed_, ids, hc, D, X, pre_mix);
+  ws_.reset();
+  fws_.reset();
+  s.pos_d = fws_.upload(s.pos, DType::I64);
+  s.image_d = fws_.upload(s.image, DType::U8);
+  s.sel.assign(c_.n_layers, Tensor{});
+  Tensor X, pre_mix;
+  embed(ids, X, pre_mix);
   const int64_t nt = static_cast<int64_t>(c_.dspark_target_layer_ids.size());
-  std::vector<float> main_hidden(has_dspark ? T * nt * D : 0);  // [rows, targets, D] for the DSpark rings
+  Tensor main_hidden = has_dspark ? fws_.f32({T, nt, D}) : Tensor{};  // [rows, targets, D] for the DSpark rings
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     if (any_cut && l == c_.last_kv_source + 1) {
-      s.cut_rows(X, hc * D, cut);
-      s.cut_rows(pre_mix, hc, cut);
-      s.cut_rows(main_hidden, nt * D, cut);
+      const std::vector<int32_t> kept = s.kept_rows(cut);
+      const int64_t nk = static_cast<int64_t>(kept.size());
+      Tensor kd = fws_.upload(kept, DType::I32);
+      X = compact(be_, fws_, X, hc * D, kd, nk);
+      pre_mix = compact(be_, fws_, pre_mix, hc, kd, nk);
+      if (has_dspark) main_hidden = compact(be_, fws_, main_hidden, nt * D, kd, nk);
+      for (int64_t j = 0; j < l; ++j)
+        if (s.sel[j].data) s.sel[j] = compact(be_, fws_, s.sel[j], std::max<int64_t>(s.sel_k[j], 1), kd, nk);
+      if (s.cand.data) s.cand = compact(be_, fws_, s.cand, s.cand_ld / 4, kd, nk);
       s.cut_rows(hash, NL * (engram_ ? engram_->cols() : 0), cut);
       s.commit_cut(cut);
+      s.pos_d = fws_.upload(s.pos, DType::I64);
+      s.image_d = fws_.upload(s.image, DType::U8);
       for (int64_t q = 0; q < s.num(); ++q)
         for (int64_t r = l; r < c_.n_layers && cut[q]; ++r) s.st[q]->ring_from[r] = cut[q];
     }
@@ -376,29 +419,32 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
       const int64_t ei = c_.engram_index(l), C = engram_->cols();
       std::vector<int64_t> lid(rows * C);
       for (int64_t t = 0; t < rows; ++t) std::copy_n(hash.data() + (t * NL + ei) * C, C, lid.data() + t * C);
-      if (taps && taps->on_engram_input) taps->on_engram_input(l, X);
-      engram_apply(l, s, lid, X);
+      if (taps && taps->on_engram_input) {  // may overwrite the streams (teacher forcing)
+        std::vector<float> hx = host(X.f32(), X.numel());
+        taps->on_engram_input(l, hx);
+        be_.upload(X.data, hx.data(), X.bytes());
+      }
+      engram_apply(l, s, lid, X.f32());
     }
-    if (taps && taps->on_layer_input) taps->on_layer_input(l, X, pre_mix);
+    if (taps && taps->on_layer_input) {
+      std::vector<float> hx = host(X.f32(), X.numel()), hp = host(pre_mix.f32(), pre_mix.numel());
+      taps->on_layer_input(l, hx, hp);
+      be_.upload(X.data, hx.data(), X.bytes());
+      be_.upload(pre_mix.data, hp.data(), pre_mix.bytes());
+    }
     for (int64_t j = 0; j < nt; ++j)
-      if (c_.dspark_target_layer_ids[j] == l)
-        for (int64_t t = 0; t < rows; ++t)
-          for (int64_t d = 0; d < D; ++d) {
-            float acc = 0;
-            for (int64_t k = 0; k < hc; ++k) acc += X[(t * hc + k) * D + d];
-            main_hidden[(t * nt + j) * D + d] = rb(acc / static_cast<float>(hc));
-          }
+      if (c_.dspark_target_layer_ids[j] == l) be_.hc_mean(X.f32(), rows, hc, D, main_hidden.f32() + j * D, nt * D);
     block_forward(l, s, X, pre_mix, taps);
   }
   // final collapse with the last pre-mix, norm
   const int64_t rows = s.rows();
-  std::vector<float> y(rows * D);
-  be_.hc_collapse(X.data(), pre_mix.data(), rows, hc, D, true, y.data());  // the final collapse, last pre-mix
-  std::vector<float> yn = y;
-  rmsnorm(yn, norm_, rows, D);
-  if (taps && taps->on_final) taps->on_final(y, yn);
+  Tensor y = ws_.f32({rows, D}), yn = ws_.f32({rows, D});
+  be_.hc_collapse(X.f32(), pre_mix.f32(), rows, hc, D, true, y.f32());  // the final collapse, last pre-mix
+  be_.copy(yn.data, y.data, y.bytes());
+  rmsnorm(yn.f32(), norm_, rows, D);
+  if (taps && taps->on_final) taps->on_final(host(y.f32(), y.numel()), host(yn.f32(), yn.numel()));
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-  std::vector<float> normed(R * D);
+  std::vector<int32_t> pick(R);
   for (int64_t i = 0; i < R; ++i) {
     const int64_t r = batch.logit_rows[i];
     int64_t q = static_cast<int64_t>(std::upper_bound(batch.seq_start.begin(), batch.seq_start.end(), r) -
@@ -406,29 +452,34 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
     while (batch.seq_start[q + 1] == batch.seq_start[q]) ++q;  // skip sequences without tokens
     const int64_t qs = seq_of_step[q], local = r - batch.seq_start[q] - cut[qs];
     check(local >= 0, "forward: internal error: logit row ", r, " outside the kept tail");
-    std::copy_n(yn.data() + (s.begin[qs] + local) * D, D, normed.data() + i * D);
+    pick[i] = static_cast<int32_t>(s.begin[qs] + local);
   }
-  if (has_dspark) dspark_rings(s, main_hidden);
+  Tensor pick_d = ws_.upload(pick, DType::I32), normed = ws_.f32({std::max<int64_t>(R, 1), D});
+  be_.copy_rows(yn.f32(), pick_d.i32(), R, D, normed.f32(), nullptr);
+  if (has_dspark) dspark_rings(s, main_hidden.f32());
   for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
+  Tensor out = ws_.f32({std::max<int64_t>(R, 1), c_.vocab_size});
+  be_.linear(normed.f32(), R, D, head_.data(), c_.vocab_size, out.f32());
   logits.resize(R * c_.vocab_size);
-  be_.linear(normed.data(), R, D, head_.data(), c_.vocab_size, logits.data());
+  be_.download(logits.data(), out.data, logits.size() * sizeof(float));
 }
 
 // DSpark: every stage's ring gets kv_norm(wkv(main_x)) of every (kept) main token.
-void V41Model::dspark_rings(Step& s, const std::vector<float>& main_hidden) {
+void V41Model::dspark_rings(Step& s, const float* main_hidden) {
   const int64_t m = s.rows(), D = c_.dim, hd = c_.head_dim;
-  std::vector<float> mx(m * D), kv;
+  Workspace::Scope scope(ws_);
+  Tensor mx = ws_.f32({m, D}), kv = ws_.f32({m, hd});
   const V41Block& S0 = blocks_[c_.n_layers];
-  lin(main_hidden.data(), m, S0.main_proj, mx.data());
-  rmsnorm(mx, S0.main_norm, m, D);
+  lin(main_hidden, m, S0.main_proj, mx.f32());
+  rmsnorm(mx.f32(), S0.main_norm, m, D);
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) {
     const int64_t l = c_.n_layers + stage;
-    window_kv(blocks_[l], mx, s.pos, rope_main_.freqs(), kv);
+    window_kv(blocks_[l], mx.f32(), s, main_rope(), kv.f32());
     for (int64_t q = 0; q < s.num(); ++q) {
       V41SequenceState& st = *s.st[q];
       if (s.begin[q + 1] > s.begin[q] && st.length_ == 0 && s.first(q) > 0) st.ring_from[l] = s.first(q);  // compact replay
-      for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) std::copy_n(kv.data() + i * hd, hd, st.ring_row(l, s.pos[i]));
     }
+    write_rings(s, l, kv.f32());
   }
 }
 
@@ -437,6 +488,7 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
   check(st.length_ > 0, "dspark: draft needs at least one consumed token");
   const int64_t D = c_.dim, hc = c_.hc_mult, n = c_.dspark_block_size, V = c_.vocab_size, R = c_.dspark_markov_rank;
   const int64_t p = st.length_ - 1;
+  check(st.pool().memory().device() == be_.device(), "dspark: the state lives on another device");
   std::vector<int64_t> ids(n, c_.dspark_noise_token_id);
   ids[0] = anchor;
   // The draft block is text (anchor + noise): no image routing, as in the reference's forward_spec.
@@ -447,33 +499,39 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
   s.end_pos = {st.length_};
   for (int64_t i = 0; i < n; ++i) s.pos.push_back(p + 1 + i);
   s.image.assign(n, 0);
-  std::vector<float> X, pre_mix;
-  embed_rows(embed_, ids, hc, D, X, pre_mix);
+  ws_.reset();
+  fws_.reset();
+  s.pos_d = fws_.upload(s.pos, DType::I64);
+  s.image_d = fws_.upload(s.image, DType::U8);
+  Tensor X, pre_mix;
+  embed(ids, X, pre_mix);
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) block_forward(c_.n_layers + stage, s, X, pre_mix, nullptr);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
-  std::vector<float> y(n * D);
-  be_.hc_collapse(X.data(), pre_mix.data(), n, hc, D, true, y.data());
-  std::vector<float> yn = y;
-  rmsnorm(yn, L.final_norm, n, D);
+  Tensor y = ws_.f32({n, D}), yn = ws_.f32({n, D}), logits = ws_.f32({n, V}), bias = ws_.f32({V});
+  Tensor feat = ws_.f32({D + R}), conf = ws_.f32({n}), tok = ws_.i32({1});
+  be_.hc_collapse(X.f32(), pre_mix.f32(), n, hc, D, true, y.f32());
+  be_.copy(yn.data, y.data, y.bytes());
+  rmsnorm(yn.f32(), L.final_norm, n, D);
+  be_.linear(yn.f32(), n, D, head_.data(), V, logits.f32());
   V41Draft out;
-  out.logits.resize(n * V);
-  be_.linear(yn.data(), n, D, head_.data(), V, out.logits.data());
-  std::vector<int32_t> toks(n + 1);
-  toks[0] = anchor;
-  std::vector<float> bias(V), feat(D + R);
-  out.confidence.resize(n);
+  int32_t prev = anchor;
   for (int64_t i = 0; i < n; ++i) {
-    const float* emb = L.markov_embed.data() + static_cast<int64_t>(toks[i]) * R;
-    be_.linear(emb, 1, R, L.markov_head.w.data(), V, bias.data());
-    float* lg = out.logits.data() + i * V;
-    for (int64_t v = 0; v < V; ++v) lg[v] += bias[v];
-    toks[i + 1] = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
-    out.tokens.push_back(toks[i + 1]);
-    if (force_tokens) toks[i + 1] = force_tokens[i];
-    std::copy_n(y.data() + i * D, D, feat.data());
-    std::copy_n(emb, R, feat.data() + D);
-    be_.linear(feat.data(), 1, D + R, L.confidence.w.data(), 1, &out.confidence[i]);
+    // the Markov chain: bias from the previous token's embedding, greedy choice, confidence
+    const float* emb = L.markov_embed.data() + static_cast<int64_t>(prev) * R;
+    float* lg = logits.f32() + i * V;
+    be_.linear(emb, 1, R, L.markov_head.w.data(), V, bias.f32());
+    be_.add(lg, bias.f32(), V);
+    be_.argmax(lg, 1, V, tok.i32());
+    int32_t next = 0;
+    be_.download(&next, tok.data, sizeof(int32_t));  // the next step's embedding row depends on it
+    out.tokens.push_back(next);
+    prev = force_tokens ? force_tokens[i] : next;
+    be_.copy(feat.f32(), y.f32() + i * D, D * sizeof(float));
+    be_.copy(feat.f32() + D, emb, R * sizeof(float));
+    be_.linear(feat.f32(), 1, D + R, L.confidence.w.data(), 1, conf.f32() + i);
   }
+  out.logits = host(logits.f32(), n * V);
+  out.confidence = host(conf.f32(), n);
   return out;
 }
 

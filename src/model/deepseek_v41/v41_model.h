@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
 #include "model/deepseek_v41/v41_config.h"
@@ -23,8 +24,16 @@
 
 namespace deepinfer::model {
 
+// A parameter on the backend's device (fp32 for now; the stored FP8/FP4 formats are the CUDA issue's).
+struct Param {
+  Buffer buf;
+  int64_t size = 0;
+  float* data() const { return static_cast<float*>(buf.data()); }
+  bool empty() const { return size == 0; }
+};
+
 struct V41Linear {  // [n, k] fp32 (dequantized); quant = stored FP8/FP4 -> activations FP8-quantized first
-  V41Floats w;
+  Param w;
   int64_t n = 0, k = 0;
   bool quant = false;
 };
@@ -34,29 +43,29 @@ struct V41Expert {
 };
 
 struct V41Block {
-  V41Floats attn_norm, ffn_norm;
-  V41Floats hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  Param attn_norm, ffn_norm;
+  Param hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
   V41Linear wq_a, wq_b, wkv, wo_a, wo_b;
-  V41Floats q_norm, kv_norm, attn_sink;
+  Param q_norm, kv_norm, attn_sink;
   // compressor (KV sources): ratio > 1 -> wkv/wgate run in fp32; ratio 1 -> bf16 wkv only
   V41Linear c_wkv, c_wgate;
-  V41Floats c_norm;
+  Param c_norm;
   // indexer (index sources); wk/k_norm on KV sources only
   V41Linear i_wq_b, i_weights_proj, i_wk;
-  V41Floats i_k_norm;
+  Param i_k_norm;
   // MoE
-  V41Floats gate, gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
+  Param gate, gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
   std::vector<V41Expert> experts;
   V41Expert shared;
   // Engram (engram layers): wkv, q_weight*k_weight, and the memory-mapped table read row by row
   V41Linear e_wkv;
-  V41Floats e_qk;
+  Param e_qk;
   const uint8_t* e_table = nullptr;  // F8_E4M3 [rows, head_dim]
   const uint8_t* e_scale = nullptr;  // F8_E8M0 [rows, head_dim / 32]
   int64_t e_rows = 0;
   // DSpark stage extras
   V41Linear main_proj;
-  V41Floats main_norm, final_norm, markov_embed;
+  Param main_norm, final_norm, markov_embed;
   V41Linear markov_head, confidence;
 };
 
@@ -85,7 +94,10 @@ struct V41Options {
   // Tokens a state can take back (truncate); kAuto: the DSpark block size (0 without DSpark).
   int64_t max_rollback_tokens = kAuto;
 
-  static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS
+  // Where the model runs (weights, state arena, activations).
+  Device device;
+
+  static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
 };
 
 struct V41Draft {  // one DSpark draft block
@@ -111,6 +123,7 @@ class V41Model final : public CausalLM {
   void set_state_pool(std::shared_ptr<BlockPool> pool) override;
   // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
   int64_t state_blocks_for(int64_t tokens) const override;
+  DeviceMemory* state_memory() const override { return &be_; }
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
@@ -129,40 +142,48 @@ class V41Model final : public CausalLM {
 
  private:
   struct Step;  // one forward's flat batch layout (defined in v41_step.h)
-  void layers(Step& s, std::vector<float>& X, std::vector<float>& pre_mix, const ForwardTaps* taps);
-  void block_forward(int64_t l, Step& s, std::vector<float>& X, std::vector<float>& pre_mix,
-                     const ForwardTaps* taps);
-  void attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out);
-  void queries(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
-               const ops::RopeFreqs& rope, std::vector<float>& qr, std::vector<float>& q);
-  void window_kv(const V41Block& B, const std::vector<float>& x, const std::vector<int64_t>& pos,
-                 const ops::RopeFreqs& rope, std::vector<float>& kv);
-  std::vector<float> attend(const V41Block& B, const Step& s, const std::vector<float>& q, const std::vector<float>& kv,
-                            const std::vector<int32_t>& idx, int64_t K, const ops::RopeFreqs& rope);
-  void compress(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& lat,
-                std::vector<int64_t>& lat_pos, std::vector<int64_t>& lat_begin);
-  void index(int64_t l, Step& s, const std::vector<float>& x, const std::vector<float>& qr,
-             const std::vector<float>& lat, const std::vector<int64_t>& lat_pos, const std::vector<int64_t>& lat_begin);
-  void dspark_attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out);
-  void moe(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out, const ForwardTaps* taps);
-  void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, std::vector<float>& X);
-  void dspark_rings(Step& s, const std::vector<float>& main_hidden);
+  // Activations are device tensors of the workspaces: ws_ for scratch (scoped per layer), fws_ for
+  // what lives through one forward (streams, index selections, candidate masks).
+  void block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, const ForwardTaps* taps);
+  void attention(int64_t l, Step& s, const float* x, float* out);
+  void queries(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* qr, float* q);
+  void window_kv(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* kv);
+  void attend(const V41Block& B, const Step& s, const float* q, const float* kv, const Tensor& idx, int64_t K,
+              const ops::RopeFreqs& rope, float* o);
+  struct Latents;  // a KV source's new compressed rows this step
+  void compress(int64_t l, Step& s, const float* x, Latents& lat);
+  void index(int64_t l, Step& s, const float* x, const float* qr, const Latents& lat);
+  void dspark_attention(int64_t l, Step& s, const float* x, float* out);
+  void moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps);
+  void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
+  void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
-  void output_projection(const V41Block& B, const std::vector<float>& o, int64_t n, std::vector<float>& out);
-  void bf16(std::vector<float>& v) { be_.round_bf16(v.data(), static_cast<int64_t>(v.size())); }
-  void rmsnorm(std::vector<float>& x, const V41Floats& w, int64_t rows, int64_t dim);
+  void output_projection(const V41Block& B, const float* o, int64_t n, float* out);
+  void rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim);
+  void embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix);
+  // The state arena's start as floats, and the row index of a state row in rows of
+  // `width` floats (what ops address the arena by).
+  float* arena(const Step& s) const;
+  int32_t arena_row(const Step& s, const float* row, int64_t width) const;
+  void append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t width, std::vector<int32_t>& out) const;
+  void write_rings(Step& s, int64_t ring, const float* kv);
+  ops::RopeFreqs main_rope() const { return {rope_main_freq_.data(), rope_main_.rope_dim, rope_main_.attention_factor}; }
   const ops::RopeFreqs rope_for(int64_t l) const;
   int64_t blocks_for(int64_t tokens, int64_t block_bytes) const;
   void check_pool(const BlockPool& pool) const;
+  std::vector<float> host(const float* p, int64_t n) const;  // a device array copied to the host (taps)
+  Param param(const std::vector<float>& host) const;
 
   V41Config c_;
   ops::Backend& be_;
   V41Options o_;
   int64_t image_token_ = -1, rollback_ = 0;
   std::unique_ptr<io::Checkpoint> ckpt_;
-  V41Floats embed_, head_, norm_;
+  Param embed_, head_, norm_;
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;
+  Param rope_main_freq_, rope_compress_freq_;  // inv_freq on the device
+  Workspace ws_, fws_;
   std::unique_ptr<EngramHasher> engram_;
   std::shared_ptr<BlockPool> pool_;
 };

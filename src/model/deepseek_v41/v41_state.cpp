@@ -43,9 +43,10 @@ V41SequenceState::V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Con
 
 void V41SequenceState::start() {
   fixed.resize(fixed_rows);
+  const std::vector<float> ninf(head_dim_, -std::numeric_limits<float>::infinity());
   for (size_t l = 0; l < carry_row.size(); ++l)  // scores start at -inf, as the reference's
     for (int64_t r = 0; carry_row[l] >= 0 && r < carry_size_[l]; ++r)
-      std::fill_n(fixed.row(carry_row[l] + carry_size_[l] + r), head_dim_, -std::numeric_limits<float>::infinity());
+      pool_->memory().upload(fixed.row(carry_row[l] + carry_size_[l] + r), ninf.data(), head_dim_ * sizeof(float));
 }
 
 int64_t V41SequenceState::blocks() const {
@@ -100,7 +101,8 @@ V41Floats V41SequenceState::ring(int64_t layer) const {
   V41Floats out(window_ * head_dim_, 0.0f);
   // position p sits at slot p % window in the reference: the latest position per slot wins
   for (int64_t p = std::max<int64_t>(ring_from[layer], length_ - window_); p < length_; ++p)
-    std::copy_n(fixed.row(layer * ring_size_ + p % ring_size_), head_dim_, out.data() + (p % window_) * head_dim_);
+    pool_->memory().download(out.data() + (p % window_) * head_dim_, fixed.row(layer * ring_size_ + p % ring_size_),
+                             head_dim_ * sizeof(float));
   return out;
 }
 

@@ -44,6 +44,8 @@ class V41SequenceState final : public SequenceState {
   // The compressor carry of layer l: kv and score rows of position `pos`.
   float* carry_kv(int64_t l, int64_t pos) { return fixed.row(carry_row[l] + pos % carry_size_[l]); }
   float* carry_score(int64_t l, int64_t pos) { return fixed.row(carry_row[l] + carry_size_[l] + pos % carry_size_[l]); }
+  int64_t carry_size(int64_t l) const { return carry_size_[l]; }  // positions a carry ring holds
+  int64_t ring_size() const { return ring_size_; }                  // positions a window ring holds
   // Contiguous copies (tests, inspection): a ring as the reference holds it ([window, head_dim], position
   // p at slot p % window), a source's rows.
   V41Floats ring(int64_t layer) const;

@@ -1,5 +1,6 @@
 // One V4.1 forward's flat batch layout: the rows of every sequence, grouped by sequence in token
-// order, with what the layers share across a forward (index selections, candidate masks).
+// order (host metadata, and its device copies), with what the layers share across a forward (index
+// selections, candidate masks: device tensors of the forward's workspace).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -14,17 +15,19 @@ struct V41Model::Step {
   std::vector<int64_t> end_pos;       // [S] each state's length after this forward
   std::vector<int64_t> pos;           // [T] position of each row
   std::vector<uint8_t> image;         // [T] image-span token rows
-  std::vector<std::vector<int32_t>> sel;   // per index source layer: [T, sel_k] raw compressed rows or -1
+  Tensor pos_d, image_d;              // pos (I64) and image (U8) on the device
+  std::vector<Tensor> sel;            // per index source layer: [T, sel_k] raw compressed rows or -1 (I32)
   std::vector<int64_t> sel_k;
-  std::vector<std::vector<uint8_t>> cand;  // per row: candidate mask over its sequence's compressed rows
-  bool dspark = false;                     // DSpark draft blocks (positions p+1 .. p+block)
+  Tensor cand;                        // [T, cand_ld] candidate mask over each row's compressed rows (U8)
+  int64_t cand_ld = 0;
+  std::vector<int64_t> cand_width;    // [S] compressed rows the mask covers
+  bool dspark = false;                // DSpark draft blocks (positions p+1 .. p+block)
 
   int64_t rows() const { return static_cast<int64_t>(pos.size()); }
   int64_t num() const { return static_cast<int64_t>(st.size()); }
   int64_t first(int64_t s) const { return pos[begin[s]]; }  // first position of sequence s's rows
 
-  // Removes the first cut[s] rows of each sequence s from v (rows of `width` entries, in this
-  // step's row layout). Call for every per-row array, then commit_cut().
+  // Removes the first cut[s] rows of each sequence s from a host array v (rows of `width` entries).
   template <class T>
   void cut_rows(std::vector<T>& v, int64_t width, const std::vector<int64_t>& cut) const {
     std::vector<T> kept;
@@ -33,9 +36,15 @@ struct V41Model::Step {
       kept.insert(kept.end(), v.begin() + (begin[q] + cut[q]) * width, v.begin() + begin[q + 1] * width);
     v.swap(kept);
   }
+  // The rows that stay after removing cut[s] rows from each sequence (old row numbers).
+  std::vector<int32_t> kept_rows(const std::vector<int64_t>& cut) const {
+    std::vector<int32_t> kept;
+    for (int64_t q = 0; q < num(); ++q)
+      for (int64_t i = begin[q] + cut[q]; i < begin[q + 1]; ++i) kept.push_back(static_cast<int32_t>(i));
+    return kept;
+  }
+  // The host metadata after the cut (the caller compacts the device tensors and re-uploads).
   void commit_cut(const std::vector<int64_t>& cut) {
-    for (size_t l = 0; l < sel.size(); ++l) cut_rows(sel[l], sel_k[l], cut);
-    cut_rows(cand, 1, cut);
     cut_rows(pos, 1, cut);
     cut_rows(image, 1, cut);
     int64_t r = 0;
