@@ -33,7 +33,8 @@ def resolve_model(name: str, revision: str = "main") -> str:
 class LLM:
     """An offline LLM. `model` is a local folder or a Hugging Face repo id.
 
-    Engine arguments: max_model_len (default: the checkpoint's max_position_embeddings; above it only
+    Engine arguments: device ("cpu", "cuda", "cuda:N"; default DEEPINFER_DEVICE, else cpu; V4.1 runs on
+    CUDA, V4 on the CPU), max_model_len (default: the checkpoint's max_position_embeddings; above it only
     with allow_long_max_model_len=True), max_num_seqs, max_num_batched_tokens, async_scheduling
     (default DEEPINFER_ASYNC_SCHEDULING), batch_invariant (default DEEPINFER_BATCH_INVARIANT),
     state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size),
@@ -41,7 +42,7 @@ class LLM:
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
-    def __init__(self, model: str, *, tokenizer: Optional[str] = None, seed: int = 0,
+    def __init__(self, model: str, *, tokenizer: Optional[str] = None, device: Optional[str] = None, seed: int = 0,
                  max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
@@ -51,7 +52,7 @@ class LLM:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
             raise TypeError(f"LLM() got unknown engine arguments: {', '.join(unknown)}")
-        config = dict(tokenizer=tokenizer, seed=seed, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+        config = dict(tokenizer=tokenizer, device=device, seed=seed, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,

@@ -8,7 +8,8 @@
 namespace deepinfer::model {
 
 // Dispatches on config.json's model_type (deepseek_v4). Errors name the folder and the problem.
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir);
+// device: "cpu", "cuda", "cuda:N", or empty for DEEPINFER_DEVICE (V4 runs on the CPU only).
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, const std::string& device = "");
 
 // The context the checkpoint was trained for: max_position_embeddings wherever the released layout
 // keeps it (V4: the root; V4.1: text_config), validated with the rest of the config.

@@ -115,6 +115,15 @@ def test_v41_folder_without_tokenizer_is_refused_at_load(demo_model, tmp_path):
         LLM(str(out))
 
 
+def test_device_errors_are_clear(demo_model):
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        LLM(demo_model, device="tpu")
+    with pytest.raises(ValueError, match="cuda"):  # a CPU build, or a machine without a GPU
+        LLM(demo_model, device="cuda:7" if os.environ.get("DEEPINFER_TEST_HAS_GPU") else "cuda")
+    with pytest.raises(TypeError, match="device"):
+        LLM(demo_model, device=0)
+
+
 # -- engine arguments -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [dict(max_num_seqs=0), dict(max_num_seqs=-3), dict(max_num_batched_tokens=0),

@@ -14,13 +14,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: deepinfer forward --model DIR --input-ids 5,17,3,... [--chunk N | --decode-after P]\n"
-    "                         --output OUT.safetensors\n"
+    "                         [--device cpu|cuda|cuda:N] --output OUT.safetensors\n"
     "Writes `logits` (F32, [S, vocab]) for every input position: one prefill by default; with --chunk N\n"
     "a prefill in chunks of N tokens continuing the state; with --decode-after P a prefill of the first\n"
     "P tokens, then one token at a time.\n";
 
 int run_forward(const std::vector<std::string>& args) {
-  std::string model_dir, output, ids_text;
+  std::string model_dir, output, ids_text, device;
   int64_t chunk = 0, decode_after = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -33,6 +33,7 @@ int run_forward(const std::vector<std::string>& args) {
     if (a == "--model") model_dir = v;
     else if (a == "--input-ids") ids_text = v;
     else if (a == "--output") output = v;
+    else if (a == "--device") device = v;
     else if (a == "--chunk") chunk = parse_positive(a, v);
     else if (a == "--decode-after") decode_after = parse_positive(a, v);
     else fail("unknown option '", a, "'\n", kUsage);
@@ -45,7 +46,7 @@ int run_forward(const std::vector<std::string>& args) {
   const int64_t S = static_cast<int64_t>(ids.size());
   check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " input ids");
 
-  auto lm = model::load_causal_lm(model_dir);
+  auto lm = model::load_causal_lm(model_dir, device);
   const int64_t V = lm->vocab_size();
   // Step boundaries: one prefill, fixed chunks, or a prefix then single tokens.
   std::vector<int64_t> cuts{0};

@@ -19,6 +19,7 @@ namespace {
 const char* kUsage =
     "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
     "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
+    "                          [--device cpu|cuda|cuda:N]\n"
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "  --json-schema / --regex / --grammar (EBNF) constrain the output (structured output).\n"
@@ -89,6 +90,7 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--top-k") params.top_k = number([](auto& s) { return std::stoi(s); });
     else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
     else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
+    else if (a == "--device") config.device = v;
     else if (a == "--max-model-len") config.max_model_len = number([](auto& s) { return std::stoll(s); });
     else fail("unknown option ", a, " (see deepinfer generate --help)");
   }
