@@ -18,6 +18,19 @@ namespace deepinfer {
 namespace model { class CausalLM; }
 namespace engine { class Engine; class TextCodec; }
 
+// Speculative decoding with the checkpoint's DSpark draft head (DeepSeek-V4.1): each step every decoding
+// request drafts up to num_draft_tokens tokens and verifies some of them in the same forward; lossless
+// (greedy and seeded outputs are the tokens decoding without drafts gives).
+struct SpeculativeConfig {
+  std::optional<bool> enabled;            // default: on when DEEPINFER_ENABLE_MTP_VARLEN=1
+  int num_draft_tokens = 0;               // 0: DEEPINFER_USE_NEXTN_DECODE; 1 .. the checkpoint's dspark_block_size
+  // true: per-request lengths chosen from the drafts' confidences against the measured step cost;
+  // false: every request verifies num_draft_tokens. Default: DEEPINFER_ENABLE_MTP_VARLEN.
+  std::optional<bool> confidence_scheduling;
+  std::vector<double> step_costs;         // seconds of a forward of 1, 2, 4, 8, ... tokens; empty: measured at start-up
+  bool log_steps = false;                 // the engine logs each step's verify budget to stderr
+};
+
 struct EngineConfig {
   std::string model;                      // local folder or Hugging Face repo id
   std::string tokenizer;                  // default: the model folder
@@ -33,6 +46,7 @@ struct EngineConfig {
   int max_logprobs = 20;                  // most logprobs / prompt_logprobs a request may ask for
   uint64_t seed = 0;                      // seeds requests that have no seq_seed
   std::vector<int32_t> eos_token_ids;     // default: config.json's eos_token_id
+  SpeculativeConfig speculative;
 };
 
 struct Prompt {

@@ -28,6 +28,30 @@ struct CompletionOutput {
   bool finished() const { return !finish_reason.empty(); }
 };
 
+// Speculative decoding counters of a request (all its samples), zero when speculation is off.
+struct SpeculativeMetrics {
+  int64_t drafted = 0;                    // draft tokens the drafter proposed
+  int64_t verified = 0;                   // of those, verified by the target model
+  int64_t accepted = 0;                   // of those, accepted
+  int64_t decode_steps = 0;               // decode steps; each emits its accepted drafts + 1 token
+  std::vector<int64_t> verified_at, accepted_at;  // per draft position (0 = first draft)
+  // tau: tokens per decode step, (accepted + decode_steps) / decode_steps (0 without steps)
+  double mean_accepted_length() const {
+    return decode_steps ? static_cast<double>(accepted + decode_steps) / decode_steps : 0.0;
+  }
+  // P(draft j accepted | drafts before j accepted), per position
+  std::vector<double> acceptance_by_position() const {
+    std::vector<double> a;
+    for (size_t j = 0; j < verified_at.size(); ++j)
+      a.push_back(verified_at[j] ? static_cast<double>(accepted_at[j]) / verified_at[j] : 0.0);
+    return a;
+  }
+};
+
+struct RequestMetrics {
+  SpeculativeMetrics speculative;
+};
+
 struct RequestOutput {
   std::string request_id;
   std::string prompt;
@@ -36,6 +60,7 @@ struct RequestOutput {
   std::vector<CompletionOutput> outputs;
   bool finished = false;
   std::string error;                      // set when the engine failed this request
+  RequestMetrics metrics;
 };
 
 }  // namespace deepinfer

@@ -6,6 +6,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "engine/job.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
 
@@ -23,6 +24,14 @@ EngineOptions resolve_options(const EngineConfig& c) {
   o.eos_token_ids = c.eos_token_ids;
   if (c.max_model_len > 0) o.max_model_len = c.max_model_len;
   o.max_logprobs = c.max_logprobs;
+  const SpeculativeConfig& sc = c.speculative;
+  check(sc.num_draft_tokens >= 0, "speculative.num_draft_tokens must be >= 0 (0: DEEPINFER_USE_NEXTN_DECODE), got ",
+        sc.num_draft_tokens);
+  o.speculative = sc.enabled.value_or(env_bool("DEEPINFER_ENABLE_MTP_VARLEN"));
+  o.confidence_scheduling = sc.confidence_scheduling.value_or(env_bool("DEEPINFER_ENABLE_MTP_VARLEN"));
+  o.num_draft_tokens = sc.num_draft_tokens > 0 ? sc.num_draft_tokens : static_cast<int>(env_int("DEEPINFER_USE_NEXTN_DECODE"));
+  o.step_costs = sc.step_costs;
+  o.log_speculation = sc.log_steps;
   // 0 (or -1 for the byte budget) means "the default"; anything below is a mistake, not a default.
   check(c.max_num_seqs >= 0, "max_num_seqs must be positive, got ", c.max_num_seqs);
   check(c.max_num_batched_tokens >= 0, "max_num_batched_tokens must be positive, got ", c.max_num_batched_tokens);
@@ -34,26 +43,6 @@ EngineOptions resolve_options(const EngineConfig& c) {
   check(o.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive, got ", o.max_num_batched_tokens);
   return o;
 }
-
-// One step's work: the plan (built while the previous forward runs) and its results.
-struct Engine::Job {
-  struct Row {
-    int chunk;
-    int64_t position;                     // of the token whose logits this row holds
-    bool sample;                          // else: a prompt-logprobs row
-  };
-  std::vector<ScheduledChunk> chunks;
-  model::ForwardBatch batch;
-  std::vector<Row> rows;
-  std::vector<float> logits;
-  std::vector<sampling::SampleOutput> samples;             // per chunk
-  std::vector<std::string> sample_errors;                  // per chunk, "" = fine
-  std::vector<std::pair<int, PositionLogprobs>> prompt_lps;  // (chunk, logprobs of position+1)
-  std::vector<int64_t> prompt_lp_positions;
-  std::vector<bool> landed;                                // per chunk: its token was appended
-  bool failed = false;
-  std::string error;
-};
 
 // Runs jobs on one background thread (async scheduling) or inline.
 class Engine::Worker {
@@ -115,7 +104,9 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
                   options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
                  states_),
-      worker_(std::make_unique<Worker>(options_.async_scheduling)) {}
+      worker_(std::make_unique<Worker>(options_.async_scheduling && !options_.speculative)) {
+  init_speculation();
+}
 
 Engine::~Engine() {
   if (inflight_) worker_->wait();
@@ -237,9 +228,12 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
         job->rows.push_back({c, p, false});
       }
     }
-    if (ch.sample) {
-      b.logit_rows.push_back(b.seq_start[c + 1] - 1);
-      job->rows.push_back({c, ch.start + ch.count - 1, true});
+    if (ch.sample) {  // the chunk's last token, then each draft (verification)
+      const int l = static_cast<int>(ch.drafts.size());
+      for (int j = 0; j <= l; ++j) {
+        b.logit_rows.push_back(b.seq_start[c + 1] - 1 - l + j);
+        job->rows.push_back({c, ch.start + ch.count - 1 + j, true, j});
+      }
     }
   }
   stats_.max_seqs_in_step = std::max<int>(stats_.max_seqs_in_step, static_cast<int>(job->chunks.size()));
@@ -290,33 +284,19 @@ void Engine::run_job(Job& job) {
   job.samples.resize(job.chunks.size());
   job.sample_errors.resize(job.chunks.size());
   std::vector<float> scratch;
-  std::vector<uint32_t> mask;
   for (size_t r = 0; r < job.rows.size(); ++r) {
     const auto& row = job.rows[r];
     const Sequence& seq = *job.chunks[row.chunk].seq;
-    const Request& req = *seq.request;
-    std::span<const float> logits(job.logits.data() + r * vocab, vocab);
     if (!row.sample) {
-      int top = *req.params.prompt_logprobs;
+      std::span<const float> logits(job.logits.data() + r * vocab, vocab);
+      int top = *seq.request->params.prompt_logprobs;
       job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(logits, seq.tokens[row.position + 1], top));
       job.prompt_lp_positions.push_back(row.position + 1);
       continue;
     }
+    if (row.draft > 0) continue;  // verified with the chunk's first sample row
     try {
-      sampling::SampleInput in;
-      in.logits = logits;
-      in.params = &req.params;
-      in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
-      in.output = std::span<const int32_t>(seq.tokens.data() + seq.prompt_len(), row.position + 1 - seq.prompt_len());
-      if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
-      in.seed = req.seed;
-      in.stream = static_cast<uint64_t>(seq.index);
-      in.position = row.position + 1;
-      if (seq.grammar) {  // its matcher has consumed every landed token (resolve runs first)
-        seq.grammar->fill_bitmask(mask, vocab);
-        in.allowed_bitmask = &mask;
-      }
-      job.samples[row.chunk] = sampling::sample(in, scratch);
+      verify(job, r, job.samples[row.chunk], scratch);
     } catch (const std::exception& e) {
       job.sample_errors[row.chunk] = e.what();
     }
@@ -324,23 +304,26 @@ void Engine::run_job(Job& job) {
 }
 
 void Engine::resolve(Job& job) {
-  job.landed.assign(job.chunks.size(), false);
+  job.landed.assign(job.chunks.size(), 0);
   for (size_t c = 0; c < job.chunks.size(); ++c) {
     const ScheduledChunk& ch = job.chunks[c];
     Sequence& seq = *ch.seq;
     if (!ch.sample) continue;
     --seq.pending;
     if (seq.finished() || !job.sample_errors[c].empty()) continue;  // errors finish in process()
-    const auto& s = job.samples[c];
-    if (seq.grammar && !seq.grammar->accept(s.token)) {
-      job.sample_errors[c] = "structured output: the grammar rejected token " + std::to_string(s.token);
-      continue;
+    int n = 0;  // logprobs are added in process(), which knows where a stop cuts accepted drafts
+    for (const auto& s : job.samples[c]) {
+      if (seq.grammar && !seq.grammar->accept(s.token)) {
+        job.sample_errors[c] = "structured output: the grammar rejected token " + std::to_string(s.token);
+        break;
+      }
+      seq.tokens.push_back(s.token);
+      ++n;
     }
-    seq.tokens.push_back(s.token);
-    seq.out.cumulative_logprob += s.logprob;
-    if (seq.request->params.logprobs) seq.out.logprobs.push_back(s.logprobs);
+    if (!job.sample_errors[c].empty()) continue;
+    land_verification(ch, n);
     scheduler_.end_isolation(&seq);
-    job.landed[c] = true;
+    job.landed[c] = n;
   }
   for (size_t i = 0; i < job.prompt_lps.size(); ++i) {
     Request& req = *job.chunks[job.prompt_lps[i].first].seq->request;
@@ -389,29 +372,42 @@ void Engine::process(Job& job) {
       finish(seq, "error");
       continue;
     }
-    if (!job.landed[c]) continue;
-    const SamplingParams& p = req.params;
-    const int32_t tok = seq.tokens.back();
-    const int64_t n_out = seq.num_output();
-    if (codec_ && p.detokenize)
-      seq.text.update(*codec_, std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len()), p.skip_special_tokens);
-    const auto& eos = options_.eos_token_ids;
-    if (!p.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
-      finish(seq, "stop");
-    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end()) {
-      seq.out.stop_token = tok;
-      finish(seq, "stop");
-    } else if (auto hit = p.stop.empty() || n_out < p.min_tokens
-                              ? std::nullopt
-                              : seq.text.find_stop(p.stop, p.include_stop_str_in_output)) {
-      seq.out.stop_string = *hit;
-      finish(seq, "stop");
-    } else if (seq.grammar && seq.grammar->terminated()) {
-      finish(seq, "stop");
-    } else if (n_out >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
-      finish(seq, "length");
+    // Each landed token in order: a stop inside accepted drafts drops the tokens after it.
+    const int n = job.landed[c];
+    const size_t first = seq.tokens.size() - n;
+    for (int k = 0; k < n; ++k) {
+      const sampling::SampleOutput& s = job.samples[c][k];
+      seq.out.cumulative_logprob += s.logprob;
+      if (req.params.logprobs) seq.out.logprobs.push_back(s.logprobs);
+      std::string reason = stop_reason(seq, first + k + 1, k == n - 1);
+      if (reason.empty()) continue;
+      seq.tokens.resize(first + k + 1);
+      finish(seq, reason);
+      break;
     }
   }
+}
+
+std::string Engine::stop_reason(Sequence& seq, size_t end, bool last) {
+  const SamplingParams& p = seq.request->params;
+  const int32_t tok = seq.tokens[end - 1];
+  const int64_t n_out = static_cast<int64_t>(end) - seq.prompt_len();
+  if (codec_ && p.detokenize)
+    seq.text.update(*codec_, std::span<const int32_t>(seq.tokens).subspan(seq.prompt_len(), n_out), p.skip_special_tokens);
+  const auto& eos = options_.eos_token_ids;
+  if (!p.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) return "stop";
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end()) {
+    seq.out.stop_token = tok;
+    return "stop";
+  }
+  if (auto hit = p.stop.empty() || n_out < p.min_tokens ? std::nullopt
+                                                        : seq.text.find_stop(p.stop, p.include_stop_str_in_output)) {
+    seq.out.stop_string = *hit;
+    return "stop";
+  }
+  if (last && seq.grammar && seq.grammar->terminated()) return "stop";  // (drafts never end the grammar early)
+  if (n_out >= p.max_tokens || static_cast<int64_t>(end) >= options_.max_model_len) return "length";
+  return "";
 }
 
 RequestOutput Engine::make_output(const Request& req) const {
@@ -425,6 +421,7 @@ RequestOutput Engine::make_output(const Request& req) const {
     c.text = s->finished() ? s->text.text() : s->text.visible(req.params.stop);
     c.token_ids.assign(s->tokens.begin() + s->prompt_len(), s->tokens.end());
     o.outputs.push_back(std::move(c));
+    add_metrics(o.metrics.speculative, s->spec);
   }
   o.finished = req.finished();
   o.error = req.error;
@@ -495,6 +492,7 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
   drain_incoming();
   if (!inflight_) {
     auto chunks = schedule();
+    add_drafts(chunks);
     if (!chunks.empty()) launch(plan(std::move(chunks)));
   }
   std::unique_ptr<Job> next;
@@ -515,7 +513,11 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
     states_.recycle();
     if (next) next = drop_unresolvable(std::move(next));
     if (next) launch(std::move(next));
-    if (!done->failed) process(*done);
+    if (!done->failed) {
+      process(*done);
+      for (size_t c = 0; c < done->chunks.size(); ++c)
+        if (done->landed[c] > 0) draft_next(*done->chunks[c].seq);
+    }
   }
   collect(outs, include_unfinished);
   return outs;

@@ -19,7 +19,10 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/text.h"
+#include "sampling/sampler.h"
 #include "model/causal_lm.h"
+#include "spec/drafter.h"
+#include "spec/step_cost.h"
 
 namespace deepinfer::engine {
 
@@ -33,10 +36,20 @@ struct EngineOptions {
   int max_logprobs = 20;                  // cap on logprobs / prompt_logprobs per request (vLLM's default)
   uint64_t seed = 0;                      // seeds requests without seq_seed
   std::vector<int32_t> eos_token_ids;
+  // Speculative decoding (engine/speculation.cpp); runs one step at a time (no async overlap).
+  bool speculative = false;
+  int num_draft_tokens = 5;               // most drafts a request verifies per step
+  bool confidence_scheduling = false;     // false: every request verifies num_draft_tokens
+  std::vector<double> step_costs;         // seconds of 1, 2, 4, ... tokens; empty: measured at start-up
+  std::shared_ptr<spec::Drafter> drafter; // default: the model's DSpark head
+  bool log_speculation = false;           // each step's verify budget to stderr
 };
 
 // Reads the DEEPINFER_* defaults and applies the config's explicit values on top.
 EngineOptions resolve_options(const EngineConfig& config);
+
+// Sums speculative counters (a request's samples).
+void add_metrics(SpeculativeMetrics& into, const SpeculativeMetrics& m);
 
 struct EngineStats {
   int64_t steps = 0;
@@ -44,6 +57,9 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t failed_batches = 0;
   int max_seqs_in_step = 0;
+  int64_t draft_tokens_verified = 0;      // speculative: over all steps
+  int64_t draft_tokens_accepted = 0;
+  int64_t last_verify_budget = 0;         // draft tokens the last step verified
 };
 
 class Engine {
@@ -90,6 +106,15 @@ class Engine {
   void process(Job& job);                 // stops, detokenization, finishes (overlaps the next forward)
   void recover_from_failure(Job& failed, Job* next);
   void finish(Sequence& seq, const std::string& reason);
+  // Why the sequence ends at its token end-1 ("" = it goes on); detokenizes up to it.
+  std::string stop_reason(Sequence& seq, size_t end, bool last);
+  // Speculative decoding (speculation.cpp): set up, choose the drafts each decode verifies, verify one
+  // chunk's rows, and draft after a step.
+  void init_speculation();
+  void add_drafts(std::vector<ScheduledChunk>& chunks);
+  void verify(const Job& job, size_t first_row, std::vector<sampling::SampleOutput>& out, std::vector<float>& scratch);
+  void land_verification(const ScheduledChunk& ch, int emitted);  // rollback of rejected drafts, metrics
+  void draft_next(Sequence& seq);
   RequestOutput make_output(const Request& req) const;
   void collect(std::vector<RequestOutput>& outs, bool include_unfinished);
 
@@ -103,6 +128,8 @@ class Engine {
   std::unique_ptr<Job> inflight_;
   std::mutex grammar_mu_;
   std::unique_ptr<GrammarCompiler> grammar_;  // built on the first so_args request
+  std::shared_ptr<spec::Drafter> drafter_;    // speculative decoding
+  spec::StepCostTable step_cost_;             // confidence scheduling
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished; freed once no job can see them

@@ -24,6 +24,7 @@ class MatcherState : public GrammarState {
     m_.fill_next_token_bitmask(words.data());
   }
   bool accept(int32_t token) override { return m_.accept_token(token); }
+  void rollback(int n) override { m_.rollback(n); }
   bool terminated() const override { return m_.is_terminated(); }
 
  private:

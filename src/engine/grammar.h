@@ -15,6 +15,7 @@ class GrammarState {
   // words: ceil(vocab / 32) entries; bit set = allowed next.
   virtual void fill_bitmask(std::vector<uint32_t>& words, int64_t vocab) = 0;
   virtual bool accept(int32_t token) = 0;
+  virtual void rollback(int n) = 0;       // undoes the last n accepted tokens (draft verification)
   virtual bool terminated() const = 0;
 };
 

@@ -7,7 +7,7 @@ namespace deepinfer::engine {
 
 void ModelRunner::layout(const std::vector<ScheduledChunk>& chunks, model::ForwardBatch& b) {
   b.seq_start.assign(1, 0);
-  for (const ScheduledChunk& ch : chunks) b.seq_start.push_back(b.seq_start.back() + ch.count);
+  for (const ScheduledChunk& ch : chunks) b.seq_start.push_back(b.seq_start.back() + ch.width());
 }
 
 void ModelRunner::fill(const std::vector<ScheduledChunk>& chunks, model::ForwardBatch& b) const {
@@ -17,7 +17,8 @@ void ModelRunner::fill(const std::vector<ScheduledChunk>& chunks, model::Forward
   for (const ScheduledChunk& ch : chunks) {
     check(ch.start + ch.count <= static_cast<int64_t>(ch.seq->tokens.size()), "internal: token not resolved");
     b.token_ids.insert(b.token_ids.end(), ch.seq->tokens.begin() + ch.start, ch.seq->tokens.begin() + ch.start + ch.count);
-    for (int64_t p = ch.start; p < ch.start + ch.count; ++p) b.positions.push_back(p);
+    b.token_ids.insert(b.token_ids.end(), ch.drafts.begin(), ch.drafts.end());  // verified after the chunk
+    for (int64_t p = ch.start; p < ch.start + ch.width(); ++p) b.positions.push_back(p);
     model::SequenceState* st = states_.state(ch.seq->id);
     check(st->length() == ch.start, "internal: state of sequence ", ch.seq->id, " is at ", st->length(),
           ", chunk starts at ", ch.start);

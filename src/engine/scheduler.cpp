@@ -31,6 +31,7 @@ void Scheduler::preempt(Sequence* seq, bool isolate) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   states_.release(seq->id);
   seq->num_computed = 0;  // recomputed from the start (prompt + what it generated) on readmission
+  seq->draft.clear();     // drafted from the state just released
   seq->status = SeqStatus::Waiting;
   waiting_.push_front(seq);
   ++preemptions_;
@@ -57,7 +58,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   int64_t budget = config_.max_num_batched_tokens;
   auto emit = [&](Sequence* s, int32_t count) {
     bool sample = s->num_computed + count == s->known_len();
-    out.push_back({s, s->num_computed, count, sample});
+    out.push_back({s, s->num_computed, count, sample, {}});
     s->num_computed += count;
     if (sample) ++s->pending;
     budget -= count;

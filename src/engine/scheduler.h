@@ -27,6 +27,8 @@ struct ScheduledChunk {
   int64_t start = 0;                      // first position (== the state's length at launch)
   int32_t count = 0;
   bool sample = false;                    // the chunk ends at the last known token: draw the next
+  std::vector<int32_t> drafts;            // draft tokens verified after the chunk's tokens (speculative)
+  int32_t width() const { return count + static_cast<int32_t>(drafts.size()); }  // tokens in the forward
 };
 
 class Scheduler {

@@ -29,6 +29,11 @@ struct Sequence {
   IncrementalText text;
   std::shared_ptr<GrammarState> grammar;  // structured output (so_args); null when unconstrained
   CompletionOutput out;                   // finish fields, logprobs, cumulative logprob
+  // Speculative decoding: drafts of the tokens after tokens.back(), valid while draft_for == tokens.size().
+  std::vector<int32_t> draft;
+  std::vector<double> draft_confidence;
+  size_t draft_for = 0;
+  SpeculativeMetrics spec;
 
   int64_t prompt_len() const;
   int64_t known_len() const { return static_cast<int64_t>(tokens.size()) + pending; }

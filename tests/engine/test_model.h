@@ -14,29 +14,43 @@
 
 namespace deepinfer::testing {
 
-// Holds one pool block per `tokens_per_block` tokens consumed, as a real model's state would.
+// Holds one pool block per `tokens_per_block` tokens consumed, as a real model's state would, and the
+// hash after each of its last kRollback tokens, so truncate() takes back draft tokens exactly.
 class HashState : public model::SequenceState {
  public:
   HashState(std::shared_ptr<BlockPool> pool, int tokens_per_block) : pool_(std::move(pool)), tpb_(tokens_per_block) {}
   ~HashState() override { reset(); }
   int64_t length() const override { return static_cast<int64_t>(chunks_total); }
   int64_t bytes() const override { return static_cast<int64_t>(blocks_.size()) * pool_->block_bytes(); }
+  static constexpr int64_t kRollback = 8;
   void reset() override {
     hash = 0x1234;
     chunks_total = 0;
+    history.clear();
     chunk_sizes.clear();
     for (void* b : blocks_) pool_->release(b);
     blocks_.clear();
   }
   void truncate(int64_t length) override {
-    if (length != chunks_total) throw std::runtime_error("HashState keeps no history to roll back");
+    const int64_t back = chunks_total - length;
+    if (back < 0 || back > static_cast<int64_t>(history.size()) || back > kRollback)
+      throw std::runtime_error("HashState: cannot take back " + std::to_string(back) + " tokens");
+    for (int64_t i = 0; i < back; ++i) hash = history.back(), history.pop_back();
+    chunks_total = length;
   }
-  int64_t max_rollback() const override { return 0; }
+  int64_t max_rollback() const override { return kRollback; }
+  void consume(uint64_t next) {
+    history.push_back(hash);  // the hash before this token
+    if (static_cast<int64_t>(history.size()) > kRollback) history.erase(history.begin());
+    hash = next;
+    ++chunks_total;
+  }
   void grow() {  // after consuming tokens: the blocks this length takes
     while (static_cast<int64_t>(blocks_.size()) * tpb_ < chunks_total) blocks_.push_back(pool_->allocate());
   }
   uint64_t hash = 0x1234;
   int64_t chunks_total = 0;
+  std::vector<uint64_t> history;          // hashes before each of the last kRollback tokens
   std::vector<int32_t> chunk_sizes;       // how the engine fed this sequence
 
  private:
@@ -75,8 +89,7 @@ class HashLM : public model::CausalLM {
       auto* st = static_cast<HashState*>(b.states[s]);
       st->chunk_sizes.push_back(b.seq_start[s + 1] - b.seq_start[s]);
       for (int32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
-        st->hash = next_hash(st->hash, b.token_ids[i]);
-        ++st->chunks_total;
+        st->consume(next_hash(st->hash, b.token_ids[i]));
         st->grow();
         while (row < b.logit_rows.size() && b.logit_rows[row] == i) {
           for (int64_t v = 0; v < vocab_; ++v)
