@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: the V4.1 model on the CUDA backend. Runs the op tests (every op
+# against the CPU), the V4.1 golden tests with DEEPINFER_DEVICE=cuda (the same tests and tolerances as
+# on the CPU), the rollback / batching / chunking bit-equality tests on the GPU, compute-sanitizer
+# memcheck on one golden case, and the batch benchmark on CPU and GPU. Logs go to $OUT.
+#   GPU_MODEL_PREBUILT=DIR   run the binaries in DIR (built elsewhere by scripts/gpu_model_build.sh)
+#                            instead of building here; DIR/lib is put on LD_LIBRARY_PATH.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu_check_out}"
+mkdir -p "$out"
+echo "== machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+bin="${GPU_MODEL_PREBUILT:-}"
+if [[ -n "$bin" ]]; then
+  export LD_LIBRARY_PATH="$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  [[ -f "$bin/COMMIT" ]] && echo "commit $(cat "$bin/COMMIT") (prebuilt)"
+else
+  DEEPINFER_ACCELERATOR=nvidia DEEPINFER_SKIP_DEPS=1 ./build.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  bin=build-cuda
+fi
+find_bin() { find "$bin" -name "$1" -type f | head -1; }
+rc=0
+run() {  # name, then the command
+  local name=$1; shift
+  local t0=$(date +%s.%N)
+  "$@" >"$out/$name.log" 2>&1; local r=$?
+  printf '%-34s exit %d  %6.1f s   %s\n' "$name" "$r" "$(echo "$(date +%s.%N) - $t0" | bc)" \
+    "$(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
+  [[ $r == 0 ]] || { rc=1; grep -E 'Failure|Expected|Which is|error|FAILED' "$out/$name.log" | head -20; }
+}
+for t in backends_cuda_test backends_cuda_ops_test; do
+  [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
+done
+export DEEPINFER_DEVICE=cuda
+for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens; do
+  run "$t-cuda" "$(find_bin $t)"
+done
+grep -hE '^\[v41\]' "$out"/test_v41_goldens-cuda.log | head -60
+if command -v compute-sanitizer >/dev/null; then
+  run memcheck-rollback timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$(find_bin test_v41_rollback_and_batching)" --gtest_filter='*Truncate*:*truncate*'
+  grep -E 'ERROR SUMMARY|Invalid' "$out/memcheck-rollback.log" | head -5
+fi
+b="$(find_bin bench_v41_batch)"
+if [[ -n "$b" ]]; then
+  echo "== bench_v41_batch (tiny-b) on cuda"; "$b" 2>&1 | tail -4
+  echo "== bench_v41_batch (tiny-b) on cpu"; DEEPINFER_DEVICE=cpu "$b" 2>&1 | tail -4
+fi
+exit $rc
