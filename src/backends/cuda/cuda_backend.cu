@@ -10,26 +10,12 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/gemv.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
-}
-
-void check_cublas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error in ", what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
-}
-
-// After each launch: configuration errors show at once; execution errors show at synchronize().
-void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
-
-void check_sizes(bool ok, const char* op) { check(ok, "cuda ", op, ": invalid sizes"); }
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -866,8 +852,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
   }
 }
 
-unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
-
 }  // namespace
 
 // ================================================================ CudaBackend
@@ -881,17 +865,10 @@ bool device_available() {
   return n > 0;
 }
 
-struct CudaBackend::Impl {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  int max_smem_optin = 48 * 1024;
-  int attention_kernel = kAttnAuto;
-  bool linear_gemv = true;
-};
-
-CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
-  int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+  if (device >= 0) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_cuda(cudaGetDevice(&impl_->device), "cudaGetDevice");
+  const int dev = impl_->device;
   check_cuda(cudaDeviceGetAttribute(&impl_->max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
              "cudaDeviceGetAttribute");
   check_cuda(cudaStreamCreate(&impl_->stream), "cudaStreamCreate");
@@ -903,6 +880,7 @@ CudaBackend::CudaBackend() : impl_(std::make_unique<Impl>()) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (impl_->scratch) cudaFree(impl_->scratch);
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
@@ -917,6 +895,7 @@ void* CudaBackend::cublas_handle() const { return impl_->blas; }
 void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
 
 void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
+  impl_->bind();
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear");
   if (m == 0 || n == 0) return;
   if (impl_->linear_gemv && gemv_fits(x, m, k, w, n, 4)) return gemv_f32(x, m, k, w, n, y, impl_->stream);
@@ -930,6 +909,7 @@ void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, i
 }
 
 void CudaBackend::linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y) {
+  impl_->bind();
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear_bf16");
   if (m == 0 || n == 0) return;
   // bf16 GEMV only up to m = 4: at m = 8 cuBLAS was faster at n = 4096 (run 5: 21.0 vs 29.1 us).
@@ -943,6 +923,7 @@ void CudaBackend::linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uin
 }
 
 void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+  impl_->bind();
   check_sizes(rows >= 0 && dim > 0 && rows <= INT32_MAX, "rms_norm");
   if (rows == 0) return;
   const int threads = dim >= 1024 ? 512 : 128;
@@ -952,6 +933,7 @@ void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, in
 
 void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
                        const ops::RopeFreqs& f, bool inverse) {
+  impl_->bind();
   check_sizes(rows >= 0 && heads >= 0 && f.rope_dim >= 0 && f.rope_dim % 2 == 0 && f.rope_dim <= dim &&
                   rows <= INT32_MAX && f.rope_dim * sizeof(float) <= 48 * 1024,
               "rope");
@@ -1004,6 +986,7 @@ bool launch_tiled_nv(int max_smem, cudaStream_t st, const float* q, int64_t toke
 
 void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                    const int32_t* idx, int64_t k, const float* sink, float scale, float* out) {
+  impl_->bind();
   check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && tokens * heads <= INT32_MAX, "sparse_attention");
   const int64_t blocks = tokens * heads;
   if (blocks == 0) return;
@@ -1070,6 +1053,7 @@ void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads
 void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn, const float* base,
                              const float* scale, float rms_eps, float hc_eps, int64_t sinkhorn_iters, float* pre,
                              float* post, float* comb) {
+  impl_->bind();
   check_sizes(rows >= 0 && hc > 0 && dim > 0 && rows <= INT32_MAX, "hc_weights");
   check(!comb || post, "cuda hc_weights: comb needs post");
   if (rows == 0) return;
@@ -1083,6 +1067,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
 
 void CudaBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
                               float* y) {
+  impl_->bind();
   check_sizes(rows >= 0 && hc > 0 && dim >= 0, "hc_collapse");
   const int64_t n = rows * dim;
   if (n == 0) return;
@@ -1092,6 +1077,7 @@ void CudaBackend::hc_collapse(const float* x, const float* mix, int64_t rows, in
 
 void CudaBackend::hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
                             int64_t hc, int64_t dim, bool bf16_out, float* out) {
+  impl_->bind();
   check_sizes(rows >= 0 && hc > 0 && dim >= 0, "hc_expand");
   const int64_t n = rows * hc * dim;
   if (n == 0) return;
@@ -1101,6 +1087,7 @@ void CudaBackend::hc_expand(const float* x, const float* sub, const float* post,
 
 void CudaBackend::softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
                                float* z) {
+  impl_->bind();
   check_sizes(windows >= 0 && slots >= 0 && channels >= 0, "softmax_pool");
   const int64_t n = windows * channels;
   if (n == 0) return;
@@ -1110,6 +1097,7 @@ void CudaBackend::softmax_pool(const float* kv, const float* gate, int64_t windo
 
 void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
                          const float* row_scale, float* h) {
+  impl_->bind();
   check_sizes(rows >= 0 && dim >= 0, "swiglu");
   const int64_t n = rows * dim;
   if (n == 0) return;
@@ -1118,6 +1106,7 @@ void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t d
 }
 
 void CudaBackend::fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) {
+  impl_->bind();
   check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp8");
   const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
   if (n == 0) return;
@@ -1126,6 +1115,7 @@ void CudaBackend::fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t bl
 }
 
 void CudaBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) {
+  impl_->bind();
   check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp4");
   const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
   if (n == 0) return;
@@ -1135,6 +1125,7 @@ void CudaBackend::fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t bl
 }
 
 void CudaBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) {
+  impl_->bind();
   check_sizes(rows >= 0 && dim >= 0 && block > 0, "fake_quant_fp4_e4m3");
   const int64_t per_row = (dim + block - 1) / block, n = rows * per_row;
   if (n == 0) return;
@@ -1146,6 +1137,7 @@ void CudaBackend::fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64
 
 void CudaBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
                                   float* y) {
+  impl_->bind();
   check_sizes(m >= 0 && k >= 0 && n >= 0 && block > 0 && (m + kKbTm - 1) / kKbTm <= 65535, "linear_kblocked");
   if (m == 0 || n == 0) return;
   const dim3 grid(static_cast<unsigned>((n + kKbTn - 1) / kKbTn), static_cast<unsigned>((m + kKbTm - 1) / kKbTm));
@@ -1154,6 +1146,7 @@ void CudaBackend::linear_kblocked(const float* x, int64_t m, int64_t k, const fl
 }
 
 void CudaBackend::round_bf16(float* x, int64_t n) {
+  impl_->bind();
   check_sizes(n >= 0, "round_bf16");
   if (n == 0) return;
   round_bf16_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, n);
@@ -1163,6 +1156,7 @@ void CudaBackend::round_bf16(float* x, int64_t n) {
 void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                           const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                           float* out) {
+  impl_->bind();
   check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && block > 0 && tokens * heads <= INT32_MAX,
               "sparse_attention_online");
   const int64_t blocks = tokens * heads;

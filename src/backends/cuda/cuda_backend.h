@@ -15,13 +15,26 @@ bool device_available();
 
 class CudaBackend final : public ops::Backend {
  public:
-  // Uses the current CUDA device; creates a blocking stream and a cuBLAS handle bound to it.
-  CudaBackend();
+  // Runs on GPU `device` (-1: the current device); creates a blocking stream and a cuBLAS handle bound
+  // to it. Every op and memory call makes that GPU current for the calling thread first.
+  explicit CudaBackend(int device = -1);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return "cuda"; }
+
+  // Device memory (memory.cu): cudaMalloc/cudaFree; copies are cudaMemcpyAsync on the backend's stream
+  // (upload may read pageable host memory, which CUDA stages before it returns); download waits for
+  // the stream.
+  Device device() const override;
+  void* allocate(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+
   // fp32 GEMM with fp32 compute (TF32 off). m <= 8 (k % 4 == 0, 16-byte aligned x and w): the decode
   // GEMV of gemv.h, one fixed summation order for every m in 1..8 (batch invariant there); otherwise
   // cuBLAS, which may pick a different kernel (so a different order) for a different m, and whose
@@ -56,6 +69,38 @@ class CudaBackend final : public ops::Backend {
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 
+  // Data movement (memory.cu) and the DeepSeek ops (deepseek_ops.cu, indexer_ops.cu): the CPU's
+  // fp32 operation order; selections (top-k) identical to the CPU's torch_topk, ties included.
+  void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                 const int32_t* dst_idx) override;
+  void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;
+  void fill(float* x, int64_t n, float value) override;
+  void scale(float* x, int64_t n, float s) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+  void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;
+  void softmax_pool_v41(const float* kv, const float* score, int64_t windows, int64_t slots, int64_t channels,
+                        float* z) override;
+  void moe_route(const float* logits, int64_t n, int64_t experts, const float* bias, const float* bias_vl,
+                 const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) override;
+  void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim, const float* shared,
+                   float* out) override;
+  void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const float* keys,
+                    const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
+                    int64_t ld, float* scores) override;
+  void candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width, const int32_t* clen,
+                      const int32_t* ranked, int64_t block, int64_t topk_blocks, uint8_t* mask) override;
+  void index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld, const int32_t* ranked,
+                    const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) override;
+  void lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,
+                   int32_t* out, int64_t out_ld) override;
+  // table/scale are host memory: ids are downloaded (a stream synchronization), the rows dequantized on
+  // the host as the CPU does, and uploaded.
+  void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
+                     float* out) override;
+  void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
+                   int64_t dim, float eps) override;
+
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 4
   // (k % 8 == 0, aligned) takes the GEMV of gemv.h, larger m cuBLAS.
   static constexpr int64_t kLinearGemvMaxM = 8, kLinearBf16GemvMaxM = 4;
@@ -80,7 +125,7 @@ class CudaBackend final : public ops::Backend {
   void* cublas_handle() const;  // the cublasHandle_t bound to stream()
 
  private:
-  struct Impl;
+  struct Impl;  // cuda_internal.cuh
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,66 @@
+// Internal to the CUDA backend's sources: the backend's state (Impl), the status checks and small
+// device helpers shared by cuda_backend.cu, memory.cu and the op files.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "backends/cuda/cuda_backend.h"
+#include "core/error.h"
+
+namespace deepinfer::cuda {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+inline void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLAS error in ", what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+}
+// After each launch: configuration errors show at once; execution errors show at synchronize().
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+inline void check_sizes(bool ok, const char* op) { check(ok, "cuda ", op, ": invalid sizes"); }
+inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct CudaBackend::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  int max_smem_optin = 48 * 1024;
+  int attention_kernel = CudaBackend::kAttnAuto;
+  bool linear_gemv = true;
+  void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
+  size_t scratch_bytes = 0;
+
+  // Makes this backend's GPU current for the calling thread (a process may hold one backend per GPU).
+  void bind() const {
+    int cur = -1;
+    check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
+    if (cur != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  // A workspace of at least `bytes`, valid for the ops enqueued until the next call (stream order).
+  void* workspace(size_t bytes) {
+    if (bytes <= scratch_bytes) return scratch;
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (workspace)");  // earlier ops may use it
+    if (scratch) check_cuda(cudaFree(scratch), "cudaFree (workspace)");
+    scratch = nullptr;
+    scratch_bytes = 0;
+    check_cuda(cudaMalloc(&scratch, bytes), "cudaMalloc (workspace)");
+    scratch_bytes = bytes;
+    return scratch;
+  }
+};
+
+// bf16 round trip (RNE, NaN -> canonical NaN), bit for bit core/dtype.h's round_to_bf16.
+__device__ __forceinline__ float bf16_round(float x) {
+  if (isnan(x)) return __uint_as_float(0x7fc00000u);
+  uint32_t u = __float_as_uint(x);
+  u += 0x7fff + ((u >> 16) & 1);
+  return __uint_as_float(u & 0xffff0000u);
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,167 @@
+// The CUDA backend's memory (DeviceMemory) and its data-movement ops, as cpu_data_ops.cpp defines them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/cuda_internal.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+// One block per row i; the block's threads copy the row's `width` floats.
+__global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_idx, int64_t width,
+                                 float* __restrict__ dst, const int32_t* __restrict__ dst_idx) {
+  const int64_t i = blockIdx.x;
+  const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+  if (s < 0 || d < 0) return;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = src[s * width + c];
+}
+
+__global__ void fill_kernel(float* x, int64_t n, float value) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) x[e] = value;
+}
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) x[e] = __fmul_rn(x[e], s);
+}
+__global__ void add_kernel(float* x, const float* __restrict__ y, int64_t n) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) x[e] = __fadd_rn(x[e], y[e]);
+}
+
+// std::max_element's answer: index 0 when x[0] is NaN (nothing compares above it), else the first
+// index of the largest non-NaN value (a NaN later never compares above the running maximum). That is
+// a reduction over (value, index) with NaNs ignored, so one block per row reduces it in any order.
+constexpr int kArgmaxThreads = 256;
+__global__ void argmax_kernel(const float* __restrict__ x, int64_t n, int32_t* out) {
+  __shared__ float val[kArgmaxThreads];
+  __shared__ int64_t idx[kArgmaxThreads];
+  const float* row = x + blockIdx.x * n;
+  float best = -kInf;
+  int64_t bi = -1;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    if (row[j] > best || (bi < 0 && row[j] == row[j])) best = row[j], bi = j;  // j ascends per thread
+  val[threadIdx.x] = best;
+  idx[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = kArgmaxThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float v2 = val[threadIdx.x + s];
+      const int64_t i2 = idx[threadIdx.x + s];
+      const int64_t i1 = idx[threadIdx.x];
+      if (i2 >= 0 && (i1 < 0 || v2 > val[threadIdx.x] || (v2 == val[threadIdx.x] && i2 < i1))) {
+        val[threadIdx.x] = v2;
+        idx[threadIdx.x] = i2;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(row[0] != row[0] || idx[0] < 0 ? 0 : idx[0]);
+}
+
+}  // namespace
+
+Device CudaBackend::device() const { return Device{DeviceKind::kCuda, impl_->device}; }
+
+void* CudaBackend::allocate(size_t bytes) {
+  impl_->bind();
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));  // cudaMalloc aligns to 256 bytes
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an out-of-memory error is not sticky: clear it so later calls do not see it
+    fail("cuda:", impl_->device, ": out of device memory allocating ", bytes, " bytes (", cudaGetErrorString(e), ")");
+  }
+  return p;
+}
+
+void CudaBackend::release(void* p) {
+  if (!p) return;
+  impl_->bind();
+  check_cuda(cudaFree(p), "cudaFree");  // waits for the device: no op still reads p
+}
+
+void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  impl_->bind();
+  // From pageable memory CUDA copies the source to a staging buffer before returning, so the caller
+  // may reuse host_src at once; from pinned memory the copy is asynchronous (keep it until a sync).
+  check_cuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, impl_->stream), "upload");
+}
+
+void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  impl_->bind();
+  check_cuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
+  check_cuda(cudaStreamSynchronize(impl_->stream), "download (cudaStreamSynchronize)");
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  impl_->bind();
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream), "copy");
+}
+
+void CudaBackend::zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  impl_->bind();
+  check_cuda(cudaMemsetAsync(dst, 0, bytes, impl_->stream), "zero");
+}
+
+void CudaBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                            const int32_t* dst_idx) {
+  check_sizes(n >= 0 && width >= 0 && n <= INT32_MAX, "copy_rows");
+  if (n == 0 || width == 0) return;
+  impl_->bind();
+  copy_rows_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(src, src_idx, width, dst,
+                                                                                           dst_idx);
+  check_launch("copy_rows_kernel");
+}
+
+void CudaBackend::copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) {
+  check_sizes(rows >= 0 && width >= 0 && (rows <= 1 || (src_ld >= width && dst_ld >= width)), "copy_2d");
+  if (rows == 0 || width == 0) return;
+  impl_->bind();
+  const size_t w = static_cast<size_t>(width) * sizeof(float);
+  const size_t sp = rows == 1 ? w : static_cast<size_t>(src_ld) * sizeof(float);
+  const size_t dp = rows == 1 ? w : static_cast<size_t>(dst_ld) * sizeof(float);
+  check_cuda(cudaMemcpy2DAsync(dst, dp, src, sp, w, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                               impl_->stream),
+             "copy_2d (cudaMemcpy2DAsync)");
+}
+
+void CudaBackend::fill(float* x, int64_t n, float value) {
+  check_sizes(n >= 0, "fill");
+  if (n == 0) return;
+  impl_->bind();
+  fill_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, n, value);
+  check_launch("fill_kernel");
+}
+
+void CudaBackend::scale(float* x, int64_t n, float s) {
+  check_sizes(n >= 0, "scale");
+  if (n == 0) return;
+  impl_->bind();
+  scale_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, n, s);
+  check_launch("scale_kernel");
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  check_sizes(n >= 0, "add");
+  if (n == 0) return;
+  impl_->bind();
+  add_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, y, n);
+  check_launch("add_kernel");
+}
+
+void CudaBackend::argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  check_sizes(rows >= 0 && n >= 0 && rows <= INT32_MAX && n <= INT32_MAX, "argmax");
+  if (rows == 0) return;
+  impl_->bind();
+  if (n == 0) return check_cuda(cudaMemsetAsync(out, 0, rows * sizeof(int32_t), impl_->stream), "argmax (n 0)");
+  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, impl_->stream>>>(x, n, out);
+  check_launch("argmax_kernel");
+}
+
+}  // namespace deepinfer::cuda
