@@ -183,6 +183,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
 }  // namespace
 
 void bind_chat(py::module_& m);  // chat_binding.cpp
+void bind_eplb(py::module_& m);  // eplb_binding.cpp
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "DeepInfer's C++ engine (use the deepinfer package, not this module)";
@@ -192,6 +193,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("resolve_model", &engine::resolve_model, py::arg("name"), py::arg("revision") = "main",
         py::call_guard<py::gil_scoped_release>());
   bind_chat(m);
+  bind_eplb(m);
   m.def("env_vars", [] {
     py::list out;
     for (auto& v : env_vars()) out.append(py::make_tuple(v.name, v.default_value, v.meaning));
