@@ -4,9 +4,10 @@
 //                   per-slot row counts, so each knows what it sends and receives (DeepEP's handle)
 //   dispatch        token rows -> the owners, received grouped by local expert slot: the input
 //                   layout of a grouped expert GEMM (slot s's rows at expert_offsets[s]...)
-//   combine         expert outputs -> back to the tokens' ranks, summed per token in ascending
-//                   logical expert order (the single-rank MoE's order), so EP equals one rank
-//                   bitwise when the expert function is row-independent.
+//   combine         expert outputs -> back to the tokens' ranks, summed per token in top-k order
+//                   from 0 (ops::Backend::moe_combine's order), so EP equals one rank bitwise when
+//                   the expert function is row-independent. combine_rows hands back the unsummed
+//                   [token][k] rows, the y of moe_combine with slot = t * topk + k.
 //
 // Order inside a slot's group: source rank, then token, then k, so every run lays rows out alike.
 // The shared expert stays on the token's rank (attention DP), outside these functions.
@@ -31,7 +32,7 @@ struct DispatchPlan {
   // layout; slot s's rows are [expert_offsets[s], expert_offsets[s + 1]).
   std::vector<int64_t> expert_row;
   std::vector<int64_t> expert_offsets;
-  // Per (token, k): the logical expert (-1: not routed), for the combine's order.
+  // Per (token, k): the logical expert, -1 where not routed.
   std::vector<int64_t> pair_expert;
 
   int64_t num_received() const { return expert_offsets.empty() ? 0 : expert_offsets.back(); }
@@ -53,7 +54,7 @@ void dispatch_weights(Communicator& comm, const DispatchPlan& plan, const float*
 // (token, k)'s row to its rank: rows [num_tokens][topk][hidden], zeros where not routed.
 void combine_rows(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden, float* rows);
 
-// out[t] = sum over t's routed experts, ascending logical id, of w[t, k] * y[t, k] (w = 1 when
+// out[t] = 0 + w[t, 0] * y[t, 0] + w[t, 1] * y[t, 1] + ... over t's routed k in order (w = 1 when
 // topk_weights is nullptr: the expert already applied it). out: [num_tokens][hidden].
 void combine(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden,
              const float* topk_weights, float* out);
