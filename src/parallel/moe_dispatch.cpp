@@ -130,11 +130,15 @@ void combine(Communicator& comm, const DispatchPlan& plan, const float* expert_o
   const int64_t T = plan.num_tokens, K = plan.topk, H = hidden;
   std::vector<float> rows(T * K * H);
   combine_rows(comm, plan, expert_out, hidden, rows.data());
+  std::vector<int64_t> order(K);
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * H;
     std::fill_n(o, H, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      if (plan.pair_expert[t * K + k] < 0) continue;
+    const int64_t* ex = plan.pair_expert.data() + t * K;
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ex[a] < ex[b]; });
+    for (int64_t k : order) {
+      if (ex[k] < 0) continue;
       const float* y = rows.data() + (t * K + k) * H;
       if (topk_weights)
         for (int64_t h = 0; h < H; ++h) o[h] += topk_weights[t * K + k] * y[h];

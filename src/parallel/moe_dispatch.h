@@ -4,10 +4,11 @@
 //                   per-slot row counts, so each knows what it sends and receives (DeepEP's handle)
 //   dispatch        token rows -> the owners, received grouped by local expert slot: the input
 //                   layout of a grouped expert GEMM (slot s's rows at expert_offsets[s]...)
-//   combine         expert outputs -> back to the tokens' ranks, summed per token in top-k order
-//                   from 0 (ops::Backend::moe_combine's order), so EP equals one rank bitwise when
-//                   the expert function is row-independent. combine_rows hands back the unsummed
-//                   [token][k] rows, the y of moe_combine with slot = t * topk + k.
+//   combine         expert outputs -> back to the tokens' ranks, summed per token from 0 in
+//                   ascending logical expert order (the reference's order, which the V4.1 model
+//                   gets from ops::Backend::moe_combine with its slots in expert order), so EP
+//                   equals one rank bitwise when the expert function is row-independent.
+//                   combine_rows hands back the unsummed [token][k] rows for moe_combine itself.
 //
 // Order inside a slot's group: source rank, then token, then k, so every run lays rows out alike.
 // The shared expert stays on the token's rank (attention DP), outside these functions.
@@ -54,7 +55,7 @@ void dispatch_weights(Communicator& comm, const DispatchPlan& plan, const float*
 // (token, k)'s row to its rank: rows [num_tokens][topk][hidden], zeros where not routed.
 void combine_rows(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden, float* rows);
 
-// out[t] = 0 + w[t, 0] * y[t, 0] + w[t, 1] * y[t, 1] + ... over t's routed k in order (w = 1 when
+// out[t] = 0 + w[t, k] * y[t, k] + ... over t's routed k by ascending logical expert (w = 1 when
 // topk_weights is nullptr: the expert already applied it). out: [num_tokens][hidden].
 void combine(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden,
              const float* topk_weights, float* out);

@@ -75,18 +75,19 @@ inline void expert_fn(int64_t e, const float* x, float rw, float* y) {
   }
 }
 
-// Single-rank MoE as the model runs it: every routed (token, k) through its expert, then
-// ops::Backend::moe_combine's sum, 0 + y[t, 0] + y[t, 1] + ... in top-k order.
+// Single-rank MoE as the model runs it (src/model/deepseek_v41/v41_ffn.cpp): every routed
+// (token, k) through its expert, summed from 0 per token in ascending expert order (the order of
+// moe_combine's slots there).
 inline std::vector<float> single_rank_moe(const Batch& b, bool weight_inside) {
   std::vector<float> out(b.tokens * kHidden, 0.0f), y(kHidden);
-  for (int64_t t = 0; t < b.tokens; ++t)
-    for (int64_t k = 0; k < b.topk; ++k) {
-      const int32_t e = b.ids[t * b.topk + k];
-      if (e < 0) continue;
-      const float w = b.w[t * b.topk + k];
-      expert_fn(e, b.x.data() + t * kHidden, weight_inside ? w : 1.0f, y.data());
-      for (int64_t h = 0; h < kHidden; ++h) out[t * kHidden + h] += weight_inside ? y[h] : w * y[h];
-    }
+  for (int64_t e = 0; e < b.experts; ++e)
+    for (int64_t t = 0; t < b.tokens; ++t)
+      for (int64_t k = 0; k < b.topk; ++k)
+        if (b.ids[t * b.topk + k] == e) {
+          const float w = b.w[t * b.topk + k];
+          expert_fn(e, b.x.data() + t * kHidden, weight_inside ? w : 1.0f, y.data());
+          for (int64_t h = 0; h < kHidden; ++h) out[t * kHidden + h] += weight_inside ? y[h] : w * y[h];
+        }
   return out;
 }
 
