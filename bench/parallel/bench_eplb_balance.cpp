@@ -2,7 +2,7 @@
 // imbalance of a step = rows on the busiest GPU / mean rows per GPU (the floor is 1.00; a step
 // takes as long as its busiest GPU). Expert popularity is Zipf(s) over a random expert order; EPLB
 // places from the counts of one window of tokens and is measured on later, fresh steps, through
-// the engine's replica choice (ExpertMap::choose_slot), tokens spread evenly over the ranks.
+// the engine's replica choice (ExpertMap::choose_slot).
 //   bench_eplb_balance [tokens_per_rank_per_step=128] [steps=50]
 #include <algorithm>
 #include <cmath>
@@ -45,7 +45,7 @@ struct Router {  // draws each token's top-k distinct experts from a Zipf(s) pop
   }
 };
 
-// Mean over steps of max/mean rows per GPU; token t of a step sits on rank t % gpus.
+// Mean over steps of max/mean rows per GPU.
 double imbalance(const ExpertMap& map, const Router& router, int64_t tokens_per_rank, int steps, std::mt19937_64& rng) {
   const int gpus = map.num_ranks;
   double sum = 0;
@@ -55,7 +55,7 @@ double imbalance(const ExpertMap& map, const Router& router, int64_t tokens_per_
     std::vector<int64_t> rows(gpus, 0);
     for (int64_t t = 0; t < tokens_per_rank * gpus; ++t, ++key) {
       router.route(rng, ids.data());
-      for (int32_t e : ids) ++rows[map.owner(map.choose_slot(e, key, static_cast<int>(t % gpus)))];
+      for (int32_t e : ids) ++rows[map.owner(map.choose_slot(e, key))];
     }
     const double mean = double(tokens_per_rank * gpus * kTopk) / gpus;
     sum += *std::max_element(rows.begin(), rows.end()) / mean;

@@ -50,14 +50,12 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
-int64_t ExpertMap::choose_slot(int64_t logical, uint64_t token_key, int from_rank) const {
+int64_t ExpertMap::choose_slot(int64_t logical, uint64_t token_key) const {
   check(logical >= 0 && logical < num_experts, "expert parallelism: expert id ", logical, " is outside [0, ",
         num_experts, ")");
   const int64_t* replicas = log2phy.data() + logical * max_replicas;
   const int64_t count = logcnt[logical];
   if (count == 1) return replicas[0];
-  for (int64_t k = 0; k < count; ++k)
-    if (owner(replicas[k]) == from_rank) return replicas[k];
   return replicas[splitmix64(token_key ^ splitmix64(static_cast<uint64_t>(logical))) % count];
 }
 

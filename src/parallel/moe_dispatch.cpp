@@ -56,7 +56,8 @@ DispatchPlan plan_dispatch(Communicator& comm, const ExpertMap& map, const int32
       for (int64_t j = 0; j < k; ++j)
         check(plan.pair_expert[t * topk + j] != e, "expert parallelism: token ", t, " routes to expert ", e, " twice");
       plan.pair_expert[t * topk + k] = e;
-      const int64_t slot = map.choose_slot(e, token_keys ? token_keys[t] : static_cast<uint64_t>(t), me);
+      const uint64_t key = token_keys ? token_keys[t] : (static_cast<uint64_t>(me) << 40) + static_cast<uint64_t>(t);
+      const int64_t slot = map.choose_slot(e, key);
       pair_slot[t * topk + k] = slot;
       ++slot_count[slot];
     }

@@ -41,7 +41,7 @@ struct DispatchPlan {
 
 // topk_ids: [num_tokens][topk] logical experts of this rank's tokens, -1 for an unused entry (a
 // padded or idle token). token_keys: [num_tokens] a stable id per token (e.g. request and
-// position) for the replica choice; nullptr uses the row index. Collective: every rank calls it.
+// position) for the replica choice; nullptr uses (rank, row). Collective: every rank calls it.
 DispatchPlan plan_dispatch(Communicator& comm, const ExpertMap& map, const int32_t* topk_ids, int64_t num_tokens,
                            int64_t topk, const uint64_t* token_keys = nullptr);
 
