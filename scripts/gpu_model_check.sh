@@ -23,9 +23,9 @@ find_bin() { find "$bin" -name "$1" -type f | head -1; }
 rc=0
 run() {  # name, then the command
   local name=$1; shift
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s)
   "$@" >"$out/$name.log" 2>&1; local r=$?
-  printf '%-34s exit %d  %6.1f s   %s\n' "$name" "$r" "$(echo "$(date +%s.%N) - $t0" | bc)" \
+  printf '%-34s exit %d  %4d s   %s\n' "$name" "$r" "$(( $(date +%s) - t0 ))" \
     "$(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
   [[ $r == 0 ]] || { rc=1; grep -E 'Failure|Expected|Which is|error|FAILED' "$out/$name.log" | head -20; }
 }

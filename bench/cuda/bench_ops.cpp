@@ -157,16 +157,14 @@ int main(int argc, char** argv) try {
       double flops = 2.0 * m * kn.k * kn.n;
       const double fbytes = 4.0 * (m * kn.k + kn.k * kn.n + m * kn.n);
       const double hbytes = 2.0 * (m * kn.k + kn.k * kn.n) + 4.0 * m * kn.n;
-      // The default path takes the decode GEMV there; cuBLAS alongside.
-      const bool gemv = m <= CudaBackend::kLinearGemvMaxM, gemv_h = m <= CudaBackend::kLinearBf16GemvMaxM;
+      // fp32: the CPU-order kernel (the default), cuBLAS alongside; bf16: the decode GEMV where it applies.
+      const bool gemv_h = m <= CudaBackend::kLinearBf16GemvMaxM;
       double t = time_ms(be, [&](int i) { be.linear(x, m, kn.k, w[i % copies], kn.n, y); }, reps);
-      report(gemv ? "linear fp32 (GEMV)" : "linear fp32", shape, t, fbytes, flops, bw, fp32_rate);
-      if (gemv) {
-        be.set_linear_gemv(false);
-        t = time_ms(be, [&](int i) { be.linear(x, m, kn.k, w[i % copies], kn.n, y); }, reps);
-        report("linear fp32 (cuBLAS)", shape, t, fbytes, flops, bw, fp32_rate);
-        be.set_linear_gemv(true);
-      }
+      report("linear fp32 (CPU order)", shape, t, fbytes, flops, bw, fp32_rate);
+      be.set_linear_gemv(false);
+      t = time_ms(be, [&](int i) { be.linear(x, m, kn.k, w[i % copies], kn.n, y); }, reps);
+      report("linear fp32 (cuBLAS)", shape, t, fbytes, flops, bw, fp32_rate);
+      be.set_linear_gemv(true);
       t = time_ms(be, [&](int i) { be.linear_bf16(xh, m, kn.k, wh[i % copies], kn.n, y); }, reps);
       report(gemv_h ? "linear bf16 (GEMV)" : "linear bf16 (cuBLAS)", shape, t, hbytes, flops, bw, bf16_rate);
       if (gemv_h) {

@@ -15,9 +15,10 @@ Backend& backend_for(const Device& device) {
   if (device.is_cpu()) return cpu_backend();
 #ifdef DEEPINFER_HAVE_CUDA
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<cuda::CudaBackend>> backends;
+  // Never destroyed: buffers of objects destroyed at exit (models in statics) still release into them.
+  static auto* backends = new std::map<int, std::unique_ptr<cuda::CudaBackend>>;
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<cuda::CudaBackend>& b = backends[device.index];
+  std::unique_ptr<cuda::CudaBackend>& b = (*backends)[device.index];
   if (!b) {
     check(cuda::device_available(), "device ", device.str(), ": the CUDA runtime sees no GPU");
     b = std::make_unique<cuda::CudaBackend>(device.index);

@@ -41,8 +41,8 @@ class HostMemory final : public DeviceMemory {
 }  // namespace
 
 DeviceMemory& host_memory() {
-  static HostMemory m;
-  return m;
+  static auto* m = new HostMemory;  // never destroyed: arenas in statics release into it at exit
+  return *m;
 }
 
 }  // namespace deepinfer

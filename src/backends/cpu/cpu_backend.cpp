@@ -329,7 +329,7 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
 
 namespace deepinfer::ops {
 Backend& cpu_backend() {
-  static cpu::CpuBackend backend;
-  return backend;
+  static auto* backend = new cpu::CpuBackend;  // never destroyed (see backend_for)
+  return *backend;
 }
 }  // namespace deepinfer::ops

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/linear_f32.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -725,7 +726,8 @@ __global__ void fake_quant_kernel(float* x, int64_t rows, int64_t dim, int64_t b
 }
 
 // ---------------------------------------------------------------- linear_kblocked
-// y[i, j] = sum over K blocks (in order) of a sequential fp32 FMA sum within the block, as the CPU.
+// y[i, j] = sum over K blocks (in order) of a sequential fp32 sum within the block, each product
+// rounded before it is added: bitwise the CPU's (linear_kblocked.cpp is compiled without contraction).
 // Tiles: 16 rows of x by 64 rows of w per 256-thread block; K streams through shared memory in chunks
 // of 32; each thread owns one output column j and 4 rows i, summing its k in order.
 constexpr int kKbTm = 16, kKbTn = 64, kKbTk = 32;
@@ -752,7 +754,7 @@ __global__ void __launch_bounds__(256) linear_kblocked_kernel(const float* __res
     for (int c = 0; c < cn; ++c) {
       const float wv = ws[c][tx];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) part[r] = fmaf(xs[ty + 4 * r][c], wv, part[r]);
+      for (int r = 0; r < 4; ++r) part[r] = __fadd_rn(part[r], __fmul_rn(xs[ty + 4 * r][c], wv));  // no FMA, as the CPU
       const int64_t kk = c0 + c + 1;
       if (kk % block == 0 || kk == k) {
 #pragma unroll
@@ -898,7 +900,7 @@ void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, i
   impl_->bind();
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear");
   if (m == 0 || n == 0) return;
-  if (impl_->linear_gemv && gemv_fits(x, m, k, w, n, 4)) return gemv_f32(x, m, k, w, n, y, impl_->stream);
+  if (impl_->linear_gemv) return linear_cpu_order(x, m, k, w, n, y, impl_->stream);
   // Row-major y[m,n] = x[m,k] w[n,k]^T is column-major y^T[n,m] = (w^T)^T[n,k] x^T[k,m].
   const float one = 1.0f, zero = 0.0f;
   check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),

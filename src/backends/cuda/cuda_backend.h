@@ -35,10 +35,8 @@ class CudaBackend final : public ops::Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
 
-  // fp32 GEMM with fp32 compute (TF32 off). m <= 8 (k % 4 == 0, 16-byte aligned x and w): the decode
-  // GEMV of gemv.h, one fixed summation order for every m in 1..8 (batch invariant there); otherwise
-  // cuBLAS, which may pick a different kernel (so a different order) for a different m, and whose
-  // order differs from the GEMV's: rows are batch invariant within m <= 8 only.
+  // fp32 GEMM in the CPU reference's summation order for every m (linear_f32.cu): bitwise equal to
+  // the CPU backend and batch invariant. set_linear_gemv(false) takes cuBLAS instead (benchmarks).
   void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) override;
   void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) override;
   // freqs.inv_freq and positions are device pointers.
@@ -103,7 +101,7 @@ class CudaBackend final : public ops::Backend {
 
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 4
   // (k % 8 == 0, aligned) takes the GEMV of gemv.h, larger m cuBLAS.
-  static constexpr int64_t kLinearGemvMaxM = 8, kLinearBf16GemvMaxM = 4;
+  static constexpr int64_t kLinearBf16GemvMaxM = 4;
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
 
   // sparse_attention kernel choice, for tests and benchmarks. kAttnAuto (default): the tiled kernel
@@ -117,7 +115,7 @@ class CudaBackend final : public ops::Backend {
   void set_attention_kernel(int kind);
   // true = kAttnAuto, false = kAttnPerHead.
   void set_attention_head_groups(bool on);
-  // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing the two); default true.
+  // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing with it); default true.
   void set_linear_gemv(bool on);
 
   void synchronize();           // waits for the stream; throws on any pending asynchronous error

@@ -23,16 +23,9 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
-// 16 bytes as E floats: 4 fp32, or 8 bf16 widened exactly.
+// 16 bytes as E floats: 8 bf16 widened exactly.
 template <typename T>
 struct Chunk;
-template <>
-struct Chunk<float> {
-  static constexpr int E = 4;
-  __device__ __forceinline__ static void unpack(uint4 u, float (&f)[E]) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-  }
-};
 template <>
 struct Chunk<uint16_t> {
   static constexpr int E = 8;
@@ -155,10 +148,6 @@ bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, in
   const int64_t e = 16 / elem_bytes;
   return m >= 1 && m <= kGemvMaxM && k > 0 && k % e == 0 && n >= 1 && n <= INT32_MAX && k <= INT32_MAX &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-}
-
-void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream) {
-  launch<float>(x, m, k, w, n, y, stream);
 }
 
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream) {

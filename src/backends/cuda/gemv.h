@@ -1,4 +1,4 @@
-// Decode GEMV for the CUDA backend (internal): y[m, n] = x[m, k] w[n, k]^T for m <= kGemvMaxM, streaming
+// Decode GEMV for the CUDA backend (internal; bf16 — fp32 linear is linear_f32.h): y[m, n] = x[m, k] w[n, k]^T for m <= kGemvMaxM, streaming
 // each weight row once with 16-byte loads. Accumulation order per output (fixed, independent of m and of
 // how many weight rows a block takes, hence batch invariant over m = 1..kGemvMaxM): thread t of 128 sums
 // its 16-byte chunks c = t, t + 128, ... in order as one sequential fp32 FMA chain (elements in order
@@ -13,9 +13,7 @@ constexpr int64_t kGemvMaxM = 8;
 // True when the kernel applies: 1 <= m <= kGemvMaxM, k a multiple of the elements per 16 bytes, x and w
 // 16-byte aligned, sizes within int32.
 bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, int64_t elem_bytes);
-// fp32 x, w. Launches on `stream` (a cudaStream_t); checks the launch.
-void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream);
-// bf16 x, w (uint16 bits), fp32 y and accumulation.
+// bf16 x, w (uint16 bits), fp32 y and accumulation. Launches on `stream` (a cudaStream_t).
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream);
 
 }  // namespace deepinfer::cuda

@@ -78,8 +78,14 @@ void* CudaBackend::allocate(size_t bytes) {
 
 void CudaBackend::release(void* p) {
   if (!p) return;
-  impl_->bind();
-  check_cuda(cudaFree(p), "cudaFree");  // waits for the device: no op still reads p
+  // At process exit the runtime may be unloading before objects in statics free their buffers: the
+  // memory goes with the process, so that is not an error.
+  int cur = -1;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e == cudaSuccess && cur != impl_->device) e = cudaSetDevice(impl_->device);
+  if (e == cudaSuccess) e = cudaFree(p);  // waits for the device: no op still reads p
+  if (e == cudaErrorCudartUnloading) return;
+  check_cuda(e, "cudaFree");
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
