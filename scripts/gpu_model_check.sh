@@ -42,6 +42,33 @@ if command -v compute-sanitizer >/dev/null; then
     "$(find_bin test_v41_rollback_and_batching)" --gtest_filter='*Truncate*:*truncate*'
   grep -E 'ERROR SUMMARY|Invalid' "$out/memcheck-rollback.log" | head -5
 fi
+# The engine on the GPU: the demo model (random V4.1 weights, the real tokenizer) through the CLI,
+# greedy text and the logits of a prompt on CPU and GPU. DEMO_TOKENIZER: a V4 tokenizer.json.
+cli="$(find_bin deepinfer)"
+if [[ -n "$cli" && -n "${DEMO_TOKENIZER:-}" ]]; then
+  demo=/tmp/deepinfer-demo
+  "$cli" make-demo-model "$demo" --tokenizer "$DEMO_TOKENIZER" >"$out/demo.log" 2>&1 || { echo "make-demo-model failed"; tail -5 "$out/demo.log"; rc=1; }
+  for dev in cpu cuda; do
+    t0=$(date +%s.%N)
+    "$cli" generate --model "$demo" --device $dev --prompt "The capital of France is" --max-tokens 48 \
+      --temperature 0 --ignore-eos --json >"$out/generate-$dev.json" 2>"$out/generate-$dev.err" || { rc=1; tail -3 "$out/generate-$dev.err"; }
+    python3 -c "import time,sys; print('generate $dev: %.2f s' % (time.time() - float(sys.argv[1])))" "$t0"
+    "$cli" forward --model "$demo" --device $dev --input-ids 0,1000,2000,3000,4000,5000,6000,7000,8000,9000,10000,11000 \
+      --output "$out/forward-$dev.safetensors" >/dev/null 2>"$out/forward-$dev.err" || { rc=1; tail -3 "$out/forward-$dev.err"; }
+  done
+  python3 - "$out" <<'PY' || rc=1
+import json, sys
+from safetensors.numpy import load_file
+out = sys.argv[1]
+a, b = (load_file(f"{out}/forward-{d}.safetensors")["logits"] for d in ("cpu", "cuda"))
+d = abs(a - b)
+print(f"demo forward cpu vs cuda: {a.shape} mean|d|={d.mean():.3e} max|d|={d.max():.3e} "
+      f"argmax {(a.argmax(-1) == b.argmax(-1)).mean():.3f} bitwise {(a == b).mean():.3f}")
+tok = [json.loads(open(f"{out}/generate-{d}.json").readline())["token_ids"] for d in ("cpu", "cuda")]
+same = sum(p == q for p, q in zip(*tok))
+print(f"demo greedy cpu vs cuda: {same}/{len(tok[0])} tokens equal")
+PY
+fi
 b="$(find_bin bench_v41_batch)"
 if [[ -n "$b" ]]; then
   echo "== bench_v41_batch (tiny-b) on cuda"; "$b" 2>&1 | tail -4
