@@ -36,6 +36,19 @@ NcclCommunicator::UniqueId NcclCommunicator::unique_id() {
   return out;
 }
 
+NcclCommunicator::UniqueId NcclCommunicator::unique_id(const RendezvousConfig& rendezvous_config) {
+  std::vector<uint8_t> mine;
+  if (rendezvous_config.rank == 0) {
+    const UniqueId id = unique_id();
+    mine.assign(id.begin(), id.end());
+  }
+  const std::vector<uint8_t> got = rendezvous(rendezvous_config, mine);
+  UniqueId out;
+  check(got.size() == out.size(), "NCCL communicator: the rendezvous brought ", got.size(), " bytes, not an ncclUniqueId");
+  std::memcpy(out.data(), got.data(), out.size());
+  return out;
+}
+
 NcclCommunicator::NcclCommunicator(const UniqueId& id, int rank, int size, int device, CUstream_st* stream)
     : stream_(stream), rank_(rank), size_(size), device_(device) {
   check(size > 0 && rank >= 0 && rank < size, "NCCL communicator: rank ", rank, " is outside a group of ", size);

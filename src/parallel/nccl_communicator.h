@@ -5,6 +5,7 @@
 #include <array>
 
 #include "parallel/communicator.h"
+#include "parallel/rendezvous.h"
 
 struct CUstream_st;  // cudaStream_t
 struct ncclComm;     // ncclComm_t
@@ -16,6 +17,8 @@ class NcclCommunicator final : public Communicator {
   using UniqueId = std::array<char, 128>;  // ncclUniqueId's bytes, as a launcher passes them around
   // Made on rank 0 and handed to every rank (threads: shared memory; hosts: a TCP rendezvous).
   static UniqueId unique_id();
+  // Across hosts: rank 0 makes the id and the TCP rendezvous hands it to every rank.
+  static UniqueId unique_id(const RendezvousConfig& rendezvous);
   // Binds `device` on the calling thread; stream null: the communicator's own stream. Every rank
   // of the group calls it at the same time (NCCL's init is collective). NVLink multicast (NVLS)
   // stays off unless NCCL_NVLS_ENABLE is set.
