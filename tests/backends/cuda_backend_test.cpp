@@ -281,42 +281,6 @@ TEST_F(CudaBackendTest, Swiglu) {
     }
 }
 
-TEST_F(CudaBackendTest, VisionBiasAct) {
-  const int64_t rows = 9, dim = 300;
-  for (auto act : {ops::Activation::kNone, ops::Activation::kGeluErf})
-    for (bool bf16 : {false, true}) {
-      auto x = uniform(rows * dim, -4.0f, 4.0f), b = uniform(dim);
-      auto ref = x;
-      cpu().bias_act(ref.data(), rows, dim, b.data(), act, bf16);
-      Dev<float> dx(x), db(b);
-      gpu_->bias_act(dx.get(), rows, dim, db.get(), act, bf16);
-      expect_close(dx.host(), ref, act == ops::Activation::kGeluErf ? "bias_act gelu" : "bias_act", bf16 ? 4e-3 : 1e-5);
-    }
-}
-
-TEST_F(CudaBackendTest, VisionRopeHalves) {
-  const int64_t rows = 11, heads = 4, dim = 64;
-  auto x = uniform(rows * heads * dim), c = uniform(rows * dim / 2), s = uniform(rows * dim / 2);
-  auto ref = x;
-  cpu().rope_halves(ref.data(), rows, heads, dim, c.data(), s.data(), false);
-  Dev<float> dx(x), dc(c), ds(s);
-  gpu_->rope_halves(dx.get(), rows, heads, dim, dc.get(), ds.get(), false);
-  expect_close(dx.host(), ref, "rope_halves");
-}
-
-TEST_F(CudaBackendTest, VisionAttentionFull) {
-  const int64_t heads = 3, dim = 64;
-  const std::vector<int32_t> begin = {0, 5, 5, 300, 301};  // an empty sequence and a one-token one
-  const int64_t tokens = 303;  // the last two rows belong to no sequence: 0
-  auto q = uniform(tokens * heads * dim, -2.0f, 2.0f), k = uniform(q.size(), -2.0f, 2.0f), v = uniform(q.size());
-  std::vector<float> ref(q.size());
-  cpu().attention_full(q.data(), k.data(), v.data(), tokens, heads, dim, begin.data(), 4, 295, 0.125f, ref.data());
-  Dev<float> dq(q), dk(k), dv(v), dout(q.size());
-  Dev<int32_t> db(begin);
-  gpu_->attention_full(dq.get(), dk.get(), dv.get(), tokens, heads, dim, db.get(), 4, 295, 0.125f, dout.get());
-  expect_close(dout.host(), ref, "attention_full");
-}
-
 // Values spread over many binades per block (so scales, normals and e4m3/e2m1 subnormals all occur).
 std::vector<float> quant_input(std::mt19937& rng, int64_t rows, int64_t dim) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
