@@ -3,9 +3,6 @@
 // Pillow; clear errors for corrupt, truncated and unsupported files.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <iterator>
-
 #include "core/error.h"
 #include "vision/image_processor.h"
 #include "vision/resample.h"
@@ -17,12 +14,8 @@ namespace {
 using namespace deepinfer::vision;
 using testing::golden_f32;
 using testing::golden_raw;
+using testing::file_bytes;
 using testing::vision_config;
-
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 class VisionImage : public ::testing::TestWithParam<int> {
  protected:

@@ -4,9 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
-#include <iterator>
 
 #include "core/error.h"
 #include "vision/image_prompt.h"
@@ -24,27 +22,13 @@ VisionStage& stage() {
   return *s;
 }
 
-std::vector<uint8_t> image_file(int k) {
-  std::ifstream f(testing::image_path(k), std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// The golden prompt with each image span collapsed back to one placeholder.
-std::vector<int32_t> collapsed(const std::string& p) {
-  const std::vector<int32_t> ids = golden_raw<int32_t>(p + ".input_ids"), types = golden_raw<int32_t>(p + ".token_types");
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (types[i] < 0 || types[i] == kImageStart) out.push_back(ids[i]);
-  return out;
-}
+std::vector<uint8_t> image_file(int k) { return testing::file_bytes(testing::image_path(k)); }
 
 class ImagePromptCase : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ImagePromptCase, ExpansionAndRowsEqualTheReference) {
   const std::string p = GetParam();
-  std::vector<std::vector<uint8_t>> images;
-  for (int32_t k : golden_raw<int32_t>(p + ".image_index")) images.push_back(image_file(k));
-  const ImagePrompt got = stage().prepare(collapsed(p), images);
+  const ImagePrompt got = stage().prepare(testing::collapsed_prompt(p), testing::prompt_images(p));
   EXPECT_EQ(got.ids, golden_raw<int32_t>(p + ".input_ids"));
   const std::vector<int32_t> types = golden_raw<int32_t>(p + ".token_types");
   EXPECT_EQ(std::vector<int32_t>(got.token_types.begin(), got.token_types.end()), types);

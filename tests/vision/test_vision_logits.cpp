@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 #include "core/json_file.h"
 #include "model/deepseek_v41/v41_model.h"
@@ -35,16 +33,7 @@ model::V41Model& lm() {
 
 ImagePrompt prompt(const std::string& p) {
   static std::unique_ptr<VisionStage> stage = VisionStage::load(testing::kVisionDir, ops::cpu_backend());
-  const std::vector<int32_t> ids = golden_raw<int32_t>(p + ".input_ids"), types = golden_raw<int32_t>(p + ".token_types");
-  std::vector<int32_t> collapsed;
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (types[i] < 0 || types[i] == kImageStart) collapsed.push_back(ids[i]);
-  std::vector<std::vector<uint8_t>> images;
-  for (int32_t k : golden_raw<int32_t>(p + ".image_index")) {
-    std::ifstream f(testing::image_path(k), std::ios::binary);
-    images.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
-  return stage->prepare(collapsed, images);
+  return stage->prepare(testing::collapsed_prompt(p), testing::prompt_images(p));
 }
 
 // Puts the span rows into every stream of the layer-0 input (image positions are DEAD for Engram, so
