@@ -86,7 +86,7 @@ TEST(ImagePrompt, BadInputIsAClearError) {
   EXPECT_EQ(error_of([&] {
               stage().prepare(two, std::vector<std::vector<uint8_t>>{{gif.begin(), gif.end()}, image_file(1)});
             }),
-            "image 0: GIF images are not supported (PNG and JPEG are)");
+            "image 0: GIF images are not supported (PNG, JPEG and WebP are)");
   EXPECT_EQ(error_of([&] { stage().prepare(two, std::vector<std::vector<uint8_t>>{image_file(0), image_file(1)}, 30); }),
             "prompt with its image spans is 32 tokens, more than max_model_len 30");
   EXPECT_EQ(error_of([&] { prepare_prompt(nullptr, two, one); }),
