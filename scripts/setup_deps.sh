@@ -1,6 +1,6 @@
 # Sourced by build.sh and test.sh: installs the build and test dependencies when missing.
 APT_PACKAGES=(cmake ninja-build g++ ccache nlohmann-json3-dev libgtest-dev libonig-dev pkg-config
-  pybind11-dev python3-dev libcurl4-openssl-dev libssl-dev libpng-dev libjpeg-dev)
+  pybind11-dev python3-dev libcurl4-openssl-dev libssl-dev libpng-dev libjpeg-dev libwebp-dev)
 
 ensure_build_deps() {
   # DEEPINFER_SKIP_DEPS=1: trust that the tools and libraries are already there (offline machines).

@@ -17,6 +17,9 @@ struct RopeFreqs {
   float attention_factor;
 };
 
+// The activation of bias_act's epilogue (kGeluErf: x/2 (1 + erf(x / sqrt 2))).
+enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
+
 // The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
 constexpr int64_t fresh_row_index(int32_t r) { return -2 - static_cast<int64_t>(r); }
@@ -172,6 +175,22 @@ class Backend : public DeviceMemory {
   //   x_k = bf16(x_k + g * value).
   virtual void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
                            int64_t dim, float eps) = 0;
+
+  // --- vision tower (DeepSeek V4.1 ViT and aligner; spec: goldens/v41/VISION.md) ---
+  // x[r, c] = x[r, c] + bias[c] (bias may be null), bf16 when bf16_out, then act (GELU with erf), bf16
+  // again when bf16_out: a biased linear layer's epilogue as a bf16 reference computes it.
+  virtual void bias_act(float* x, int64_t rows, int64_t dim, const float* bias, Activation act, bool bf16_out) = 0;
+  // Rotate-half RoPE from per-row tables: each of the `heads` vectors (width dim) of row r, split into
+  // halves [x1, x2], becomes [x1 cos - x2 sin, x2 cos + x1 sin] with cos/sin rows r of [rows, dim / 2]
+  // (fp32, then bf16 when bf16_out).
+  virtual void rope_halves(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin,
+                           bool bf16_out) = 0;
+  // Bidirectional attention within each of `seqs` sequences (rows seq_begin[s] .. seq_begin[s+1], at
+  // most max_len long): out[t, h] = sum_j softmax_j(scale <q[t,h], k[j,h]>) v[j,h], q/k/v/out
+  // [tokens, heads, dim]; rows in no sequence give 0.
+  virtual void attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads,
+                              int64_t dim, const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale,
+                              float* out) = 0;
 };
 
 Backend& cpu_backend();

@@ -1,6 +1,7 @@
 #include "vision/image_decode.h"
 
 #include <png.h>
+#include <webp/decode.h>
 
 #include <csetjmp>
 #include <cstdio>
@@ -25,7 +26,6 @@ bool starts_with(std::span<const uint8_t> b, const char* magic, size_t at = 0) {
 // The format's name when the bytes look like an image DeepInfer does not read, else "".
 const char* unsupported_format(std::span<const uint8_t> b) {
   if (starts_with(b, "GIF87a") || starts_with(b, "GIF89a")) return "GIF";
-  if (starts_with(b, "RIFF") && starts_with(b, "WEBP", 8)) return "WebP";
   if (starts_with(b, "BM")) return "BMP";
   if (starts_with(b, "II*") || starts_with(b, "MM")) return "TIFF";
   if (starts_with(b, "ftyp", 4)) return "HEIF/AVIF";
@@ -180,6 +180,19 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, const std::string& what) {
   return img;
 }
 
+RgbImage decode_webp(std::span<const uint8_t> bytes, const std::string& what) {
+  WebPBitstreamFeatures f;
+  const VP8StatusCode st = WebPGetFeatures(bytes.data(), bytes.size(), &f);
+  check(st == VP8_STATUS_OK, what, ": corrupt or truncated WebP (status ", static_cast<int>(st), ")");
+  check(!f.has_animation, what, ": animated WebP images are not supported");
+  check_size(f.width, f.height, what);
+  RgbImage img{f.width, f.height, std::vector<uint8_t>(static_cast<size_t>(f.width) * f.height * 3)};
+  // MODE_RGB drops alpha without premultiplying, as Pillow's RGBA -> RGB.
+  check(WebPDecodeRGBInto(bytes.data(), bytes.size(), img.rgb.data(), img.rgb.size(), static_cast<int>(f.width * 3)),
+        what, ": corrupt or truncated WebP");
+  return img;
+}
+
 }  // namespace
 
 RgbImage decode_image(std::span<const uint8_t> bytes, const std::string& what) {
@@ -188,10 +201,12 @@ RgbImage decode_image(std::span<const uint8_t> bytes, const std::string& what) {
     img = decode_png(bytes, what);
   } else if (starts_with(bytes, "\xff\xd8\xff")) {
     img = decode_jpeg(bytes, what);
+  } else if (starts_with(bytes, "RIFF") && starts_with(bytes, "WEBP", 8)) {
+    img = decode_webp(bytes, what);
   } else if (const char* other = unsupported_format(bytes); *other) {
-    fail(what, ": ", other, " images are not supported (PNG and JPEG are)");
+    fail(what, ": ", other, " images are not supported (PNG, JPEG and WebP are)");
   } else {
-    fail(what, ": not an image file (", bytes.size(), " bytes; PNG and JPEG are supported)");
+    fail(what, ": not an image file (", bytes.size(), " bytes; PNG, JPEG and WebP are supported)");
   }
   check_size(img.width, img.height, what);
   return img;

@@ -1,4 +1,4 @@
-// Decoding image files (PNG through libpng, JPEG through libjpeg-turbo) to 8-bit RGB, as Pillow's
+// Decoding image files (PNG through libpng, JPEG through libjpeg-turbo, WebP through libwebp) to 8-bit RGB, as Pillow's
 // Image.open(...).convert("RGB") gives them: alpha dropped (not composited), gray and palettes expanded,
 // 16-bit samples cut to their high byte, no gamma or colour-profile conversion.
 #pragma once
@@ -18,7 +18,7 @@ struct RgbImage {
 constexpr int64_t kMaxImagePixels = 178956970;
 
 // `what` names the image in errors ("image_0.png", "image 2 of the request"). A corrupt or truncated
-// file, or a format other than PNG and JPEG, is a deepinfer::Error naming it and the reason.
+// file, or another format, is a deepinfer::Error naming it and the reason.
 RgbImage decode_image(std::span<const uint8_t> bytes, const std::string& what);
 RgbImage read_image_file(const std::string& path);
 

@@ -87,6 +87,11 @@ def main():
     for i, c in enumerate(convs):
         put("chat", f"c{i}", json.dumps(c, ensure_ascii=False))
 
+    # small images of every decoded kind (written by tests/data/vision/make_images.py)
+    for name in ("gray8.png", "palette.png", "rgba.png", "interlaced.png", "gray16.png", "photo.jpg",
+                 "progressive.jpg", "lossless.webp", "alpha.webp"):
+        put("image", name, (ROOT / "tests" / "data" / "vision" / name).read_bytes())
+
 
 if __name__ == "__main__":
     main()

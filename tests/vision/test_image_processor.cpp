@@ -3,9 +3,6 @@
 // Pillow; clear errors for corrupt, truncated and unsupported files.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <iterator>
-
 #include "core/error.h"
 #include "vision/image_processor.h"
 #include "vision/resample.h"
@@ -17,12 +14,8 @@ namespace {
 using namespace deepinfer::vision;
 using testing::golden_f32;
 using testing::golden_raw;
+using testing::file_bytes;
 using testing::vision_config;
-
-std::vector<uint8_t> file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 class VisionImage : public ::testing::TestWithParam<int> {
  protected:
@@ -103,7 +96,7 @@ TEST(VisionResize, BitwiseEqualToPillow) {
 // as plain RGB PNGs by tests/data/vision/make_images.py.
 TEST(VisionDecode, OtherKindsMatchPillow) {
   for (const char* name : {"gray8.png", "gray16.png", "palette.png", "rgba.png", "interlaced.png",
-                           "photo.jpg", "gray.jpg", "progressive.jpg"}) {
+                           "photo.jpg", "gray.jpg", "progressive.jpg", "lossy.webp", "lossless.webp", "alpha.webp"}) {
     const std::string base = std::string("tests/data/vision/") + name;
     const RgbImage got = read_image_file(base);
     const RgbImage want = read_image_file(base + ".rgb.png");
@@ -134,11 +127,15 @@ TEST(VisionDecode, BadFilesAreClearErrors) {
             std::string::npos);
   EXPECT_NE(decode_error({jpg.begin(), jpg.begin() + 20}).find("corrupt or truncated JPEG"), std::string::npos);
   const std::string gif = "GIF89a\x01\x00\x01\x00";
-  EXPECT_EQ(decode_error({gif.begin(), gif.end()}), "img: GIF images are not supported (PNG and JPEG are)");
-  const std::string webp("RIFF\x10\x00\x00\x00WEBPVP8 ", 16);
-  EXPECT_NE(decode_error({webp.begin(), webp.end()}).find("WebP images are not supported"), std::string::npos);
-  EXPECT_EQ(decode_error({'h', 'e', 'l', 'l', 'o'}), "img: not an image file (5 bytes; PNG and JPEG are supported)");
-  EXPECT_EQ(decode_error({}), "img: not an image file (0 bytes; PNG and JPEG are supported)");
+  EXPECT_EQ(decode_error({gif.begin(), gif.end()}), "img: GIF images are not supported (PNG, JPEG and WebP are)");
+  const std::vector<uint8_t> webp = file_bytes("tests/data/vision/lossy.webp");
+  EXPECT_NE(decode_error({webp.begin(), webp.begin() + webp.size() / 2}).find("img: corrupt or truncated WebP"),
+            std::string::npos);
+  EXPECT_NE(decode_error({webp.begin(), webp.begin() + 16}).find("corrupt or truncated WebP"), std::string::npos);
+  const std::string bmp = "BM\x36\x00";
+  EXPECT_EQ(decode_error({bmp.begin(), bmp.end()}), "img: BMP images are not supported (PNG, JPEG and WebP are)");
+  EXPECT_EQ(decode_error({'h', 'e', 'l', 'l', 'o'}), "img: not an image file (5 bytes; PNG, JPEG and WebP are supported)");
+  EXPECT_EQ(decode_error({}), "img: not an image file (0 bytes; PNG, JPEG and WebP are supported)");
   try {
     read_image_file("tests/data/vision/missing.png");
     ADD_FAILURE();

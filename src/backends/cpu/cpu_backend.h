@@ -73,6 +73,13 @@ class CpuBackend final : public ops::Backend {
                      float* out) override;
   void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
                    int64_t dim, float eps) override;
+
+  // Vision tower (cpu_vision_ops.cpp)
+  void bias_act(float* x, int64_t rows, int64_t dim, const float* bias, ops::Activation act, bool bf16_out) override;
+  void rope_halves(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin,
+                   bool bf16_out) override;
+  void attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads, int64_t dim,
+                      const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale, float* out) override;
 };
 
 // Dot product in a fixed order (8 interleaved partial sums, then a fixed tree), vectorizable.

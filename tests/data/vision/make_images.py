@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the image-decoding and resizing fixtures of tests/vision/test_image_processor.cpp: small PNGs of every colour
-type and JPEGs (baseline, grayscale, progressive), each with NAME.rgb.png = Pillow's
+type JPEGs (baseline, grayscale, progressive) and WebPs (lossy, lossless, with alpha), each with NAME.rgb.png = Pillow's
 Image.open(NAME).convert("RGB") stored as a plain 8-bit RGB PNG (what the engine's decoder must give),
 and resize_src.png with its Pillow bicubic resizes resize_WxH.png.
 
@@ -58,6 +58,9 @@ with Image.open(os.path.join(HERE, "interlaced.png")) as im:
     Image.fromarray(np.asarray(im.convert("RGB"))).save(os.path.join(HERE, "interlaced.png.rgb.png"))
 write("photo.jpg", Image.fromarray(smooth(20, 30, 3)), quality=85)
 write("gray.jpg", Image.fromarray(smooth(12, 18, 1)[..., 0], "L"), quality=90)
+write("lossy.webp", Image.fromarray(smooth(14, 22, 3)), quality=80)
+write("lossless.webp", Image.fromarray(smooth(9, 15, 3)), lossless=True)
+write("alpha.webp", Image.fromarray(np.dstack([smooth(10, 12, 3), smooth(10, 12, 1)]), "RGBA"), quality=90)
 write("progressive.jpg", Image.fromarray(smooth(16, 24, 3)), quality=80, progressive=True)
 
 # bicubic resizes of one noisy image (shrink x3 and x14, enlarge, one axis, tiny)
