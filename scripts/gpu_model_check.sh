@@ -19,6 +19,9 @@ else
   DEEPINFER_ACCELERATOR=nvidia DEEPINFER_SKIP_DEPS=1 ./build.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin=build-cuda
 fi
+# NCCL for the communicator test: the toolkit's, else the one PyTorch's wheels bring
+nccl_py=$(python3 -c "import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], 'lib'))" 2>/dev/null)
+[[ -n "$nccl_py" ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_py"
 find_bin() { find "$bin" -name "$1" -type f | head -1; }
 rc=0
 run() {  # name, then the command
@@ -29,7 +32,7 @@ run() {  # name, then the command
     "$(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
   [[ $r == 0 ]] || { rc=1; grep -E 'Failure|Expected|Which is|error|FAILED' "$out/$name.log" | head -20; }
 }
-for t in backends_cuda_test backends_cuda_ops_test; do
+for t in backends_cuda_test parallel_nccl_communicator_test; do
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
