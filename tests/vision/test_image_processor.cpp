@@ -81,6 +81,19 @@ TEST(VisionPlan, TokenBudgetAndExtremeShapes) {
   }
 }
 
+// With max_wh_ratio set (the release leaves it null), a wider image is planned at that ratio and
+// stretched to the canvas by a plain resize (Pillow's output written by make_images.py).
+TEST(VisionPlan, MaxAspectRatioStretches) {
+  VisionConfig c = vision_config();
+  c.max_wh_ratio = 2.0;
+  const RgbImage wide = read_image_file("tests/data/vision/wide.png");
+  const ImagePlan p = plan_image_grid(wide.width, wide.height, c);
+  EXPECT_EQ(std::vector<int64_t>({p.best_w, p.best_h, p.n_llm_w, p.n_llm_h}), std::vector<int64_t>({154, 70, 4, 2}));
+  const Canvas canvas = make_canvas(wide, p, c);
+  EXPECT_EQ(canvas.image.rgb, read_image_file("tests/data/vision/wide_canvas.png").rgb);
+  EXPECT_EQ(canvas.paste_x + canvas.paste_y, 0);
+}
+
 // Pillow's bicubic resize (shrinking by up to 14x, enlarging, one axis only) bit for bit, against
 // Image.resize outputs written by tests/data/vision/make_images.py.
 TEST(VisionResize, BitwiseEqualToPillow) {

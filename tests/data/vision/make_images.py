@@ -68,3 +68,9 @@ src = Image.fromarray(rng.integers(0, 256, (29, 41, 3), dtype=np.uint8))
 src.save(os.path.join(HERE, "resize_src.png"))
 for w, h in ((13, 9), (100, 71), (41, 60), (7, 29), (3, 2), (40, 28)):
     src.resize((w, h), Image.Resampling.BICUBIC).save(os.path.join(HERE, f"resize_{w}x{h}.png"))
+
+# max_wh_ratio (the release leaves it null): a 60x20 image with ratio 2 and the tiny-vision settings is planned
+# as 40x20 -> min_pixels -> 141x70 -> 154x70 and, being that wide, stretched by a plain resize to 154x70
+wide = Image.fromarray(smooth(20, 60, 3))
+wide.save(os.path.join(HERE, "wide.png"))
+wide.resize((154, 70)).save(os.path.join(HERE, "wide_canvas.png"))
