@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/json_file.h"
 #include "vision/image_processor.h"
 #include "vision/resample.h"
 #include "vision_goldens.h"
@@ -92,6 +93,52 @@ TEST(VisionPlan, MaxAspectRatioStretches) {
   const Canvas canvas = make_canvas(wide, p, c);
   EXPECT_EQ(canvas.image.rgb, read_image_file("tests/data/vision/wide_canvas.png").rgb);
   EXPECT_EQ(canvas.paste_x + canvas.paste_y, 0);
+}
+
+std::string config_error(const nlohmann::json& j) {
+  try {
+    VisionConfig::from_json(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(VisionConfigFile, ReleasedAndFlatSpellingsAndErrors) {
+  const nlohmann::json released = read_json_file(testing::kVisionDir + "/config.json");
+  const VisionConfig& c = vision_config();
+  EXPECT_EQ(std::vector<int64_t>({c.n_layers, c.dim, c.n_heads, c.inter_dim, c.patch_size, c.downsample_ratio,
+                                  c.max_image_tokens, c.min_pixels, c.text_dim, c.image_token_id}),
+            std::vector<int64_t>({2, 64, 2, 128, 14, 3, 24, 10000, 128, 254}));
+  EXPECT_FALSE(c.max_wh_ratio);
+  // The reference's flat inference config names the same numbers.
+  const auto flat = VisionConfig::from_json(read_json_file(testing::kVisionDir + "/inference_config.json"));
+  ASSERT_TRUE(flat);
+  EXPECT_EQ(std::vector<int64_t>({flat->n_layers, flat->dim, flat->max_image_tokens, flat->min_pixels, flat->text_dim,
+                                  flat->image_token_id}),
+            std::vector<int64_t>({2, 64, 24, 10000, 128, 254}));
+  nlohmann::json no_vision = released;
+  no_vision.erase("vision_config");
+  EXPECT_FALSE(VisionConfig::from_json(no_vision));
+  nlohmann::json bad = released;
+  bad["vision_config"]["num_attention_heads"] = 3;
+  EXPECT_EQ(config_error(bad), "config: vision_config.num_attention_heads = 3: must divide the vision hidden size "
+                               "into heads whose size is a multiple of 4 (2-D RoPE)");
+  bad = released;
+  bad["vision_config"]["min_pixels"] = -5;
+  EXPECT_EQ(config_error(bad), "config: vision_config.min_pixels = -5: must be an integer in [0, 1099511627776]");
+  bad = released;
+  bad["vision_config"]["patch_size"] = 14.5;
+  EXPECT_EQ(config_error(bad), "config: vision_config.patch_size = 14.5: must be an integer in [1, 1024]");
+  bad = released;
+  bad["vision_config"]["max_wh_ratio"] = "wide";
+  EXPECT_EQ(config_error(bad), "config: vision_config.max_wh_ratio = \"wide\": must be a finite number > 0");
+  bad = released;
+  bad["vision_config"].erase("hidden_size");
+  EXPECT_EQ(config_error(bad), "config: vision_config.hidden_size = (absent): required, an integer in [1, 65536]");
+  bad = released;
+  bad["image_token_id"] = 256;
+  EXPECT_EQ(config_error(bad), "config: image_token_id = 256: must be an integer in [0, 255]");
 }
 
 // Pillow's bicubic resize (shrinking by up to 14x, enlarging, one axis only) bit for bit, against
