@@ -206,6 +206,50 @@ TEST(Speculation, AbortKeepsAPrefix) {
   EXPECT_TRUE(std::equal(got.token_ids.begin(), got.token_ids.end(), full.begin()));
 }
 
+// LetterCodec with raw token bytes (structured output); 96 is EOS.
+class LetterBytesCodec : public LetterCodec {
+ public:
+  std::vector<std::string> token_bytes() const override {
+    std::vector<std::string> b;
+    for (int32_t t = 0; t < 97; ++t) b.push_back(t == 96 ? "" : piece(t));
+    return b;
+  }
+};
+
+TEST(Speculation, StructuredOutputWithDrafts) {
+  // A regex the oracle's greedy drafts mostly satisfy: drafts are checked against the grammar (cut at
+  // the first it refuses and before one that ends it), every verified row is masked after the drafts
+  // before it, and the matcher is rolled back with the state. Outputs equal plain decoding's and match.
+  auto go = [](bool speculative) {
+    EngineOptions o = opts(speculative);
+    o.eos_token_ids = {96};
+    Engine e(std::make_unique<HashLM>(97), std::make_unique<LetterBytesCodec>(), o);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams p;
+      p.max_tokens = 80;
+      if (i % 2) p.temperature = 0.7f, p.seed = 40 + i;
+      else p.temperature = 0;
+      p.so_args = R"({"schema_type": "regex", "schema": "[a-w]{3,40}"})";
+      e.add_request(Prompt::from_ids(prompt_of(20 + i, 7 + i)), p, "s" + std::to_string(i));
+    }
+    return run(e);
+  };
+  auto off = go(false), on = go(true);
+  expect_same(off, on);
+  for (auto& [id, o] : on) {
+    std::vector<int32_t> ids = o.outputs[0].token_ids;
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.back(), 96) << id;  // the grammar ends only through EOS (LetterCodec renders it as text)
+    ids.pop_back();
+    const std::string text = LetterCodec().decode(ids, true);
+    EXPECT_EQ(o.outputs[0].finish_reason, "stop") << id;
+    EXPECT_GE(text.size(), 3u) << id;
+    EXPECT_LE(text.size(), 40u) << id;
+    for (char c : text) EXPECT_TRUE(c >= 'a' && c <= 'w') << id << ": " << text;
+  }
+  EXPECT_GT(total(on).accepted, 0);
+}
+
 TEST(Speculation, MisuseIsRefused) {
   EngineOptions o = opts(true);
   o.drafter = nullptr;  // HashLM has no DSpark head
