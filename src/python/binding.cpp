@@ -288,6 +288,9 @@ PYBIND11_MODULE(_core, m) {
         d["preemptions"] = s.preemptions;
         d["failed_batches"] = s.failed_batches;
         d["max_seqs_in_step"] = s.max_seqs_in_step;
+        d["draft_tokens_verified"] = s.draft_tokens_verified;
+        d["draft_tokens_accepted"] = s.draft_tokens_accepted;
+        d["last_verify_budget"] = s.last_verify_budget;
         return d;
       })
       .def("options", [](LLM& llm) {
