@@ -23,7 +23,8 @@ namespace engine { class Engine; class TextCodec; }
 // (greedy and seeded outputs are the tokens decoding without drafts gives).
 struct SpeculativeConfig {
   std::optional<bool> enabled;            // default: on when DEEPINFER_ENABLE_MTP_VARLEN=1
-  int num_draft_tokens = 0;               // 0: DEEPINFER_USE_NEXTN_DECODE; 1 .. the checkpoint's dspark_block_size
+  int num_draft_tokens = 0;               // 0: DEEPINFER_USE_NEXTN_DECODE (default 5, at most the block size);
+                                          // 1 .. the checkpoint's dspark_block_size
   // true: per-request lengths chosen from the drafts' confidences against the measured step cost;
   // false: every request verifies num_draft_tokens. Default: DEEPINFER_ENABLE_MTP_VARLEN.
   std::optional<bool> confidence_scheduling;

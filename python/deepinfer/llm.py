@@ -30,6 +30,47 @@ def resolve_model(name: str, revision: str = "main") -> str:
     return _core.resolve_model(name, revision)
 
 
+_SPECULATIVE_KEYS = {"method", "num_draft_tokens", "num_speculative_tokens", "schedule", "step_costs", "log_steps"}
+
+
+def speculative_config(value: Union[bool, int, dict, None]) -> Optional[dict]:
+    """LLM(speculative=...) as the engine's fields. True: on (draft count DEEPINFER_USE_NEXTN_DECODE, schedule
+    by DEEPINFER_ENABLE_MTP_VARLEN); K: on with K draft tokens; a dict: num_draft_tokens (alias
+    num_speculative_tokens), schedule "confidence" (per-request lengths from the drafts' confidences and the
+    measured step cost) or "fixed" (K every step), step_costs (seconds of a step of 1, 2, 4, ... tokens instead
+    of measuring), log_steps, method ("dspark", the only one); False: off."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return {"enabled": value}
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"LLM.speculative = {value}: a draft count must be >= 1")
+        return {"enabled": True, "num_draft_tokens": value}
+    if not isinstance(value, dict):
+        raise TypeError(f"LLM.speculative must be a bool, an int or a dict, got {type(value).__name__}")
+    unknown = sorted(set(value) - _SPECULATIVE_KEYS)
+    if unknown:
+        raise ValueError(f"LLM.speculative: unknown keys {unknown} (known: {sorted(_SPECULATIVE_KEYS)})")
+    if value.get("method", "dspark") != "dspark":
+        raise ValueError(f"LLM.speculative: method {value['method']!r} is not supported (only 'dspark')")
+    out: dict = {"enabled": True}
+    k = value.get("num_draft_tokens", value.get("num_speculative_tokens"))
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"LLM.speculative.num_draft_tokens = {k!r} must be an int >= 1")
+        out["num_draft_tokens"] = k
+    if "schedule" in value:
+        if value["schedule"] not in ("confidence", "fixed"):
+            raise ValueError(f"LLM.speculative.schedule = {value['schedule']!r} must be 'confidence' or 'fixed'")
+        out["confidence_scheduling"] = value["schedule"] == "confidence"
+    if "step_costs" in value:
+        out["step_costs"] = [float(x) for x in value["step_costs"]]
+    if "log_steps" in value:
+        out["log_steps"] = bool(value["log_steps"])
+    return out
+
+
 class LLM:
     """An offline LLM. `model` is a local folder or a Hugging Face repo id.
 
@@ -38,7 +79,10 @@ class LLM:
     with allow_long_max_model_len=True), max_num_seqs, max_num_batched_tokens, async_scheduling
     (default DEEPINFER_ASYNC_SCHEDULING), batch_invariant (default DEEPINFER_BATCH_INVARIANT),
     state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size),
-    max_logprobs (most logprobs a request may ask for, default 20 as vLLM), seed.
+    max_logprobs (most logprobs a request may ask for, default 20 as vLLM), seed,
+    speculative (DSpark drafting with lossless verification, V4.1 checkpoints: True, a draft count K, or
+    {"num_draft_tokens": K, "schedule": "confidence" | "fixed"}; default: on when
+    DEEPINFER_ENABLE_MTP_VARLEN=1; see speculative_config()).
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
@@ -48,6 +92,7 @@ class LLM:
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
                  num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
                  allow_long_max_model_len: bool = False,
+                 speculative: Union[bool, int, dict, None] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -56,7 +101,8 @@ class LLM:
                       max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
-                      allow_long_max_model_len=allow_long_max_model_len)
+                      allow_long_max_model_len=allow_long_max_model_len,
+                      speculative=speculative_config(speculative))
         if not isinstance(model, str):
             raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})

@@ -31,6 +31,32 @@ class CompletionOutput:
 
 
 @dataclass
+class SpeculativeMetrics:
+    """Speculative decoding counters of a request (all its samples); zero when speculation is off."""
+    drafted: int = 0           # draft tokens proposed
+    verified: int = 0          # of those, verified by the target model
+    accepted: int = 0          # of those, accepted
+    decode_steps: int = 0      # decode steps; each emits its accepted drafts + 1 token
+    verified_at: list[int] = field(default_factory=list)  # per draft position
+    accepted_at: list[int] = field(default_factory=list)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """tau: tokens per decode step, (accepted + decode_steps) / decode_steps."""
+        return (self.accepted + self.decode_steps) / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """P(draft j accepted | drafts before it accepted), per position."""
+        return [a / v if v else 0.0 for a, v in zip(self.accepted_at, self.verified_at)]
+
+
+@dataclass
+class RequestMetrics:
+    speculative: SpeculativeMetrics = field(default_factory=SpeculativeMetrics)
+
+
+@dataclass
 class RequestOutput:
     request_id: str
     prompt: Optional[str]
@@ -39,6 +65,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     error: Optional[str] = field(default=None)
+    metrics: Optional[RequestMetrics] = field(default=None)
 
 
 def _logprobs(raw, decode) -> list[PositionLogprobs]:
@@ -69,4 +96,5 @@ def _from_core(d: dict, want_logprobs: bool, want_prompt_logprobs: bool, decode)
         outputs=outs,
         finished=d["finished"],
         error=d["error"] or None,
+        metrics=RequestMetrics(SpeculativeMetrics(**d["speculative"])) if "speculative" in d else None,
     )

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <thread>
 
 #include "core/env.h"
@@ -29,7 +30,11 @@ EngineOptions resolve_options(const EngineConfig& c) {
         sc.num_draft_tokens);
   o.speculative = sc.enabled.value_or(env_bool("DEEPINFER_ENABLE_MTP_VARLEN"));
   o.confidence_scheduling = sc.confidence_scheduling.value_or(env_bool("DEEPINFER_ENABLE_MTP_VARLEN"));
-  o.num_draft_tokens = sc.num_draft_tokens > 0 ? sc.num_draft_tokens : static_cast<int>(env_int("DEEPINFER_USE_NEXTN_DECODE"));
+  // 0: not asked for; the engine then takes the default draft count, capped at the draft head's block size
+  const char* nextn = std::getenv("DEEPINFER_USE_NEXTN_DECODE");
+  o.num_draft_tokens = sc.num_draft_tokens > 0      ? sc.num_draft_tokens
+                       : nextn != nullptr && *nextn ? static_cast<int>(env_int("DEEPINFER_USE_NEXTN_DECODE"))
+                                                    : 0;
   o.step_costs = sc.step_costs;
   o.log_speculation = sc.log_steps;
   // 0 (or -1 for the byte budget) means "the default"; anything below is a mistake, not a default.

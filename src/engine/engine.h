@@ -38,7 +38,7 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;
   // Speculative decoding (engine/speculation.cpp); runs one step at a time (no async overlap).
   bool speculative = false;
-  int num_draft_tokens = 5;               // most drafts a request verifies per step
+  int num_draft_tokens = 0;               // most drafts a request verifies per step; 0: min(5, block size)
   bool confidence_scheduling = false;     // false: every request verifies num_draft_tokens
   std::vector<double> step_costs;         // seconds of 1, 2, 4, ... tokens; empty: measured at start-up
   std::shared_ptr<spec::Drafter> drafter; // default: the model's DSpark head

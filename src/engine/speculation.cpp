@@ -36,7 +36,9 @@ void Engine::init_speculation() {
   drafter_ = options_.drafter ? options_.drafter : std::shared_ptr<spec::Drafter>(spec::make_dspark_drafter(*model_));
   check(drafter_ != nullptr, "speculative decoding needs a model with a DSpark draft head (a DeepSeek-V4.1 checkpoint "
         "with dspark_block_size > 0); this model has none");
-  const int k = options_.num_draft_tokens, block = drafter_->block_size();
+  const int block = drafter_->block_size();
+  if (options_.num_draft_tokens == 0) options_.num_draft_tokens = std::min(5, block);  // DEEPINFER_USE_NEXTN_DECODE's default
+  const int k = options_.num_draft_tokens;
   check(k >= 1 && k <= block, "DEEPINFER_USE_NEXTN_DECODE / speculative num_draft_tokens = ", k,
         " must be between 1 and the draft head's block size ", block, " (the head drafts ", block,
         " tokens a step; more could never be verified)");

@@ -148,6 +148,15 @@ py::dict output_to_py(const RequestOutput& o) {
     outs.append(x);
   }
   d["outputs"] = outs;
+  const SpeculativeMetrics& m = o.metrics.speculative;
+  py::dict spec;
+  spec["drafted"] = m.drafted;
+  spec["verified"] = m.verified;
+  spec["accepted"] = m.accepted;
+  spec["decode_steps"] = m.decode_steps;
+  spec["verified_at"] = m.verified_at;
+  spec["accepted_at"] = m.accepted_at;
+  d["speculative"] = spec;
   return d;
 }
 
@@ -166,6 +175,15 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "async_scheduling", c.async_scheduling, "LLM");
   get(d, "batch_invariant", c.batch_invariant, "LLM");
   get(d, "seed", c.seed, "LLM");
+  if (d.contains("speculative") && !d["speculative"].is_none()) {  // normalized by deepinfer/llm.py
+    if (!PyDict_Check(d["speculative"].ptr())) type_error("LLM.speculative", d["speculative"], "a dict");
+    py::dict s = d["speculative"];
+    get(s, "enabled", c.speculative.enabled, "LLM.speculative");
+    get(s, "num_draft_tokens", c.speculative.num_draft_tokens, "LLM.speculative");
+    get(s, "confidence_scheduling", c.speculative.confidence_scheduling, "LLM.speculative");
+    get(s, "step_costs", c.speculative.step_costs, "LLM.speculative");
+    get(s, "log_steps", c.speculative.log_steps, "LLM.speculative");
+  }
   // Given explicitly, these must mean what they say: C++'s "0 / -1 = default" is not for Python callers.
   auto positive = [&](const char* key, int64_t v, int64_t lo) {
     if (d.contains(key) && !d[key].is_none() && v < lo)
@@ -270,6 +288,9 @@ PYBIND11_MODULE(_core, m) {
         d["preemptions"] = s.preemptions;
         d["failed_batches"] = s.failed_batches;
         d["max_seqs_in_step"] = s.max_seqs_in_step;
+        d["draft_tokens_verified"] = s.draft_tokens_verified;
+        d["draft_tokens_accepted"] = s.draft_tokens_accepted;
+        d["last_verify_budget"] = s.last_verify_budget;
         return d;
       })
       .def("options", [](LLM& llm) {

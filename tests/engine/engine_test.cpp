@@ -10,12 +10,16 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine_helpers.h"
 #include "test_model.h"
 
 namespace deepinfer::engine {
 namespace {
 
 using testing::HashLM;
+using testing_helpers::expect_same;
+using testing_helpers::prompt_of;
+using testing_helpers::run;
 using testing::LetterCodec;
 
 EngineOptions opts(bool async = true) {
@@ -31,20 +35,6 @@ EngineOptions opts(bool async = true) {
 std::unique_ptr<Engine> make(EngineOptions o, int32_t poison = -1, bool codec = true, int tokens_per_block = 16) {
   return std::make_unique<Engine>(std::make_unique<HashLM>(97, poison, -1, tokens_per_block),
                                   codec ? std::make_unique<LetterCodec>() : nullptr, o);
-}
-
-std::vector<int32_t> prompt_of(int seed, int len) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(g() % 89);
-  return p;
-}
-
-std::map<std::string, RequestOutput> run(Engine& e) {
-  std::map<std::string, RequestOutput> out;
-  while (e.has_unfinished())
-    for (auto& o : e.step()) out[o.request_id] = o;
-  return out;
 }
 
 SamplingParams seeded(uint64_t seed, int max_tokens = 12) {
@@ -73,24 +63,6 @@ std::map<std::string, RequestOutput> workload(EngineOptions o) {
     e->add_request(Prompt::from_ids(prompt_of(i, 1 + i * 13)), p, "r" + std::to_string(i));
   }
   return run(*e);
-}
-
-void expect_same(const std::map<std::string, RequestOutput>& a, const std::map<std::string, RequestOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (auto& [id, x] : a) {
-    const RequestOutput& y = b.at(id);
-    ASSERT_EQ(x.outputs.size(), y.outputs.size()) << id;
-    for (size_t i = 0; i < x.outputs.size(); ++i) {
-      EXPECT_EQ(x.outputs[i].token_ids, y.outputs[i].token_ids) << id;
-      EXPECT_EQ(x.outputs[i].text, y.outputs[i].text) << id;
-      EXPECT_EQ(x.outputs[i].finish_reason, y.outputs[i].finish_reason) << id;
-      EXPECT_EQ(x.outputs[i].cumulative_logprob, y.outputs[i].cumulative_logprob) << id;  // bitwise
-      ASSERT_EQ(x.outputs[i].logprobs.size(), y.outputs[i].logprobs.size());
-      for (size_t k = 0; k < x.outputs[i].logprobs.size(); ++k)
-        for (size_t j = 0; j < x.outputs[i].logprobs[k].size(); ++j)
-          EXPECT_EQ(x.outputs[i].logprobs[k][j].logprob, y.outputs[i].logprobs[k][j].logprob);
-    }
-  }
 }
 
 TEST(Engine, GreedyMatchesTheModelStepByStep) {

@@ -9,12 +9,16 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine_helpers.h"
 #include "test_model.h"
 
 namespace deepinfer::engine {
 namespace {
 
 using testing::HashLM;
+using testing_helpers::expect_same;
+using testing_helpers::prompt_of;
+using testing_helpers::run;
 using testing::HashState;
 using testing::LetterCodec;
 
@@ -61,20 +65,6 @@ std::unique_ptr<Engine> make(EngineOptions o) {
   return std::make_unique<Engine>(std::make_unique<HashLM>(97), std::make_unique<LetterCodec>(), o);
 }
 
-std::vector<int32_t> prompt_of(int seed, int len) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(g() % 89);
-  return p;
-}
-
-std::map<std::string, RequestOutput> run(Engine& e) {
-  std::map<std::string, RequestOutput> out;
-  while (e.has_unfinished())
-    for (auto& o : e.step()) out[o.request_id] = o;
-  return out;
-}
-
 // 14 requests: greedy and seeded, logprobs, penalties, n = 2, EOS and stop tokens and stop strings that
 // fire inside accepted drafts, min_tokens, prompts of 1..170 tokens (chunked prefill).
 std::map<std::string, RequestOutput> workload(EngineOptions o, std::vector<int32_t> eos = {}) {
@@ -98,25 +88,6 @@ std::map<std::string, RequestOutput> workload(EngineOptions o, std::vector<int32
     e->add_request(Prompt::from_ids(prompt_of(i, 1 + i * 13)), p, "r" + std::to_string(i));
   }
   return run(*e);
-}
-
-void expect_same(const std::map<std::string, RequestOutput>& a, const std::map<std::string, RequestOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (auto& [id, x] : a) {
-    const RequestOutput& y = b.at(id);
-    ASSERT_EQ(x.outputs.size(), y.outputs.size()) << id;
-    for (size_t i = 0; i < x.outputs.size(); ++i) {
-      EXPECT_EQ(x.outputs[i].token_ids, y.outputs[i].token_ids) << id;
-      EXPECT_EQ(x.outputs[i].text, y.outputs[i].text) << id;
-      EXPECT_EQ(x.outputs[i].finish_reason, y.outputs[i].finish_reason) << id;
-      EXPECT_EQ(x.outputs[i].stop_string, y.outputs[i].stop_string) << id;
-      EXPECT_EQ(x.outputs[i].stop_token, y.outputs[i].stop_token) << id;
-      EXPECT_EQ(x.outputs[i].cumulative_logprob, y.outputs[i].cumulative_logprob) << id;  // bitwise
-      ASSERT_EQ(x.outputs[i].logprobs.size(), y.outputs[i].logprobs.size()) << id;
-      for (size_t k = 0; k < x.outputs[i].logprobs.size(); ++k)
-        ASSERT_EQ(x.outputs[i].logprobs[k].size(), y.outputs[i].logprobs[k].size());
-    }
-  }
 }
 
 SpeculativeMetrics total(const std::map<std::string, RequestOutput>& outs) {
@@ -206,6 +177,50 @@ TEST(Speculation, AbortKeepsAPrefix) {
   EXPECT_TRUE(std::equal(got.token_ids.begin(), got.token_ids.end(), full.begin()));
 }
 
+// LetterCodec with raw token bytes (structured output); 96 is EOS.
+class LetterBytesCodec : public LetterCodec {
+ public:
+  std::vector<std::string> token_bytes() const override {
+    std::vector<std::string> b;
+    for (int32_t t = 0; t < 97; ++t) b.push_back(t == 96 ? "" : piece(t));
+    return b;
+  }
+};
+
+TEST(Speculation, StructuredOutputWithDrafts) {
+  // A regex the oracle's greedy drafts mostly satisfy: drafts are checked against the grammar (cut at
+  // the first it refuses and before one that ends it), every verified row is masked after the drafts
+  // before it, and the matcher is rolled back with the state. Outputs equal plain decoding's and match.
+  auto go = [](bool speculative) {
+    EngineOptions o = opts(speculative);
+    o.eos_token_ids = {96};
+    Engine e(std::make_unique<HashLM>(97), std::make_unique<LetterBytesCodec>(), o);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams p;
+      p.max_tokens = 80;
+      if (i % 2) p.temperature = 0.7f, p.seed = 40 + i;
+      else p.temperature = 0;
+      p.so_args = R"({"schema_type": "regex", "schema": "[a-w]{3,40}"})";
+      e.add_request(Prompt::from_ids(prompt_of(20 + i, 7 + i)), p, "s" + std::to_string(i));
+    }
+    return run(e);
+  };
+  auto off = go(false), on = go(true);
+  expect_same(off, on);
+  for (auto& [id, o] : on) {
+    std::vector<int32_t> ids = o.outputs[0].token_ids;
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.back(), 96) << id;  // the grammar ends only through EOS (LetterCodec renders it as text)
+    ids.pop_back();
+    const std::string text = LetterCodec().decode(ids, true);
+    EXPECT_EQ(o.outputs[0].finish_reason, "stop") << id;
+    EXPECT_GE(text.size(), 3u) << id;
+    EXPECT_LE(text.size(), 40u) << id;
+    for (char c : text) EXPECT_TRUE(c >= 'a' && c <= 'w') << id << ": " << text;
+  }
+  EXPECT_GT(total(on).accepted, 0);
+}
+
 TEST(Speculation, MisuseIsRefused) {
   EngineOptions o = opts(true);
   o.drafter = nullptr;  // HashLM has no DSpark head
@@ -214,8 +229,8 @@ TEST(Speculation, MisuseIsRefused) {
   o.num_draft_tokens = 5;  // the drafter's block is 4
   EXPECT_THROW(make(o), Error);
   o = opts(true);
-  o.num_draft_tokens = 0;
-  EXPECT_THROW(make(o), Error);
+  o.num_draft_tokens = 0;  // the default: min(5, block size)
+  EXPECT_NO_THROW(make(o));
   o = opts(true);
   o.drafter = std::make_shared<OracleDrafter>(12);
   o.num_draft_tokens = 12;  // more than the states take back (8)

@@ -1,6 +1,7 @@
 // `deepinfer generate`: offline generation from the command line.
 //   deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3)... [--chat]
 //                      [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -22,11 +23,15 @@ const char* kUsage =
     "                          [--device cpu|cuda|cuda:N]\n"
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
+    "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
+    "  --speculative: DSpark drafting (V4.1), up to K draft tokens verified per step (default\n"
+    "  DEEPINFER_USE_NEXTN_DECODE); --speculative-schedule: per-request lengths from the draft confidences\n"
+    "  (default with DEEPINFER_ENABLE_MTP_VARLEN=1) or a fixed K.\n"
     "  --json-schema / --regex / --grammar (EBNF) constrain the output (structured output).\n"
     "  --prompt / --prompt-ids may repeat: one output per prompt, in order.\n"
     "  --chat renders each --prompt as a user message (DeepSeek chat format); --thinking: thinking mode.\n"
     "  --temperature 0 is greedy. --json prints one object per prompt:\n"
-    "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\"}\n";
+    "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\", \"metrics\": {\"speculative\": {...}}}\n";
 
 std::string read_file(const std::string& flag, const std::string& path) {
   std::ifstream in(path);
@@ -72,6 +77,12 @@ int run_generate(const std::vector<std::string>& args) {
     if (a == "--json") { json = true; continue; }
     if (a == "--thinking") { chat_options.thinking = true; continue; }
     if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
+    if (a == "--speculative") {  // an optional count follows
+      config.speculative.enabled = true;
+      if (i + 1 < args.size() && !args[i + 1].empty() && std::isdigit(static_cast<unsigned char>(args[i + 1][0])))
+        config.speculative.num_draft_tokens = static_cast<int>(parse_positive(a, args[++i]));
+      continue;
+    }
     check(i + 1 < args.size(), "option ", a, " needs a value (see deepinfer generate --help)");
     const std::string& v = args[++i];
     auto number = [&](auto parse) {
@@ -91,6 +102,11 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
     else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
     else if (a == "--device") config.device = v;
+    else if (a == "--speculative-schedule") {
+      check(v == "confidence" || v == "fixed", "--speculative-schedule: '", v, "' is not confidence or fixed");
+      config.speculative.enabled = true;
+      config.speculative.confidence_scheduling = v == "confidence";
+    }
     else if (a == "--max-model-len") config.max_model_len = number([](auto& s) { return std::stoll(s); });
     else fail("unknown option ", a, " (see deepinfer generate --help)");
   }
@@ -113,6 +129,13 @@ int run_generate(const std::vector<std::string>& args) {
     if (json) {
       nlohmann::json j = {{"token_ids", c.token_ids}, {"text", c.text}, {"finish_reason", c.finish_reason}};
       if (!o.error.empty()) j["error"] = o.error;
+      const SpeculativeMetrics& m = o.metrics.speculative;
+      j["metrics"]["speculative"] = {{"drafted", m.drafted},
+                                     {"verified", m.verified},
+                                     {"accepted", m.accepted},
+                                     {"decode_steps", m.decode_steps},
+                                     {"mean_accepted_length", m.mean_accepted_length()},
+                                     {"acceptance_by_position", m.acceptance_by_position()}};
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else if (!c.text.empty()) {
       std::cout << c.text << "\n";
