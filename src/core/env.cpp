@@ -26,8 +26,8 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_HF_MODEL_DIR", "", "local folder holding the model named by a repo id (skips the HF cache and download)"},
       {"DEEPINFER_HF_ENDPOINT", "", "hub URL for downloads (default: HF_ENDPOINT, else https://huggingface.co)"},
       // Features of the original DeepInfer (seeds); read by the speculative and YOCO paths.
-      {"DEEPINFER_ENABLE_MTP_VARLEN", "0", "1: DSpark variable-length drafting with confidence-scheduled verification (defined; the verification loop is not built yet)"},
-      {"DEEPINFER_USE_NEXTN_DECODE", "5", "maximum draft length of MTP/DSpark decoding (defined; not read yet)"},
+      {"DEEPINFER_ENABLE_MTP_VARLEN", "0", "1: DSpark speculative decoding with confidence-scheduled (variable-length) verification; 0: speculation only when asked for (speculative=, --speculative), then a fixed draft count"},
+      {"DEEPINFER_USE_NEXTN_DECODE", "5", "most DSpark draft tokens a request verifies per step (1 .. the checkpoint's dspark_block_size; unset: min(5, block))"},
       {"DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", "", "compact: decoder SWA bounded replay (V4.1 default setting)"},
       {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", "140", "suffix kept by SWA bounded replay (must cover window + max backtrack)"},
   };
