@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -46,38 +47,45 @@ std::vector<int32_t> WeightLoader::ints(const std::string& name, const std::vect
   return out;
 }
 
-std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int64_t k) const {
+StoredMatrix WeightLoader::stored(const std::string& base, int64_t n, int64_t k) const {
   const std::string wname = translate_(base + ".weight");
   const io::TensorView& w = ckpt_.get(wname);
   const std::string sname = translate_(base + ".scale");
+  StoredMatrix m;
+  m.n = n;
+  m.k = k;
   if (w.dtype == DType::F8_E4M3) {  // FP8 with a [ceil(n/bn), ceil(k/bk)] UE8M0 (or fp32) scale grid
     check(w.shape == std::vector<int64_t>{n, k}, w.file, ": tensor '", wname, "' has the wrong shape (expected [",
           n, ", ", k, "])");
+    check(block_n_ == block_k_, "FP8 weights need square scale blocks, got ", block_n_, " x ", block_k_);
     const int64_t gn = (n + block_n_ - 1) / block_n_, gk = (k + block_k_ - 1) / block_k_;
     check(ckpt_.contains(sname), ckpt_.path(), ": FP8 tensor '", wname, "' has no scale tensor '", sname, "'");
-    std::vector<float> scale = ckpt_.read_f32(sname, {gn, gk});
-    std::vector<float> out(n * k);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < k; ++c)
-        out[r * k + c] = e4m3_to_float(w.data[r * k + c]) * scale[(r / block_n_) * gk + c / block_k_];
-    return finite(std::move(out), ckpt_, wname);
-  }
-  if (w.dtype == DType::I8 || w.dtype == DType::U8) {  // MXFP4: [n, k/2] bytes + [n, k/32] UE8M0 scales
+    m.type = ops::WeightType::kFp8Block;
+    m.block = block_n_;
+    m.scale = finite(ckpt_.read_f32(sname, {gn, gk}), ckpt_, sname);
+    for (int64_t i = 0; i < n * k; ++i)
+      if ((w.data[i] & 0x7f) == 0x7f) fail(ckpt_.path(), ": tensor '", wname, "' holds a NaN (element ", i, ")");
+  } else if (w.dtype == DType::I8 || w.dtype == DType::U8) {  // MXFP4: [n, k/2] bytes + [n, k/32] UE8M0 scales
     check(k % 32 == 0 && w.shape == std::vector<int64_t>{n, k / 2}, w.file, ": FP4 tensor '", wname,
           "' must have shape [", n, ", ", k / 2, "]");
     check(ckpt_.contains(sname), ckpt_.path(), ": FP4 tensor '", wname, "' has no scale tensor '", sname, "'");
-    std::vector<float> scale = ckpt_.read_f32(sname, {n, k / 32});
-    std::vector<float> out(n * k);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < k; c += 2) {
-        uint8_t byte = w.data[r * (k / 2) + c / 2];
-        float s = scale[r * (k / 32) + c / 32];
-        out[r * k + c] = e2m1_to_float(byte & 0xf) * s;
-        out[r * k + c + 1] = e2m1_to_float(byte >> 4) * s;
-      }
-    return finite(std::move(out), ckpt_, wname);
+    m.type = ops::WeightType::kMxfp4;
+    m.block = 32;
+    m.scale = finite(ckpt_.read_f32(sname, {n, k / 32}), ckpt_, sname);
+  } else {
+    m.f32 = finite(ckpt_.read_f32(wname, {n, k}), ckpt_, wname);
+    return m;
   }
-  return finite(ckpt_.read_f32(wname, {n, k}), ckpt_, wname);
+  m.bytes = w.data;
+  return m;
+}
+
+std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int64_t k) const {
+  StoredMatrix m = stored(base, n, k);
+  if (m.type == ops::WeightType::kF32) return std::move(m.f32);
+  std::vector<float> out(n * k);
+  cpu::dequantize(m.view(), out.data());
+  return out;
 }
 
 void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,

@@ -10,8 +10,23 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "ops/ops.h"
 
 namespace deepinfer::model {
+
+// A matrix as the checkpoint stores it: fp32 values (float formats, widened), or FP8 / MXFP4 bytes
+// (pointing into the memory-mapped checkpoint) with their scales widened to fp32.
+struct StoredMatrix {
+  ops::WeightType type = ops::WeightType::kF32;
+  std::vector<float> f32;          // kF32
+  const uint8_t* bytes = nullptr;  // kFp8Block: [n, k]; kMxfp4: [n, k / 2]
+  std::vector<float> scale;
+  int64_t n = 0, k = 0, block = 0;
+  size_t byte_count() const { return type == ops::WeightType::kMxfp4 ? n * k / 2 : n * k; }
+  ops::QWeight view() const {  // host pointers
+    return {type, type == ops::WeightType::kF32 ? static_cast<const void*>(f32.data()) : bytes, scale.data(), n, k, block};
+  }
+};
 
 class WeightLoader {
  public:
@@ -22,6 +37,8 @@ class WeightLoader {
   bool has(const std::string& name) const;
   // A [n, k] matrix `<base>.weight`, dequantized when stored as FP8 or MXFP4.
   std::vector<float> matrix(const std::string& base, int64_t n, int64_t k) const;
+  // The same matrix in its stored format (values checked finite).
+  StoredMatrix stored(const std::string& base, int64_t n, int64_t k) const;
   // A float tensor of the given shape (norm weights, biases, mHC parameters, ...).
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
   // An integer tensor (I32/I64) of the given shape, e.g. tid2eid.

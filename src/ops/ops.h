@@ -20,6 +20,18 @@ struct RopeFreqs {
 // The activation of bias_act's epilogue (kGeluErf: x/2 (1 + erf(x / sqrt 2))).
 enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
 
+// A weight in its stored format, in a backend's memory (spec §3.1, §5.1). kF32: float [n, k];
+// kFp8Block: e4m3 [n, k] with a scale per block x block ([ceil(n/block), ceil(k/block)]); kMxfp4: e2m1
+// pairs [n, k/2] (low nibble = even k) with a scale per 1 x 32 ([n, k/32]). Scales are fp32 (the
+// checkpoints' UE8M0 bytes widened, or fp32 where a checkpoint stores them so).
+enum class WeightType : int32_t { kF32 = 0, kFp8Block = 1, kMxfp4 = 2 };
+struct QWeight {
+  WeightType type = WeightType::kF32;
+  const void* data = nullptr;
+  const float* scale = nullptr;
+  int64_t n = 0, k = 0, block = 0;
+};
+
 // The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
 constexpr int64_t fresh_row_index(int32_t r) { return -2 - static_cast<int64_t>(r); }
@@ -92,6 +104,13 @@ class Backend : public DeviceMemory {
   virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                        const float* fresh, const int32_t* idx, int64_t k, const float* sink,
                                        float scale, int64_t block, float* out) = 0;
+
+  // The reference's quantized linear (act_quant + block-scaled GEMM): x FP8-quantized as
+  // fake_quant_fp8(x, act_block), times the dequantized weight in linear_kblocked's order (K blocks of
+  // 32): y [m, n]. x is not changed.
+  virtual void linear_quant(const float* x, int64_t m, const QWeight& w, int64_t act_block, float* y) = 0;
+  // The format this backend keeps a weight stored as `stored` in (the CPU dequantizes at load).
+  virtual WeightType weight_format(WeightType stored) const { return stored; }
 
   // --- data movement (indices are backend memory like the data) ---
   // Row gather/scatter: dst row (dst_idx ? dst_idx[i] : i) = src row (src_idx ? src_idx[i] : i) for

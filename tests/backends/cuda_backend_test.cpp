@@ -145,6 +145,31 @@ TEST_F(CudaBackendTest, LinearKBlocked) {
   }
 }
 
+// linear_quant with the weight kept stored on the device (FP8 block 32 / 128, MXFP4): bitwise the CPU.
+TEST_F(CudaBackendTest, LinearQuantStoredWeights) {
+  const int64_t m = 9, k = 256, n = 72;
+  auto x = uniform(m * k);
+  std::vector<uint8_t> fp8(n * k), fp4(n * k / 2);
+  for (auto& b : fp8) b = static_cast<uint8_t>(rng_() % 256) & 0xfe;  // no NaN codes
+  for (auto& b : fp4) b = static_cast<uint8_t>(rng_() % 256);
+  EXPECT_EQ(gpu_->weight_format(ops::WeightType::kMxfp4), ops::WeightType::kMxfp4);
+  for (auto [type, block] : {std::pair{ops::WeightType::kFp8Block, 32L}, std::pair{ops::WeightType::kFp8Block, 128L},
+                             std::pair{ops::WeightType::kMxfp4, 32L}}) {
+    const bool fp8w = type == ops::WeightType::kFp8Block;
+    std::vector<float> scale(fp8w ? ((n + block - 1) / block) * (k / block) : n * k / 32);
+    for (auto& v : scale) v = std::ldexp(1.0f, static_cast<int>(rng_() % 7) - 3);
+    const std::vector<uint8_t>& bytes = fp8w ? fp8 : fp4;
+    std::vector<float> ref(m * n);
+    cpu().linear_quant(x.data(), m, {type, bytes.data(), scale.data(), n, k, block}, 32, ref.data());
+    Dev<uint8_t> dq(bytes);
+    Dev<float> ds(scale), dx(x), dy(m * n);
+    gpu_->linear_quant(dx.get(), m, {type, dq.get(), ds.get(), n, k, block}, 32, dy.get());
+    const auto got = dy.host();
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "type " << static_cast<int>(type) << " block " << block;
+    EXPECT_EQ(dx.host(), x);  // x is not changed
+  }
+}
+
 TEST_F(CudaBackendTest, RmsNorm) {
   for (auto [rows, dim, weighted, in_place] : {std::tuple{5L, 4096L, true, false}, std::tuple{9L, 100L, false, false},
                                                std::tuple{3L, 7168L, true, true}}) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
@@ -25,6 +26,44 @@ TEST(CpuOps, LinearMatchesDoublePrecision) {
       for (int64_t c = 0; c < k; ++c) ref += double(x[i * k + c]) * w[j * k + c];
       EXPECT_NEAR(y[i * n + j], ref, 1e-4 * std::sqrt(double(k)));
     }
+}
+
+// linear_quant on a stored FP8 (block 32) or MXFP4 weight: each element the stored value times its
+// scale, activations FP8-quantized first, K blocks of 32 -> bitwise fake_quant_fp8 + linear_kblocked on
+// the dequantized weight written out by hand here.
+TEST(CpuOps, LinearQuantOnStoredWeights) {
+  const int64_t m = 5, k = 96, n = 40;
+  auto x = randn(m * k, 5);
+  std::mt19937 rng(6);
+  std::vector<uint8_t> fp8(n * k), fp4(n * k / 2);
+  for (auto& b : fp8) b = static_cast<uint8_t>(rng() % 256) & 0xfe;  // no NaN codes (0x7f / 0xff)
+  for (auto& b : fp4) b = static_cast<uint8_t>(rng() % 256);
+  std::vector<float> s8 = {0.5f, 2.0f, 0.25f, 1.0f, 4.0f, 0.125f}, s4(n * k / 32);  // [ceil(40/32), 96/32]
+  for (auto& v : s4) v = std::ldexp(1.0f, static_cast<int>(rng() % 7) - 3);
+  struct Case { ops::QWeight w; std::vector<float> dense; };
+  std::vector<Case> cases(2);
+  cases[0].w = {ops::WeightType::kFp8Block, fp8.data(), s8.data(), n, k, 32};
+  cases[1].w = {ops::WeightType::kMxfp4, fp4.data(), s4.data(), n, k, 32};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      cases[0].dense.push_back(e4m3_to_float(fp8[r * k + c]) * s8[(r / 32) * 3 + c / 32]);
+      const uint8_t byte = fp4[(r * k + c) / 2];
+      cases[1].dense.push_back(e2m1_to_float(c % 2 ? byte >> 4 : byte & 0xf) * s4[r * (k / 32) + c / 32]);
+    }
+  for (const Case& cs : cases) {
+    std::vector<float> xq = x, want(m * n), got(m * n, NAN), got_f32(m * n, NAN);
+    be().fake_quant_fp8(xq.data(), m, k, 32);
+    be().linear_kblocked(xq.data(), m, k, cs.dense.data(), n, 32, want.data());
+    be().linear_quant(x.data(), m, cs.w, 32, got.data());
+    const ops::QWeight dense{ops::WeightType::kF32, cs.dense.data(), nullptr, n, k, 0};
+    be().linear_quant(x.data(), m, dense, 32, got_f32.data());
+    EXPECT_EQ(got, want) << static_cast<int>(cs.w.type);
+    EXPECT_EQ(got_f32, want);
+    std::vector<float> deq(n * k);
+    cpu::dequantize(cs.w, deq.data());
+    EXPECT_EQ(deq, cs.dense);
+  }
+  EXPECT_EQ(be().weight_format(ops::WeightType::kFp8Block), ops::WeightType::kF32);  // the CPU dequantizes at load
 }
 
 TEST(CpuOps, SparseAttentionWithSink) {

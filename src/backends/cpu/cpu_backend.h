@@ -34,6 +34,10 @@ class CpuBackend final : public ops::Backend {
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;
 
+  // quantized weights (cpu_quant_ops.cpp): kept dequantized
+  void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
+  ops::WeightType weight_format(ops::WeightType) const override { return ops::WeightType::kF32; }
+
   // memory (host memory: the CPU backend's device is the host)
   Device device() const override { return {}; }
   void* allocate(size_t bytes) override;
@@ -81,6 +85,9 @@ class CpuBackend final : public ops::Backend {
   void attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads, int64_t dim,
                       const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale, float* out) override;
 };
+
+// A stored-format weight as fp32 [n, k] (exact: every stored value times a power-of-two or fp32 scale).
+void dequantize(const ops::QWeight& w, float* out);
 
 // Dot product in a fixed order (8 interleaved partial sums, then a fixed tree), vectorizable.
 float dot(const float* a, const float* b, int64_t n);

@@ -642,13 +642,6 @@ __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restri
 
 // ---------------------------------------------------------------- fake quantization
 // Device copies of src/core/dtype.cpp's bit recipes (RNE), so results match the CPU bit for bit.
-__device__ __forceinline__ float e4m3_to_float_d(uint32_t bits) {
-  if ((bits & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
-  const int e = (bits >> 3) & 0xf, m = bits & 7;
-  const float v = e == 0 ? ldexpf(static_cast<float>(m), -9) : ldexpf(8.0f + m, e - 10);
-  return (bits & 0x80) ? -v : v;
-}
-
 __device__ __forceinline__ uint32_t float_to_e4m3_d(float x) {
   uint32_t u = __float_as_uint(x);
   const uint32_t sign = (u >> 24) & 0x80;
@@ -673,12 +666,6 @@ __device__ __forceinline__ uint32_t ue8m0_ceil_byte_d(float ratio) {
   if (e == 0) return m <= 0x00400000u ? 0 : 1;
   if (e == 0xff || (e == 0xfe && m != 0)) return 0xff;
   return e + (m != 0);
-}
-
-__device__ __forceinline__ float e2m1_to_float_d(uint32_t nibble) {
-  constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kValues[nibble & 7];
-  return (nibble & 8) ? -v : v;
 }
 
 __device__ __forceinline__ uint32_t float_to_e2m1_d(float x) {

@@ -63,6 +63,8 @@ class CudaBackend final : public ops::Backend {
   void linear_kblocked(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t block,
                        float* y) override;
   void round_bf16(float* x, int64_t n) override;
+  // Weights stay stored (FP8 / MXFP4); the call dequantizes into scratch (quant_linear.cu).
+  void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;

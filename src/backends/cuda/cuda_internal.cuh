@@ -26,6 +26,19 @@ inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>(
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Decoders of the stored formats (src/core/dtype.cpp's, bit for bit).
+__device__ __forceinline__ float e4m3_to_float_d(uint32_t bits) {
+  if ((bits & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  const int e = (bits >> 3) & 0xf, m = bits & 7;
+  const float v = e == 0 ? ldexpf(static_cast<float>(m), -9) : ldexpf(8.0f + m, e - 10);
+  return (bits & 0x80) ? -v : v;
+}
+__device__ __forceinline__ float e2m1_to_float_d(uint32_t nibble) {
+  constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = kValues[nibble & 7];
+  return (nibble & 8) ? -v : v;
+}
+
 struct CudaBackend::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;

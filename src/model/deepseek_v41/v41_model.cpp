@@ -6,6 +6,7 @@
 #include <map>
 #include <span>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -70,17 +71,30 @@ Param to_param(DeviceMemory& mem, const std::vector<float>& v) {
   return {upload_buffer(mem, v.data(), v.size() * sizeof(float)), static_cast<int64_t>(v.size())};
 }
 
-V41Linear load_linear(DeviceMemory& mem, const WeightLoader& w, const std::string& base, int64_t n, int64_t k) {
+// plain: a weight the model runs without activation quantization (kept as fp32 values everywhere).
+V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string& base, int64_t n, int64_t k,
+                      bool plain = false) {
   V41Linear L;
   L.n = n;
   L.k = k;
-  const io::TensorView& t = w.checkpoint().get(base + ".weight");
-  L.quant = t.dtype == DType::F8_E4M3 || t.dtype == DType::I8 || t.dtype == DType::U8;
-  L.w = to_param(mem, w.matrix(base, n, k));
+  StoredMatrix m = w.stored(base, n, k);
+  L.quant = m.type != ops::WeightType::kF32 && !plain;
+  if (L.quant && be.weight_format(m.type) == m.type) {  // kept as stored
+    L.w = {upload_buffer(be, m.bytes, m.byte_count()), 0};
+    L.scale = to_param(be, m.scale);
+    L.q = {m.type, L.w.buf.data(), L.scale.data(), n, k, m.block};
+    return L;
+  }
+  if (m.type != ops::WeightType::kF32) {
+    m.f32.resize(n * k);
+    cpu::dequantize(m.view(), m.f32.data());
+  }
+  L.w = to_param(be, m.f32);
+  L.q = {ops::WeightType::kF32, L.w.data(), nullptr, n, k, 0};
   return L;
 }
 
-void load_block(DeviceMemory& mem, const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, int64_t l,
+void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, int64_t l,
                 V41Block& B) {
   auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(mem, w.floats(name, shape)); };
   const bool mtp = l >= c.n_layers;
@@ -100,8 +114,8 @@ void load_block(DeviceMemory& mem, const V41Config& c, const WeightLoader& w, io
   B.wq_b = load_linear(mem, w, a + "wq_b", H * hd, c.q_lora_rank);
   B.wkv = load_linear(mem, w, a + "wkv", hd, D);
   B.kv_norm = F(a + "kv_norm.weight", {hd});
-  B.wo_a = load_linear(mem, w, a + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);
-  B.wo_a.quant = false;  // the reference dequantizes wo_a to bf16 at load and runs it without act quant
+  // the reference dequantizes wo_a to bf16 at load and runs it without act quant
+  B.wo_a = load_linear(mem, w, a + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups, true);
   B.wo_b = load_linear(mem, w, a + "wo_b", D, c.o_groups * c.o_lora_rank);
   B.attn_sink = F(a + "attn_sink", {H});
   if (!mtp && c.is_kv_source[l]) {
@@ -152,8 +166,8 @@ void load_block(DeviceMemory& mem, const V41Config& c, const WeightLoader& w, io
     if (s == c.n_mtp_layers - 1) {
       B.final_norm = F(p + "norm.weight", {D});
       B.markov_embed = F(p + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank});
-      B.markov_head = load_linear(mem, w, p + "markov_head.head", c.vocab_size, c.dspark_markov_rank);
-      B.confidence = load_linear(mem, w, p + "confidence_head.proj", 1, D + c.dspark_markov_rank);
+      B.markov_head = load_linear(mem, w, p + "markov_head.head", c.vocab_size, c.dspark_markov_rank, true);
+      B.confidence = load_linear(mem, w, p + "confidence_head.proj", 1, D + c.dspark_markov_rank, true);
     }
   }
 }
@@ -229,12 +243,8 @@ std::vector<float> V41Model::host(const float* p, int64_t n) const {
 }
 
 void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16) {
-  if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per 32) then the block-scaled GEMM
-    Workspace::Scope scope(ws_);
-    Tensor xq = ws_.f32({m, W.k});
-    be_.copy(xq.data, x, xq.bytes());
-    be_.fake_quant_fp8(xq.f32(), m, W.k, c_.fp8_block);
-    be_.linear_kblocked(xq.f32(), m, W.k, W.w.data(), W.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
+  if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per fp8_block) then the block-scaled GEMM
+    be_.linear_quant(x, m, W.q, c_.fp8_block, y);
   } else {
     be_.linear(x, m, W.k, W.w.data(), W.n, y);
   }

@@ -32,8 +32,12 @@ struct Param {
   bool empty() const { return size == 0; }
 };
 
-struct V41Linear {  // [n, k] fp32 (dequantized); quant = stored FP8/FP4 -> activations FP8-quantized first
-  Param w;
+// A projection: quant = stored FP8/FP4 and run as the reference's quantized linear (activations
+// FP8-quantized first). w holds the backend's format (ops::Backend::weight_format): the stored bytes
+// with `scale` (the GPU), or fp32 values (the CPU, and every plain linear); q is what the ops read.
+struct V41Linear {
+  Param w, scale;
+  ops::QWeight q;
   int64_t n = 0, k = 0;
   bool quant = false;
 };

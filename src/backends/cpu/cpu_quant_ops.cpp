@@ -1,0 +1,54 @@
+// The CPU backend's quantized linear: the reference's act_quant + block-scaled GEMM on dequantized
+// weights. The CPU keeps weights dequantized (weight_format: kF32); a stored-format QWeight is
+// dequantized for the call.
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace deepinfer::cpu {
+
+void dequantize(const ops::QWeight& w, float* out) {
+  const int64_t n = w.n, k = w.k;
+  switch (w.type) {
+    case ops::WeightType::kF32:
+      std::memcpy(out, w.data, static_cast<size_t>(n * k) * sizeof(float));
+      return;
+    case ops::WeightType::kFp8Block: {
+      const auto* q = static_cast<const uint8_t*>(w.data);
+      const int64_t gk = (k + w.block - 1) / w.block;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          out[r * k + c] = e4m3_to_float(q[r * k + c]) * w.scale[(r / w.block) * gk + c / w.block];
+      return;
+    }
+    case ops::WeightType::kMxfp4: {
+      const auto* q = static_cast<const uint8_t*>(w.data);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; c += 2) {
+          const uint8_t byte = q[r * (k / 2) + c / 2];
+          const float s = w.scale[r * (k / 32) + c / 32];
+          out[r * k + c] = e2m1_to_float(byte & 0xf) * s;
+          out[r * k + c + 1] = e2m1_to_float(byte >> 4) * s;
+        }
+      return;
+    }
+  }
+  fail("dequantize: unknown weight type");
+}
+
+void CpuBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {
+  std::vector<float> xq(x, x + m * w.k), wf;
+  fake_quant_fp8(xq.data(), m, w.k, act_block);
+  const float* wd = static_cast<const float*>(w.data);
+  if (w.type != ops::WeightType::kF32) {
+    wf.resize(w.n * w.k);
+    dequantize(w, wf.data());
+    wd = wf.data();
+  }
+  linear_kblocked(xq.data(), m, w.k, wd, w.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
+}
+
+}  // namespace deepinfer::cpu
