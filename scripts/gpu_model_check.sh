@@ -36,7 +36,7 @@ for t in backends_cuda_test parallel_nccl_communicator_test; do
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
-for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens; do
+for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens speculation_v41_test; do
   run "$t-cuda" "$(find_bin $t)"
 done
 grep -hE '^\[v41\]' "$out"/test_v41_goldens-cuda.log | head -60
@@ -56,6 +56,8 @@ if [[ -n "$cli" && -n "${DEMO_TOKENIZER:-}" ]]; then
     "$cli" generate --model "$demo" --device $dev --prompt "The capital of France is" --max-tokens 48 \
       --temperature 0 --ignore-eos --json >"$out/generate-$dev.json" 2>"$out/generate-$dev.err" || { rc=1; tail -3 "$out/generate-$dev.err"; }
     python3 -c "import time,sys; print('generate $dev: %.2f s' % (time.time() - float(sys.argv[1])))" "$t0"
+    "$cli" generate --model "$demo" --device $dev --prompt "The capital of France is" --max-tokens 48 \
+      --temperature 0 --ignore-eos --speculative 3 --json >"$out/spec-$dev.json" 2>"$out/spec-$dev.err" || { rc=1; tail -3 "$out/spec-$dev.err"; }
     "$cli" forward --model "$demo" --device $dev --input-ids 0,1000,2000,3000,4000,5000,6000,7000,8000,9000,10000,11000 \
       --output "$out/forward-$dev.safetensors" >/dev/null 2>"$out/forward-$dev.err" || { rc=1; tail -3 "$out/forward-$dev.err"; }
   done
@@ -70,6 +72,10 @@ print(f"demo forward cpu vs cuda: {a.shape} mean|d|={d.mean():.3e} max|d|={d.max
 tok = [json.loads(open(f"{out}/generate-{d}.json").readline())["token_ids"] for d in ("cpu", "cuda")]
 same = sum(p == q for p, q in zip(*tok))
 print(f"demo greedy cpu vs cuda: {same}/{len(tok[0])} tokens equal")
+spec = [json.loads(open(f"{out}/spec-{d}.json").readline()) for d in ("cpu", "cuda")]
+for d, sp in zip(("cpu", "cuda"), spec):
+    print(f"demo greedy with DSpark on {d}: {'equal to' if sp['token_ids'] == tok[0] else 'DIFFERENT from'} plain decoding;"
+          f" metrics {json.dumps(sp.get('metrics', {}).get('speculative', {}))[:200]}")
 PY
 fi
 b="$(find_bin bench_v41_batch)"
