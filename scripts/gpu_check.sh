@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: builds DeepInfer with the CUDA backend, runs the CUDA backend tests
-# (every op against the CPU reference), optionally under compute-sanitizer, then the op benchmark, and
-# prints a short table. Logs go to $OUT (or ./gpu_check_out) when set.
+# On a machine with an NVIDIA GPU: builds DeepInfer with the CUDA backend, runs the op table (every op
+# against the CPU reference) and the CUDA backend tests, optionally the op table under compute-sanitizer,
+# then the op benchmark, and prints a short table. Logs go to $OUT (or ./gpu_check_out) when set.
 #   DEEPINFER_SKIP_DEPS=1      skip apt (set automatically when the build tools are already present)
 #   GPU_CHECK_SANITIZE=1       also run the tests under compute-sanitizer memcheck
 #   GPU_CHECK_BENCH_ARGS=...   arguments for bench_cuda_ops (e.g. --quick)
@@ -14,7 +14,7 @@
 # lacks at least one of them (seen 2026-11-29); fetch them on a networked machine with
 #   mkdir -p .gpu_deps && (cd .gpu_deps && apt-get download nlohmann-json3-dev libgtest-dev libonig-dev libonig5)
 # and carry .gpu_deps (git-ignored via .git/info/exclude). If the build there fails, binaries copied
-# into .gpu_prebuilt/ (backends_cuda_test, bench_cuda_ops) are run instead.
+# into .gpu_prebuilt/ (backends_ops_test, backends_cuda_test, bench_cuda_ops) are run instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu_check_out}"
@@ -45,18 +45,19 @@ fi
 echo "== build"
 t0=$(date +%s)
 bin_test="$build_dir/tests/backends/backends_cuda_test"
+bin_ops="$build_dir/tests/backends/backends_ops_test"
 bin_bench="$build_dir/bench/cuda/bench_cuda_ops"
 bin_ktest="$build_dir/tests/backends/backends_cuda_kernels_test"
 bin_kbench="$build_dir/bench/cuda/bench_cuda_kernels"
 if [[ "${GPU_CHECK_PREBUILT:-0}" == 1 ]]; then
   echo "using the binaries carried in .gpu_prebuilt/"
-  bin_test=.gpu_prebuilt/backends_cuda_test; bin_bench=.gpu_prebuilt/bench_cuda_ops
+  bin_test=.gpu_prebuilt/backends_cuda_test; bin_bench=.gpu_prebuilt/bench_cuda_ops; bin_ops=.gpu_prebuilt/backends_ops_test
   bin_ktest=.gpu_prebuilt/backends_cuda_kernels_test; bin_kbench=.gpu_prebuilt/bench_cuda_kernels
 elif ! DEEPINFER_ACCELERATOR=nvidia ./build.sh >"$out/build.log" 2>&1; then
   tail -30 "$out/build.log"
   if [[ -x .gpu_prebuilt/backends_cuda_test ]]; then
     echo "build FAILED here; using the binaries carried in .gpu_prebuilt/"
-    bin_test=.gpu_prebuilt/backends_cuda_test; bin_bench=.gpu_prebuilt/bench_cuda_ops
+    bin_test=.gpu_prebuilt/backends_cuda_test; bin_bench=.gpu_prebuilt/bench_cuda_ops; bin_ops=.gpu_prebuilt/backends_ops_test
     bin_ktest=.gpu_prebuilt/backends_cuda_kernels_test; bin_kbench=.gpu_prebuilt/bench_cuda_kernels
   else
     echo "build FAILED"; exit 1
@@ -79,11 +80,11 @@ if [[ "${GPU_CHECK_ONLY:-}" == kernels ]]; then
 fi
 
 echo "== tests"
-"$bin_test" 2>&1 | tee "$out/test.log" | grep -E '^\[ (OK|FAILED|  SKIPPED) |PASSED|FAILED|Failure|Expected|Which is' 
+("$bin_ops"; r=$?; "$bin_test" || r=1; exit $r) 2>&1 | tee "$out/test.log" | grep -E '^\[ (OK|FAILED|  SKIPPED) |PASSED|FAILED|Failure|Expected|Which is'
 test_rc=${PIPESTATUS[0]}
 if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin_test" >"$out/memcheck.log" 2>&1
+  timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$bin_ops" >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid' "$out/memcheck.log") invalid accesses)"; tail -3 "$out/memcheck.log"
 fi
 

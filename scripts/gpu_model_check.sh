@@ -32,7 +32,7 @@ run() {  # name, then the command
     "$(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
   [[ $r == 0 ]] || { rc=1; grep -E 'Failure|Expected|Which is|error|FAILED' "$out/$name.log" | head -20; }
 }
-for t in backends_cuda_test parallel_nccl_communicator_test; do
+for t in backends_ops_test backends_cuda_test parallel_nccl_communicator_test; do
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda

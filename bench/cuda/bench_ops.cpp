@@ -210,10 +210,7 @@ int main(int argc, char** argv) try {
     double flops = 4.0 * tokens * heads * k * dim;  // q.k and p.v, one FMA = 2 FLOPs each
     std::string shape = "t" + std::to_string(tokens) + " h64 d512 k640";
     struct Variant { int kind; const char* name; };
-    const Variant variants[] = {{CudaBackend::kAttnPerHead, "sparse_attn per-head"},
-                                {CudaBackend::kAttnGrouped, "sparse_attn 8-head grp"},
-                                {CudaBackend::kAttnTiled2, "sparse_attn tiled 2hx4w"},
-                                {CudaBackend::kAttnTiled4x4, "sparse_attn tiled 4hx4w"},
+    const Variant variants[] = {{CudaBackend::kAttnTiled4x4, "sparse_attn tiled 4hx4w"},
                                 {CudaBackend::kAttnAuto, "sparse_attn tiled 4hx8w"}};
     for (const Variant& v : variants) {
       be.set_attention_kernel(v.kind);

@@ -104,83 +104,8 @@ __device__ void attn_merge(const float* m_w, const float* l_w, const float* acc,
   }
 }
 
-// Fast path: dim == 128 * NV (NV <= 8); each lane holds 4*NV channels of q, of the current row and of
-// its accumulator in registers, loaded as float4.
-template <int NV>
-__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_vec_kernel(
-    const float* __restrict__ q, int64_t heads, const float* __restrict__ pool, const int32_t* __restrict__ idx,
-    int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
-  constexpr int64_t dim = 128 * NV;
-  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
-  __shared__ __align__(16) float acc_s[kAttnWarps * dim];
-  const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float4* qv = reinterpret_cast<const float4*>(q + a * dim);
-  float4 qr[NV], acc[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    qr[i] = qv[lane + 32 * i];
-    acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  const int32_t* it = idx + t * k;
-  float m = -kInf, l = 0.0f;
-  // Two rows per step (j and j + kAttnWarps) so that two gathers are in flight per warp.
-  for (int64_t j = warp; j < k; j += 2 * kAttnWarps) {
-    const int32_t row0 = it[j];
-    const int32_t row1 = j + kAttnWarps < k ? it[j + kAttnWarps] : -1;
-    if (row0 < 0 && row1 < 0) continue;  // uniform across the warp
-    const float4* p0 = reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row0 < 0 ? 0 : row0) * dim);
-    const float4* p1 = reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row1 < 0 ? 0 : row1) * dim);
-    float4 v0[NV], v1[NV];
-    float d0 = 0.0f, d1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      v0[i] = row0 >= 0 ? __ldg(p0 + lane + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v1[i] = row1 >= 0 ? __ldg(p1 + lane + 32 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      d0 += qr[i].x * v0[i].x + qr[i].y * v0[i].y + qr[i].z * v0[i].z + qr[i].w * v0[i].w;
-      d1 += qr[i].x * v1[i].x + qr[i].y * v1[i].y + qr[i].z * v1[i].z + qr[i].w * v1[i].w;
-    }
-    d0 = warp_sum(d0);
-    d1 = warp_sum(d1);
-    const float s0 = row0 >= 0 ? scale * d0 : -kInf;
-    const float s1 = row1 >= 0 ? scale * d1 : -kInf;
-    float m_new = m < s0 ? s0 : m;
-    m_new = m_new < s1 ? s1 : m_new;  // finite: at least one row is valid
-    const float corr = expf(m - m_new);  // 0 while m = -inf
-    const float e0 = expf(s0 - m_new), e1 = expf(s1 - m_new);  // 0 for an invalid row
-    l = l * corr + e0 + e1;
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      acc[i].x = acc[i].x * corr + e0 * v0[i].x + e1 * v1[i].x;
-      acc[i].y = acc[i].y * corr + e0 * v0[i].y + e1 * v1[i].y;
-      acc[i].z = acc[i].z * corr + e0 * v0[i].z + e1 * v1[i].z;
-      acc[i].w = acc[i].w * corr + e0 * v0[i].w + e1 * v1[i].w;
-    }
-    m = m_new;
-  }
-  float4* accw = reinterpret_cast<float4*>(acc_s + warp * dim);
-#pragma unroll
-  for (int i = 0; i < NV; ++i) accw[lane + 32 * i] = acc[i];
-  if (lane == 0) {
-    m_s[warp] = m;
-    l_s[warp] = l;
-  }
-  __syncthreads();
-  attn_merge(m_s, l_s, acc_s, dim, sink[h], dim, out + a * dim);
-}
-
-// Head-grouped path: one block per (token, 8 heads); all heads of a token gather the same rows, so
-// the block stages kAttnTileRows rows in shared memory once and each warp serves 2 heads. Per tile a
-// lane computes 32 partial dots (16 rows x 2 heads) with independent FMA chains, one transposing
-// butterfly (31 shuffles) leaves lane L with the full score of (head L / 16, row L % 16), the softmax
-// runs once per tile (one expf per lane), and the P.V update broadcasts each p by one shuffle.
-// (Run 2 showed the one-score-at-a-time form latency-bound on its shuffle/expf chain.)
-constexpr int kAttnTileRows = 16, kAttnHeadsPerWarp = 2, kAttnGroupHeads = kAttnWarps * kAttnHeadsPerWarp;
-static_assert(kAttnTileRows * kAttnHeadsPerWarp == 32 && kAttnHeadsPerWarp == 2, "one score per lane per tile");
-
+// The tiled kernel's transposing reduction: lane L ends with the full sum of element L of 32
+// per-lane partial vectors.
 // One butterfly stage of the transposing reduction over d[0 .. 2*OFF).
 template <int OFF>
 __device__ __forceinline__ void transpose_reduce_stage(float (&d)[32], int lane) {
@@ -190,125 +115,6 @@ __device__ __forceinline__ void transpose_reduce_stage(float (&d)[32], int lane)
     const float send = upper ? d[i] : d[i + OFF];
     const float keep = upper ? d[i + OFF] : d[i];
     d[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
-  }
-}
-
-template <int NV>
-__global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_grouped_kernel(
-    const float* __restrict__ q, int64_t heads, const float* __restrict__ pool, const int32_t* __restrict__ idx,
-    int64_t k, const float* __restrict__ sink, float scale, float* __restrict__ out) {
-  constexpr int HPW = kAttnHeadsPerWarp, R = kAttnTileRows, V4 = 32 * NV;  // float4s per row
-  constexpr int64_t dim = 128 * NV;
-  __shared__ float4 tile[R][V4];  // with q_s exactly 48 KB at dim 512 (the static limit)
-  const int64_t groups = heads / kAttnGroupHeads;
-  const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * kAttnGroupHeads;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int my_h = lane / R, my_r = lane % R;  // the (head, row) whose score this lane ends up holding
-  __shared__ float4 q_s[kAttnWarps][HPW][V4];  // q in shared memory keeps registers for the 32 scores
-  float4 acc[HPW][NV];
-  float m[HPW], l[HPW];  // identical in every lane
-#pragma unroll
-  for (int hh = 0; hh < HPW; ++hh) {
-    const float4* qv = reinterpret_cast<const float4*>(q + ((t * heads) + h0 + warp * HPW + hh) * dim);
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      q_s[warp][hh][lane + 32 * i] = qv[lane + 32 * i];
-      acc[hh][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    m[hh] = -kInf;
-    l[hh] = 0.0f;
-  }
-  __syncwarp();
-  const int32_t* it = idx + t * k;
-  for (int64_t j0 = 0; j0 < k; j0 += R) {
-    for (int e = threadIdx.x; e < R * V4; e += blockDim.x) {
-      const int r = e / V4, c = e % V4;
-      const int32_t row = j0 + r < k ? it[j0 + r] : -1;
-      tile[r][c] = row >= 0 ? __ldg(reinterpret_cast<const float4*>(pool + static_cast<int64_t>(row) * dim) + c)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    __syncthreads();
-    float d[32];  // d[hh * R + r]: this lane's partial of <q_hh, row r>
-#pragma unroll
-    for (int e = 0; e < 32; ++e) d[e] = 0.0f;
-#pragma unroll 1
-    for (int i = 0; i < NV; ++i) {
-      const float4 q0 = q_s[warp][0][lane + 32 * i], q1 = q_s[warp][1][lane + 32 * i];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float4 v = tile[r][lane + 32 * i];
-        d[r] = fmaf(q0.x, v.x, fmaf(q0.y, v.y, fmaf(q0.z, v.z, fmaf(q0.w, v.w, d[r]))));
-        d[R + r] = fmaf(q1.x, v.x, fmaf(q1.y, v.y, fmaf(q1.z, v.z, fmaf(q1.w, v.w, d[R + r]))));
-      }
-    }
-    transpose_reduce_stage<16>(d, lane);
-    transpose_reduce_stage<8>(d, lane);
-    transpose_reduce_stage<4>(d, lane);
-    transpose_reduce_stage<2>(d, lane);
-    transpose_reduce_stage<1>(d, lane);
-    const bool valid = j0 + my_r < k && it[j0 + my_r] >= 0;
-    const float sc = valid ? scale * d[0] : -kInf;
-    float tm = sc;  // the tile's max per head, over the 16 lanes of that head
-#pragma unroll
-    for (int o = R / 2; o > 0; o >>= 1) {
-      const float w = __shfl_xor_sync(0xffffffffu, tm, o);
-      tm = tm < w ? w : tm;
-    }
-    float corr[HPW], mine = 0.0f;
-#pragma unroll
-    for (int hh = 0; hh < HPW; ++hh) {
-      const float th = __shfl_sync(0xffffffffu, tm, hh * R);
-      const float mn = m[hh] < th ? th : m[hh];
-      corr[hh] = mn == -kInf ? 1.0f : expf(m[hh] - mn);  // nothing valid yet: keep the zeros
-      m[hh] = mn;
-      if (hh == my_h) mine = mn;
-    }
-    const float p = valid ? expf(sc - mine) : 0.0f;
-    float ps = p;
-#pragma unroll
-    for (int o = R / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-#pragma unroll
-    for (int hh = 0; hh < HPW; ++hh) {
-      l[hh] = l[hh] * corr[hh] + __shfl_sync(0xffffffffu, ps, hh * R);
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        acc[hh][i].x *= corr[hh];
-        acc[hh][i].y *= corr[hh];
-        acc[hh][i].z *= corr[hh];
-        acc[hh][i].w *= corr[hh];
-      }
-    }
-#pragma unroll 2
-    for (int r = 0; r < R; ++r) {
-      if (j0 + r >= k || it[j0 + r] < 0) continue;  // uniform across the block
-      float4 v[NV];
-#pragma unroll
-      for (int i = 0; i < NV; ++i) v[i] = tile[r][lane + 32 * i];
-#pragma unroll
-      for (int hh = 0; hh < HPW; ++hh) {
-        const float pr = __shfl_sync(0xffffffffu, p, hh * R + r);
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-          acc[hh][i].x = fmaf(pr, v[i].x, acc[hh][i].x);
-          acc[hh][i].y = fmaf(pr, v[i].y, acc[hh][i].y);
-          acc[hh][i].z = fmaf(pr, v[i].z, acc[hh][i].z);
-          acc[hh][i].w = fmaf(pr, v[i].w, acc[hh][i].w);
-        }
-      }
-    }
-    __syncthreads();  // the tile is overwritten next
-  }
-#pragma unroll
-  for (int hh = 0; hh < HPW; ++hh) {
-    const int64_t h = h0 + warp * HPW + hh;
-    const float sk = sink[h];
-    const float M = sk < m[hh] ? m[hh] : sk;
-    const float f = m[hh] == -kInf ? 0.0f : expf(m[hh] - M);
-    const float g = f / (l[hh] * f + expf(sk - M));
-    float4* o = reinterpret_cast<float4*>(out + (t * heads + h) * dim);
-#pragma unroll
-    for (int i = 0; i < NV; ++i)
-      o[lane + 32 * i] = make_float4(acc[hh][i].x * g, acc[hh][i].y * g, acc[hh][i].z * g, acc[hh][i].w * g);
   }
 }
 
@@ -845,14 +651,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
 
 // ================================================================ CudaBackend
 
-bool device_available() {
+int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool device_available() { return device_count() > 0; }
 
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (device >= 0) check_cuda(cudaSetDevice(device), "cudaSetDevice");
@@ -874,7 +682,6 @@ CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
-void CudaBackend::set_attention_head_groups(bool on) { impl_->attention_kernel = on ? kAttnAuto : kAttnPerHead; }
 void CudaBackend::set_attention_kernel(int kind) { impl_->attention_kernel = kind; }
 void CudaBackend::set_linear_gemv(bool on) { impl_->linear_gemv = on; }
 
@@ -982,50 +789,16 @@ void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads
   const unsigned grid = static_cast<unsigned>(blocks);
   const int threads = kAttnWarps * 32;
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = dim % 128 == 0 && dim <= 1024 && aligned16(q) && aligned16(pool) && aligned16(out);
-  const int kind = impl_->attention_kernel;
-  // Tiled kernels (the default): stages of gathered rows, q and the token's indices in shared memory.
-  if (vec && dim <= 512 && k > 0 && (kind == kAttnAuto || kind >= kAttnTiled2)) {
+  const bool tiled = dim % 128 == 0 && dim <= 512 && aligned16(q) && aligned16(pool) && aligned16(out);
+  // The tiled kernel (4 heads per warp; 8 warps when heads % 32 == 0, else 4 when heads % 16 == 0),
+  // else the generic one.
+  if (tiled && k > 0) {
     const int mx = impl_->max_smem_optin;
     cudaStream_t st = impl_->stream;
-    if (kind == kAttnAuto &&
+    if (impl_->attention_kernel == kAttnAuto &&
         launch_tiled_nv<4, 8>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out))
       return;
-    if (kind != kAttnTiled2 &&
-        launch_tiled_nv<4, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out))
-      return;
-    if (launch_tiled_nv<2, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out)) return;
-  }
-  if (vec && kind != kAttnPerHead && heads % kAttnGroupHeads == 0 && dim <= 512) {
-    const unsigned ggrid = static_cast<unsigned>(tokens * (heads / kAttnGroupHeads));
-    switch (dim / 128) {
-      case 1: sparse_attention_grouped_kernel<1><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
-      case 2: sparse_attention_grouped_kernel<2><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
-      case 3: sparse_attention_grouped_kernel<3><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
-      case 4: sparse_attention_grouped_kernel<4><<<ggrid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, out); break;
-    }
-    check_launch("sparse_attention_grouped_kernel");
-    return;
-  }
-  if (vec) {
-    switch (dim / 128) {
-#define DEEPINFER_ATTN_CASE(NV)                                                                              \
-  case NV:                                                                                                   \
-    sparse_attention_vec_kernel<NV><<<grid, threads, 0, impl_->stream>>>(q, heads, pool, idx, k, sink, scale, \
-                                                                         out);                               \
-    break;
-      DEEPINFER_ATTN_CASE(1)
-      DEEPINFER_ATTN_CASE(2)
-      DEEPINFER_ATTN_CASE(3)
-      DEEPINFER_ATTN_CASE(4)
-      DEEPINFER_ATTN_CASE(5)
-      DEEPINFER_ATTN_CASE(6)
-      DEEPINFER_ATTN_CASE(7)
-      DEEPINFER_ATTN_CASE(8)
-#undef DEEPINFER_ATTN_CASE
-    }
-    check_launch("sparse_attention_vec_kernel");
-    return;
+    if (launch_tiled_nv<4, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out)) return;
   }
   const size_t smem = static_cast<size_t>(1 + kAttnWarps) * dim * sizeof(float);
   check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention: dim ", dim,

@@ -10,8 +10,9 @@
 
 namespace deepinfer::cuda {
 
-// True when the CUDA runtime sees at least one device (never throws).
+// True when the CUDA runtime sees at least one device; the number it sees (0 on error). Never throw.
 bool device_available();
+int device_count();
 
 class CudaBackend final : public ops::Backend {
  public:
@@ -112,17 +113,12 @@ class CudaBackend final : public ops::Backend {
   static constexpr int64_t kLinearBf16GemvMaxM = 4;
   void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y);
 
-  // sparse_attention kernel choice, for tests and benchmarks. kAttnAuto (default): the tiled kernel
-  // (gathered rows staged once per block in shared memory, cp.async-pipelined; 32, 16 or 8 heads per
-  // block) when dim is 128..512 in steps of 128 and heads % 8 == 0, else the per-head kernel.
-  // kAttnPerHead: one block per (token, head). kAttnGrouped: the run-3 8-head kernel (unpipelined
-  // gather). kAttnTiled2 / kAttnTiled4x4: the tiled kernel with 2 heads per warp and 4 warps, or 4
-  // heads per warp and 4 warps (auto takes 4 heads per warp and 8 warps when heads % 32 == 0). A choice
-  // that does not fit the shape falls back along tiled -> grouped -> per-head -> generic.
-  enum : int { kAttnAuto = 0, kAttnPerHead = 1, kAttnGrouped = 2, kAttnTiled2 = 3, kAttnTiled4x4 = 4 };
+  // sparse_attention kernel choice, for benchmarks. kAttnAuto (default): the tiled kernel (gathered rows
+  // staged in shared memory, cp.async-pipelined; 4 heads per warp, 8 warps when heads % 32 == 0, else
+  // 4) when dim is 128..512 in steps of 128, heads % 16 == 0 and k > 0, else the generic kernel.
+  // kAttnTiled4x4: the tiled kernel with 4 warps also where auto takes 8.
+  enum : int { kAttnAuto = 0, kAttnTiled4x4 = 1 };
   void set_attention_kernel(int kind);
-  // true = kAttnAuto, false = kAttnPerHead.
-  void set_attention_head_groups(bool on);
   // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing with it); default true.
   void set_linear_gemv(bool on);
 

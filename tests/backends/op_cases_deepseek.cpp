@@ -1,0 +1,200 @@
+// Op-table cases (op_table.h) for device memory, data movement and the DeepSeek ops (MoE, indexer,
+// Engram). Selections (top-k) must match the CPU's torch_topk bit for bit on inputs full of exact ties
+// (bf16 levels), with -1 indices, -inf scores, k = n and empty widths.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "op_table.h"
+
+namespace deepinfer::optest {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+std::vector<OpCase> deepseek_op_cases() {
+  std::vector<OpCase> c;
+  c.push_back({"allocate,release,upload,download,copy,zero", "memory", 0, [](OpRun& r) {
+                 std::vector<uint8_t> a(1000);
+                 for (auto& x : a) x = static_cast<uint8_t>(r.rng()());
+                 uint8_t* src = r.in(a);
+                 uint8_t* dst = r.out<uint8_t>("copy + zero", 1000);
+                 r.backend().copy(dst, src, 1000);
+                 r.backend().zero(dst + 100, 50);
+                 r.backend().copy(dst, src, 0);
+                 r.backend().zero(dst, 0);
+               }});
+  c.push_back({"copy_rows", "copy_rows", 0, [](OpRun& r) {
+                 for (int64_t width : {0, 1, 33, 300}) {
+                   const int64_t n = 37, rows = 50;
+                   const float* src = r.in(r.uniform(rows * width));
+                   std::vector<int32_t> si(n), di(rows);
+                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
+                   std::iota(di.begin(), di.end(), 0);
+                   std::shuffle(di.begin(), di.end(), r.rng());  // distinct destination rows
+                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   for (int mode = 0; mode < 4; ++mode) {
+                     float* dst = r.inout(label("w", width) + label(" mode ", mode),
+                                          r.uniform(rows * width));
+                     r.backend().copy_rows(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
+                                           mode & 2 ? r.in(di) : nullptr);
+                   }
+                 }
+               }});
+  c.push_back({"copy_2d,fill,scale,add", "copy_fill_scale_add", 0, [](OpRun& r) {
+                 const int64_t rows = 9, width = 13, sld = 20, dld = 17;
+                 const float* src = r.in(r.uniform(rows * sld));
+                 r.backend().copy_2d(src, sld, rows, width, r.inout("copy_2d", r.uniform(rows * dld)), dld);
+                 for (int64_t n : {0, 1, 1000, 70001}) {
+                   float* x = r.inout(label("scale + add ", n), r.uniform(n));
+                   r.backend().scale(x, n, 0.37f);
+                   r.backend().add(x, r.in(r.uniform(n)), n);
+                   r.backend().fill(r.out<float>(label("fill ", n), n), n, -2.5f);
+                 }
+               }});
+  c.push_back({"argmax", "argmax", 0, [](OpRun& r) {
+                 for (int64_t n : {1, 7, 300, 129280}) {
+                   const int64_t rows = 6;
+                   auto x = r.levels(rows * n, 5);  // ties: the first maximum wins
+                   if (n > 1) {
+                     x[1 * n + n / 2] = std::numeric_limits<float>::quiet_NaN();  // never the answer
+                     x[2 * n] = std::numeric_limits<float>::quiet_NaN();          // the answer (nothing is above it)
+                     std::fill_n(x.begin() + 3 * n, n, -kInf);
+                     x[4 * n + n - 1] = kInf;
+                   }
+                   r.backend().argmax(r.in(x), rows, n, r.out<int32_t>(label("n ", n), rows));
+                 }
+               }});
+  c.push_back({"hc_mean", "hc_mean", 0, [](OpRun& r) {
+                 const int64_t rows = 19, hc = 4, dim = 300, ld = 310;
+                 r.backend().hc_mean(r.in(r.uniform(rows * hc * dim, -3, 3)), rows, hc, dim,
+                                     r.inout("out", std::vector<float>(rows * ld, 0.5f)), ld);
+               }});
+  // bf16 outputs after exp: libm's and CUDA's expf may differ in the last bit and flip a rounding.
+  c.push_back({"softmax_pool_v41", "softmax_pool_v41", 4e-3, [](OpRun& r) {
+                 for (int64_t slots : {1, 8, 128}) {
+                   const int64_t windows = 11, channels = 130;
+                   auto score = r.uniform(windows * slots * channels, -4, 4);
+                   for (size_t i = 0; i < score.size(); i += 3) score[i] = -kInf;  // weight 0 (all -inf: NaN)
+                   r.backend().softmax_pool_v41(r.in(r.uniform(windows * slots * channels)), r.in(score), windows,
+                                                slots, channels,
+                                                r.out<float>(label("slots ", slots), windows * channels));
+                 }
+               }});
+  // Logits and biases on a few levels: many experts tie exactly; both top-k paths (k * 64 <= E or not).
+  c.push_back({"moe_route", "moe_route", 1e-6, [](OpRun& r) {
+                 using SF = ops::Backend::ScoreFunc;
+                 struct Case { int64_t E, k; SF f; bool normalize, bias, image, scores; };
+                 for (Case s : {Case{256, 8, SF::kSqrtSoftplus, true, true, true, true},
+                                Case{384, 6, SF::kSigmoid, true, true, false, true},
+                                Case{64, 64, SF::kSoftmax, false, false, false, true},
+                                Case{16, 1, SF::kSoftmax, true, true, false, false},
+                                Case{72, 6, SF::kSoftmax, true, false, true, false}}) {
+                   const int64_t n = 200;
+                   const float* logits = r.in(r.levels(n * s.E, 9, 0.5f));
+                   const float* bias = s.bias ? r.in(r.levels(s.E, 3, 0.25f)) : nullptr;
+                   const float* bias_vl = r.in(r.levels(s.E, 3, 0.25f));
+                   std::vector<uint8_t> image(n);
+                   for (auto& b : image) b = r.chance(3);
+                   const std::string name = label("E", s.E) + label(" k", s.k);
+                   r.backend().moe_route(logits, n, s.E, bias, bias_vl, s.image ? r.in(image) : nullptr,
+                                         {s.f, 1.5f, s.k, s.normalize, 2.5f}, r.out<int32_t>(name + " sel", n * s.k),
+                                         r.out<float>(name + " weight", n * s.k),
+                                         s.scores ? r.out<float>(name + " scores", n * s.E) : nullptr);
+                 }
+               }});
+  c.push_back({"moe_combine", "moe_combine", 0, [](OpRun& r) {
+                 for (bool shared : {true, false}) {
+                   const int64_t n = 23, k = 7, dim = 257, slots = 40;
+                   std::vector<int32_t> slot(n * k);
+                   for (auto& s : slot) s = r.chance(4) ? -1 : r.below(slots);
+                   r.backend().moe_combine(r.in(r.uniform(slots * dim)), r.in(slot), n, k, dim,
+                                           shared ? r.in(r.uniform(n * dim)) : nullptr,
+                                           r.out<float>(shared ? "shared" : "no shared", n * dim));
+                 }
+               }});
+  // bf16 roundings of fp32 dots: a fused multiply-add elsewhere can flip one.
+  c.push_back({"index_scores", "index_scores", 1e-2, [](OpRun& r) {
+                 const int64_t tokens = 12, heads = 16, dim = 128, nkeys = 300, ld = 260;
+                 std::vector<int32_t> key_rows(nkeys * 2), key_begin(tokens), width(tokens), visible(tokens);
+                 for (auto& k : key_rows) k = r.below(nkeys);
+                 for (int64_t t = 0; t < tokens; ++t) {  // runs of tokens over one sequence's keys; widths 0, ld, 77
+                   const int64_t seq = t / 4;
+                   key_begin[t] = static_cast<int32_t>(seq * 100);
+                   width[t] = seq == 0 ? 0 : seq == 1 ? static_cast<int32_t>(ld) : 77;
+                   visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
+                 }
+                 r.backend().index_scores(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
+                                          tokens, heads, dim, r.in(r.uniform(nkeys * dim)), r.in(key_rows),
+                                          r.in(key_begin), r.in(width), r.in(visible), ld,
+                                          r.out<float>("scores", tokens * ld));
+               }});
+  c.push_back({"candidate_mask,index_select", "candidate_mask_index_select", 0, [](OpRun& r) {
+                 for (int64_t ld : {70, 600, 4096}) {
+                   const int64_t tokens = 40, block = 8, nb = (ld + block - 1) / block, K = 96;
+                   auto s = r.levels(tokens * ld, 6);
+                   for (auto& x : s)
+                     if (r.chance(5)) x = -kInf;
+                   std::vector<int32_t> width(tokens), clen(tokens), ranked(tokens), visible(tokens), topk(tokens);
+                   for (int64_t t = 0; t < tokens; ++t) {
+                     width[t] = t == 0 ? 0 : t == 1 ? static_cast<int32_t>(ld) : r.below(ld + 1);
+                     clen[t] = t % 5 == 0 ? 0 : r.below(width[t] + 1);
+                     ranked[t] = t % 3 == 0 ? static_cast<int32_t>(nb) : r.below(nb + 1);
+                   }
+                   const float* ds = r.in(s);
+                   const std::string l = label("ld ", ld);
+                   uint8_t* mask = r.out<uint8_t>(l + " mask", tokens * ld);
+                   r.backend().candidate_mask(ds, tokens, ld, r.in(width), r.in(clen), r.in(ranked), block, 5, mask);
+                   for (int64_t t = 0; t < tokens; ++t) {  // k = n (topk = ranked), ranked 0, visible < ranked
+                     ranked[t] = t % 4 == 0 ? static_cast<int32_t>(ld) : r.below(ld + 1);
+                     topk[t] = t % 7 == 0 ? ranked[t] : t % 7 == 1 ? static_cast<int32_t>(K)
+                                                                  : r.below(std::min<int64_t>(K, ld) + 1);
+                     topk[t] = std::min<int32_t>(topk[t], K);
+                     visible[t] = t % 2 ? ranked[t] : r.below(ranked[t] + 1);
+                   }
+                   for (bool with_mask : {false, true})
+                     r.backend().index_select(ds, with_mask ? mask : nullptr, tokens, ld, r.in(ranked), r.in(visible),
+                                              r.in(topk), K,
+                                              r.out<int32_t>(l + (with_mask ? " sel masked" : " sel"), tokens * K));
+                 }
+               }});
+  c.push_back({"lookup_rows", "lookup_rows", 0, [](OpRun& r) {
+                 const int64_t tokens = 9, k = 33, out_ld = 40, table_n = 500;
+                 std::vector<int32_t> in(tokens * k), table(table_n), begin(tokens);
+                 for (auto& t : table) t = r.below(1 << 20);
+                 for (auto& b : begin) b = r.below(table_n - 100);
+                 for (auto& x : in) x = r.chance(6) ? -1 : r.below(100);
+                 r.backend().lookup_rows(r.in(in), tokens, k, r.in(table), r.in(begin),
+                                         r.inout("out", std::vector<int32_t>(tokens * out_ld, 7)), out_ld);
+               }});
+  c.push_back({"embedding_fp8", "embedding_fp8", 0, [](OpRun& r) {
+                 const int64_t rows = 1000, dim = 96, n = 57;
+                 std::vector<uint8_t> table(rows * dim), scale(rows * dim / 32);
+                 for (auto& b : table) b = static_cast<uint8_t>(r.rng()());  // NaN bytes included
+                 for (auto& b : scale) b = static_cast<uint8_t>(110 + r.below(30));
+                 std::vector<int64_t> ids(n);
+                 for (auto& i : ids) i = r.below(rows);
+                 r.backend().embedding_fp8(r.host(table), r.host(scale), dim, r.in(ids), n,
+                                           r.out<float>("rows", n * dim));
+               }});
+  // bf16 outputs (x + gate * value): a one-ulp difference in the gate can flip a rounding.
+  c.push_back({"engram_gate", "engram_gate", 2e-3, [](OpRun& r) {
+                 const int64_t n = 13, hc = 4, dim = 512;
+                 const auto x = r.uniform(n * hc * dim, -2, 2);
+                 const float* kv = r.in(r.uniform(n * (hc + 1) * dim));
+                 const float* qk = r.in(r.uniform(hc * dim));
+                 std::vector<uint8_t> image(n);
+                 for (auto& b : image) b = r.chance(4);
+                 for (bool with_image : {false, true})
+                   r.backend().engram_gate(r.inout(with_image ? "x image" : "x", x), kv, qk,
+                                           with_image ? r.in(image) : nullptr, n, hc, dim, 1e-6f);
+               }});
+  return c;
+}
+
+}  // namespace deepinfer::optest
