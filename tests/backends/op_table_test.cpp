@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTable, ::testing::ValuesIn(all_cases()),
                            return s;
                          });
 
-// Every pure virtual op of ops::Backend (and DeviceMemory's copies) has at least one case.
+// Every pure virtual op of ops::Backend (and DeviceMemory's) has at least one case.
 TEST(OpTableCoverage, EveryOpHasACase) {
   std::set<std::string> covered;
   for (const OpCase& c : all_cases()) {
@@ -159,15 +159,15 @@ TEST(OpTableCoverage, EveryOpHasACase) {
     std::stringstream text;
     text << f.rdbuf();
     const std::string s = text.str();
-    static const std::regex op(R"(virtual\s+[\w:*& ]+?\b(\w+)\s*\()");
-    for (auto it = std::sregex_iterator(s.begin(), s.end(), op); it != std::sregex_iterator(); ++it) {
+    static const std::regex pure(R"(virtual\s+[^;{]*?\b(\w+)\s*\([^;{]*=\s*0\s*;)");
+    for (auto it = std::sregex_iterator(s.begin(), s.end(), pure); it != std::sregex_iterator(); ++it) {
       const std::string name = (*it)[1];
       if (name == "name" || name == "device") continue;  // accessors, not ops
       ++declared;
       EXPECT_TRUE(covered.count(name)) << name << " (" << header << ") has no case in the op table";
     }
   }
-  EXPECT_GT(declared, 30);
+  EXPECT_GT(declared, 35);
 }
 
 // An allocation no backend can satisfy throws deepinfer::Error and leaves the backend usable.
