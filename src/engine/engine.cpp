@@ -520,8 +520,10 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
     if (next) launch(std::move(next));
     if (!done->failed) {
       process(*done);
+      std::vector<Sequence*> landed;
       for (size_t c = 0; c < done->chunks.size(); ++c)
-        if (done->landed[c] > 0) draft_next(*done->chunks[c].seq);
+        if (done->landed[c] > 0) landed.push_back(done->chunks[c].seq);
+      draft_next(landed);
     }
   }
   collect(outs, include_unfinished);

@@ -114,7 +114,8 @@ class Engine {
   void add_drafts(std::vector<ScheduledChunk>& chunks);
   void verify(const Job& job, size_t first_row, std::vector<sampling::SampleOutput>& out, std::vector<float>& scratch);
   void land_verification(const ScheduledChunk& ch, int emitted);  // rollback of rejected drafts, metrics
-  void draft_next(Sequence& seq);
+  void draft_next(const std::vector<Sequence*>& landed);
+  void take_draft(Sequence& seq, spec::Draft draft);
   RequestOutput make_output(const Request& req) const;
   void collect(std::vector<RequestOutput>& outs, bool include_unfinished);
 

@@ -174,22 +174,52 @@ void Engine::land_verification(const ScheduledChunk& ch, int emitted) {
   stats_.draft_tokens_accepted += accepted;
 }
 
-void Engine::draft_next(Sequence& s) {
-  s.draft.clear();
-  if (!drafter_ || s.finished() || s.status != SeqStatus::Running || !states_.holds(s.id)) return;
-  model::SequenceState* st = states_.state(s.id);
-  if (s.num_computed + 1 != static_cast<int64_t>(s.tokens.size()) || st->length() != s.num_computed) return;
-  if (s.request->params.max_tokens - s.num_output() <= 1 ||
-      options_.max_model_len - static_cast<int64_t>(s.tokens.size()) <= 1)
-    return;  // its next token is its last: nothing to verify
-  spec::Draft d;
-  try {
-    d = drafter_->draft(*st, s.tokens.back());
-  } catch (const std::exception& e) {
-    s.request->error = std::string("drafting failed: ") + e.what();
-    finish(s, "error");
-    return;
+// The sequences that just landed a token get their next drafts, in one drafter call (one flat forward
+// of every draft block). A failing batch is retried sequence by sequence, so an error ends only the
+// request that caused it.
+void Engine::draft_next(const std::vector<Sequence*>& landed) {
+  std::vector<Sequence*> want;
+  std::vector<model::SequenceState*> states;
+  std::vector<int32_t> anchors;
+  for (Sequence* sp : landed) {
+    Sequence& s = *sp;
+    s.draft.clear();
+    if (!drafter_ || s.finished() || s.status != SeqStatus::Running || !states_.holds(s.id)) continue;
+    model::SequenceState* st = states_.state(s.id);
+    if (s.num_computed + 1 != static_cast<int64_t>(s.tokens.size()) || st->length() != s.num_computed) continue;
+    if (s.request->params.max_tokens - s.num_output() <= 1 ||
+        options_.max_model_len - static_cast<int64_t>(s.tokens.size()) <= 1)
+      continue;  // its next token is its last: nothing to verify
+    want.push_back(sp);
+    states.push_back(st);
+    anchors.push_back(s.tokens.back());
   }
+  if (want.empty()) return;
+  std::vector<spec::Draft> drafts;
+  try {
+    drafts = drafter_->draft(states, anchors);
+  } catch (const std::exception&) {
+    drafts.clear();
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    Sequence& s = *want[i];
+    spec::Draft d;
+    if (drafts.size() == want.size()) {
+      d = std::move(drafts[i]);
+    } else {
+      try {
+        d = drafter_->draft(*states[i], anchors[i]);
+      } catch (const std::exception& e) {
+        s.request->error = std::string("drafting failed: ") + e.what();
+        finish(s, "error");
+        continue;
+      }
+    }
+    take_draft(s, std::move(d));
+  }
+}
+
+void Engine::take_draft(Sequence& s, spec::Draft d) {
   s.spec.drafted += static_cast<int64_t>(d.tokens.size());
   size_t keep = d.tokens.size();
   if (s.grammar) {  // only drafts the grammar allows, and none that ends it (its row after would have no token)

@@ -21,6 +21,12 @@ class Drafter {
   virtual int block_size() const = 0;  // tokens per draft
   // state has consumed every token before the anchor (state.length() == anchor's position).
   virtual Draft draft(model::SequenceState& state, int32_t anchor) = 0;
+  // Drafts for many sequences (distinct states); the default drafts them one by one.
+  virtual std::vector<Draft> draft(const std::vector<model::SequenceState*>& states, const std::vector<int32_t>& anchors) {
+    std::vector<Draft> out;
+    for (size_t i = 0; i < states.size(); ++i) out.push_back(draft(*states[i], anchors[i]));
+    return out;
+  }
 };
 
 // The DSpark head of a DeepSeek-V4.1 model (greedy drafts, sigmoid of the confidence head's logit);

@@ -11,13 +11,21 @@ class DSparkDrafter : public Drafter {
  public:
   explicit DSparkDrafter(model::V41Model& m) : m_(m) {}
   int block_size() const override { return static_cast<int>(m_.config().dspark_block_size); }
-  Draft draft(model::SequenceState& state, int32_t anchor) override {
-    auto* st = dynamic_cast<model::V41SequenceState*>(&state);
-    check(st != nullptr, "dspark: the sequence state is not a DeepSeek-V4.1 state");
-    model::V41Draft d = m_.draft(*st, anchor);
-    Draft out;
-    out.tokens = std::move(d.tokens);
-    for (float logit : d.confidence) out.confidence.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(logit))));
+  Draft draft(model::SequenceState& state, int32_t anchor) override { return std::move(draft({&state}, {anchor}).front()); }
+  // One flat forward of every sequence's draft block.
+  std::vector<Draft> draft(const std::vector<model::SequenceState*>& states, const std::vector<int32_t>& anchors) override {
+    std::vector<model::V41SequenceState*> v41;
+    for (model::SequenceState* s : states) {
+      v41.push_back(dynamic_cast<model::V41SequenceState*>(s));
+      check(v41.back() != nullptr, "dspark: the sequence state is not a DeepSeek-V4.1 state");
+    }
+    std::vector<Draft> out;
+    for (model::V41Draft& d : m_.draft(v41, anchors)) {
+      Draft o;
+      o.tokens = std::move(d.tokens);
+      for (float logit : d.confidence) o.confidence.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(logit))));
+      out.push_back(std::move(o));
+    }
     return out;
   }
 

@@ -158,6 +158,24 @@ TEST_P(V41State, FlatBatchGivesEachSequenceItsOwnLogits) {
           << GetParam() << " step " << step << " sequence " << s;
     }
   }
+  // Drafting all sequences in one flat forward gives each the draft it gets alone, bit for bit.
+  if (m.config().dspark_block_size > 0 && m.config().n_mtp_layers > 0) {
+    std::vector<model::V41SequenceState*> sts;
+    std::vector<int32_t> anchors;
+    for (size_t s = 0; s < S; ++s) {
+      sts.push_back(dynamic_cast<model::V41SequenceState*>(together[s].get()));
+      anchors.push_back(static_cast<int32_t>(3 + s));
+    }
+    const std::vector<model::V41Draft> batch = m.draft(sts, anchors);
+    ASSERT_EQ(batch.size(), S);
+    for (size_t s = 0; s < S; ++s) {
+      const model::V41Draft one = m.draft(*sts[s], anchors[s]);
+      EXPECT_EQ(batch[s].tokens, one.tokens) << "draft of sequence " << s;
+      EXPECT_EQ(batch[s].logits, one.logits) << "draft of sequence " << s;
+      EXPECT_EQ(batch[s].confidence, one.confidence) << "draft of sequence " << s;
+    }
+    EXPECT_THROW(m.draft({sts[0], sts[0]}, {1, 2}), Error);  // one state twice
+  }
   // Positions that do not continue the state are refused.
   model::ForwardBatch bad;
   bad.token_ids = {1};

@@ -494,21 +494,36 @@ void V41Model::dspark_rings(Step& s, const float* main_hidden) {
 }
 
 V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* force_tokens) {
+  return std::move(draft({&st}, {anchor}, {force_tokens}).front());
+}
+
+std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& states, const std::vector<int32_t>& anchors,
+                                      const std::vector<const int32_t*>& force_tokens) {
   check(c_.dspark_block_size > 0 && c_.n_mtp_layers > 0, "dspark: the model has no draft head");
-  check(st.length_ > 0, "dspark: draft needs at least one consumed token");
+  const int64_t S = static_cast<int64_t>(states.size());
+  check(static_cast<int64_t>(anchors.size()) == S, "dspark: ", S, " states but ", anchors.size(), " anchors");
+  check(force_tokens.empty() || static_cast<int64_t>(force_tokens.size()) == S, "dspark: force_tokens per state");
+  if (S == 0) return {};
   const int64_t D = c_.dim, hc = c_.hc_mult, n = c_.dspark_block_size, V = c_.vocab_size, R = c_.dspark_markov_rank;
-  const int64_t p = st.length_ - 1;
-  check(st.pool().memory().device() == be_.device(), "dspark: the state lives on another device");
-  std::vector<int64_t> ids(n, c_.dspark_noise_token_id);
-  ids[0] = anchor;
-  // The draft block is text (anchor + noise): no image routing, as in the reference's forward_spec.
+  // The draft blocks are text (anchor + noise): no image routing, as in the reference's forward_spec.
   Step s;
   s.dspark = true;
-  s.st = {&st};
-  s.begin = {0, n};
-  s.end_pos = {st.length_};
-  for (int64_t i = 0; i < n; ++i) s.pos.push_back(p + 1 + i);
-  s.image.assign(n, 0);
+  std::vector<int64_t> ids;
+  for (int64_t q = 0; q < S; ++q) {
+    V41SequenceState& st = *states[q];
+    check(st.length_ > 0, "dspark: draft needs at least one consumed token");
+    check(st.pool().memory().device() == be_.device(), "dspark: the state lives on another device");
+    for (int64_t r = 0; r < q; ++r) check(states[r] != &st, "dspark: a state appears twice in one draft batch");
+    s.st.push_back(&st);
+    s.begin.push_back(q * n);
+    s.end_pos.push_back(st.length_);
+    for (int64_t i = 0; i < n; ++i) {
+      s.pos.push_back(st.length_ + i);  // positions p+1 .. p+block, p = length - 1
+      ids.push_back(i == 0 ? anchors[q] : c_.dspark_noise_token_id);
+    }
+  }
+  s.begin.push_back(S * n);
+  s.image.assign(S * n, 0);
   ws_.reset();
   fws_.reset();
   s.pos_d = fws_.upload(s.pos, DType::I64);
@@ -517,31 +532,45 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
   embed(ids, X, pre_mix);
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) block_forward(c_.n_layers + stage, s, X, pre_mix, nullptr);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
-  Tensor y = ws_.f32({n, D}), yn = ws_.f32({n, D}), logits = ws_.f32({n, V}), bias = ws_.f32({V});
-  Tensor feat = ws_.f32({D + R}), conf = ws_.f32({n}), tok = ws_.i32({1});
-  be_.hc_collapse(X.f32(), pre_mix.f32(), n, hc, D, true, y.f32());
+  const int64_t T = S * n;
+  Tensor y = ws_.f32({T, D}), yn = ws_.f32({T, D}), logits = ws_.f32({T, V}), bias = ws_.f32({S, V});
+  Tensor emb = ws_.f32({S, R}), feat = ws_.f32({S, D + R}), conf = ws_.f32({T}), pick = ws_.f32({S, V});
+  Tensor tok = ws_.i32({S}), rows = ws_.i32({S});
+  be_.hc_collapse(X.f32(), pre_mix.f32(), T, hc, D, true, y.f32());
   be_.copy(yn.data, y.data, y.bytes());
-  rmsnorm(yn.f32(), L.final_norm, n, D);
-  be_.linear(yn.f32(), n, D, head_.data(), V, logits.f32());
-  V41Draft out;
-  int32_t prev = anchor;
+  rmsnorm(yn.f32(), L.final_norm, T, D);
+  be_.linear(yn.f32(), T, D, head_.data(), V, logits.f32());
+  // The Markov chain, every sequence at once: bias from the previous token's embedding row, greedy
+  // choice (read back: the next position's embedding row depends on it), confidence.
+  std::vector<V41Draft> out(S);
+  std::vector<int32_t> prev(anchors), row(S), next(S);
+  std::vector<float> confs(T);
   for (int64_t i = 0; i < n; ++i) {
-    // the Markov chain: bias from the previous token's embedding, greedy choice, confidence
-    const float* emb = L.markov_embed.data() + static_cast<int64_t>(prev) * R;
-    float* lg = logits.f32() + i * V;
-    be_.linear(emb, 1, R, L.markov_head.w.data(), V, bias.f32());
-    be_.add(lg, bias.f32(), V);
-    be_.argmax(lg, 1, V, tok.i32());
-    int32_t next = 0;
-    be_.download(&next, tok.data, sizeof(int32_t));  // the next step's embedding row depends on it
-    out.tokens.push_back(next);
-    prev = force_tokens ? force_tokens[i] : next;
-    be_.copy(feat.f32(), y.f32() + i * D, D * sizeof(float));
-    be_.copy(feat.f32() + D, emb, R * sizeof(float));
-    be_.linear(feat.f32(), 1, D + R, L.confidence.w.data(), 1, conf.f32() + i);
+    for (int64_t q = 0; q < S; ++q) row[q] = static_cast<int32_t>(q * n + i);
+    be_.upload(tok.data, prev.data(), S * sizeof(int32_t));
+    be_.upload(rows.data, row.data(), S * sizeof(int32_t));
+    be_.copy_rows(L.markov_embed.data(), tok.i32(), S, R, emb.f32(), nullptr);
+    be_.linear(emb.f32(), S, R, L.markov_head.w.data(), V, bias.f32());
+    be_.copy_rows(logits.f32(), rows.i32(), S, V, pick.f32(), nullptr);
+    be_.add(pick.f32(), bias.f32(), S * V);
+    be_.copy_rows(pick.f32(), nullptr, S, V, logits.f32(), rows.i32());  // the logits keep the bias
+    be_.argmax(pick.f32(), S, V, tok.i32());
+    be_.download(next.data(), tok.data, S * sizeof(int32_t));
+    be_.copy_rows(y.f32(), rows.i32(), S, D, pick.f32(), nullptr);  // feat = [y row, embedding row]
+    be_.copy_2d(pick.f32(), D, S, D, feat.f32(), D + R);
+    be_.copy_2d(emb.f32(), R, S, R, feat.f32() + D, D + R);
+    be_.linear(feat.f32(), S, D + R, L.confidence.w.data(), 1, bias.f32());
+    be_.copy_rows(bias.f32(), nullptr, S, 1, conf.f32(), rows.i32());
+    for (int64_t q = 0; q < S; ++q) {
+      out[q].tokens.push_back(next[q]);
+      prev[q] = !force_tokens.empty() && force_tokens[q] ? force_tokens[q][i] : next[q];
+    }
   }
-  out.logits = host(logits.f32(), n * V);
-  out.confidence = host(conf.f32(), n);
+  const std::vector<float> hl = host(logits.f32(), T * V), hc_ = host(conf.f32(), T);
+  for (int64_t q = 0; q < S; ++q) {
+    out[q].logits.assign(hl.begin() + q * n * V, hl.begin() + (q + 1) * n * V);
+    out[q].confidence.assign(hc_.begin() + q * n, hc_.begin() + (q + 1) * n);
+  }
   return out;
 }
 

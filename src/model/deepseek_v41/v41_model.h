@@ -133,6 +133,11 @@ class V41Model final : public CausalLM {
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
   // force_tokens (tests): feed these block tokens to the Markov chain instead of the sampled ones.
   V41Draft draft(V41SequenceState& state, int32_t anchor, const int32_t* force_tokens = nullptr);
+  // The same for many sequences in one flat forward (each draft bitwise what it gets alone);
+  // force_tokens: empty, or one pointer (or null) per state. V41Draft::confidence holds the confidence
+  // head's logits (the probability is their sigmoid).
+  std::vector<V41Draft> draft(const std::vector<V41SequenceState*>& states, const std::vector<int32_t>& anchors,
+                              const std::vector<const int32_t*>& force_tokens = {});
 
   const V41Config& config() const { return c_; }
   const V41Options& options() const { return o_; }
