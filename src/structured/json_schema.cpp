@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "structured/json_one_of.h"
 #include "structured/number_range.h"
+#include "structured/string_dfa.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
@@ -28,7 +29,7 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -49,6 +50,10 @@ const std::map<std::string, std::string> kFormats = {
 
 // Internal type name: a number that is not an integer (from {"not": {"type": "integer"}}).
 const std::string kNonInteger = "\x01non-integer number";
+// Internal keywords (arrays of regexes) for strings: more patterns that must all match (allOf
+// of patterns, pattern with format), and patterns that must not match ('not' of a pattern).
+const std::string kAlsoPatterns = "\x01patterns", kNotPatterns = "\x01notPatterns";
+constexpr size_t kMaxDfaStates = 4096;
 
 class Converter {
  public:
@@ -293,6 +298,10 @@ class Converter {
           for (const Json& x : merged[k]) if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
           if (both.empty()) unsupported(path, "allOf whose enums have no common value (matches nothing)");
           merged[k] = both;
+        } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
+          if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
+        } else if (k == kAlsoPatterns || k == kNotPatterns) {
+          for (const Json& p : v) merged[k].push_back(p);
         } else if (merged[k].is_number() && v.is_number() && (kLowerBounds.count(k) || kUpperBounds.count(k))) {
           const bool lower = kLowerBounds.count(k) > 0;  // keep the tighter bound
           if (lower == (v.get<double>() > merged[k].get<double>())) merged[k] = v;
@@ -332,7 +341,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else"};
+          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -433,6 +442,14 @@ class Converter {
     Json out = Json::array();
     for (const Json& x : list) out.push_back(normalize(x));
     return out;
+  }
+
+  // is_never, or an allOf whose types have nothing in common.
+  bool matches_nothing(const Json& s, const std::string& path) {
+    if (is_never(s)) return true;
+    if (!s.is_object() || !s.contains("allOf")) return false;
+    const Json m = merge_all_of(s, path);
+    return m.contains("type") && m["type"].is_array() && m["type"].empty();
   }
 
   // Schemas that match every / no instance ({} and true; false and {"not": {}}, recursively).
@@ -563,6 +580,8 @@ class Converter {
       }
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
+    if (k == "pattern" || k == "format")  // strings the regex does not match
+      return Json{{"type", "string"}, {kNotPatterns, Json::array({k == "pattern" ? v : Json(kFormats.at(v.get<std::string>()))})}};
     static const std::map<std::string, std::pair<std::string, std::string>> numeric = {  // -> (type, flipped keyword)
         {"minimum", {"number", "exclusiveMaximum"}}, {"exclusiveMinimum", {"number", "maximum"}},
         {"maximum", {"number", "exclusiveMinimum"}}, {"exclusiveMaximum", {"number", "minimum"}}};
@@ -728,10 +747,20 @@ class Converter {
     if (min < 0 || (max != kUnbounded && max < min)) unsupported(path, "minLength/maxLength bounds (no string fits)");
     // Length bounds are counted by the parser (grammar.h CountedRule): no unrolling, so any
     // bound compiles in the same time.
-    if (s.contains("pattern") || s.contains("format")) {
-      if (s.contains("pattern") && s.contains("format")) unsupported(path, "pattern together with format");
-      std::string re = s.contains("pattern") ? s["pattern"].get<std::string>() : kFormats.at(s["format"].get<std::string>());
-      int r = add_regex_rule(g_, "pattern" + std::to_string(g_.num_rules()), re, true);
+    std::vector<std::string> yes, no;  // regexes that must match / must not
+    if (s.contains("pattern")) yes.push_back(s["pattern"].get<std::string>());
+    if (s.contains("format")) yes.push_back(kFormats.at(s["format"].get<std::string>()));
+    for (const Json& p : s.value(kAlsoPatterns, Json::array())) yes.push_back(p.get<std::string>());
+    for (const Json& p : s.value(kNotPatterns, Json::array())) no.push_back(p.get<std::string>());
+    if (!yes.empty() || !no.empty()) {
+      const std::string name = "pattern" + std::to_string(g_.num_rules());
+      int r = -1;
+      if (yes.size() == 1 && no.empty()) {
+        r = add_regex_rule(g_, name, yes[0], true);
+      } else {
+        r = g_.declare_rule(name);
+        g_.define_rule(r, g_.dfa(regex_combination(yes, no, path)));
+      }
       if (s.value("format", "") == "hostname" && (max == kUnbounded || max > 253)) max = 253;  // RFC 1123 length
       if (min != 0 || max != kUnbounded) g_.add_counted({r, min, max});
       return g_.seq({g_.lit("\""), g_.ref(r), g_.lit("\"")});
@@ -744,6 +773,20 @@ class Converter {
       g_.add_counted({it->second, min, max});
     }
     return g_.seq({g_.lit("\""), g_.ref(it->second), g_.lit("\"")});
+  }
+
+  // The contents matching every regex of `yes` and none of `no`, as one DFA.
+  ByteDfa regex_combination(const std::vector<std::string>& yes, const std::vector<std::string>& no, const std::string& path) {
+    std::vector<ByteDfa> dfas{content_dfa()};
+    for (const auto* list : {&yes, &no})
+      for (const std::string& re : *list) dfas.push_back(pattern_dfa(re));
+    std::vector<const ByteDfa*> parts;
+    for (const ByteDfa& d : dfas) parts.push_back(&d);
+    const ProductDfa p = product_dfa(parts, kMaxDfaStates, "combination of patterns");
+    const uint64_t want = ((1ull << yes.size()) - 1) << 1 | 1, mask = (1ull << parts.size()) - 1;
+    ByteDfa d = select_dfa(p, [&](uint64_t acc) { return (acc & mask) == want; });
+    if (d.size() == 0) unsupported(path, "combination of patterns that no string matches");
+    return d;
   }
 
   int numeric(const Json& s, const std::string& path, bool integer) {
@@ -860,32 +903,39 @@ class Converter {
     if (s.contains("required"))
       for (auto& r : s["required"])
         if (req.insert(r.get<std::string>()).second) req_order.push_back(r.get<std::string>());
-    // patternProperties: supported where no complement is needed, i.e. extra keys are not
-    // allowed (then the extra members are exactly the keys matching a pattern), or the patterns
-    // do not constrain. One value schema for all patterns, so a key matching two is exact too.
-    std::vector<std::string> patterns;
-    Json pattern_schema;
+    // patternProperties: a key's value must match the schema of every pattern the key matches
+    // (declared keys too); keys matching none are valued by additionalProperties. A pattern
+    // whose schema says what additionalProperties says changes nothing and is dropped.
+    Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
+    if (is_never(ap)) ap = Json(false);
+    std::vector<std::pair<std::string, Json>> patterns;
     if (s.contains("patternProperties")) {
-      const bool ap_false = s.contains("additionalProperties") ? is_never(s["additionalProperties"]) : opts_.strict_additional_properties;
-      for (auto& [p, v] : s["patternProperties"].items()) {
-        if (ap_false ? is_never(v) : is_always(v)) continue;  // no effect
-        if (!ap_false) unsupported(path, "patternProperties with additional properties allowed (keys matching no pattern need the patterns' complement)");
-        if (!patterns.empty() && v != pattern_schema) unsupported(path, "patternProperties with patterns of different schemas");
-        patterns.push_back(p);
-        pattern_schema = v;
-      }
+      for (auto& [p, v] : s["patternProperties"].items())
+        if (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false))) patterns.push_back({p, v});
       if (!patterns.empty() && s.contains("propertyNames")) unsupported(path, "patternProperties together with propertyNames");
     }
-    auto check_not_pattern_key = [&](const std::string& k) {
-      for (const std::string& p : patterns)
-        if (regex_matches(p, k)) unsupported(path, "declared key '" + k + "' matching patternProperties '" + p + "'");
+    // The schema of a named key: its declared one (or none) and every matching pattern's, else
+    // additionalProperties.
+    std::vector<ByteDfa> pattern_dfas;
+    for (auto& pv : patterns) pattern_dfas.push_back(pattern_dfa(pv.first));
+    auto matched = [&](const std::string& k) {
+      Json all = Json::array();
+      const std::string content = Json(k).dump().substr(1, Json(k).dump().size() - 2);
+      for (size_t i = 0; i < patterns.size(); ++i)
+        if (dfa_matches(pattern_dfas[i], content)) all.push_back(patterns[i].second);
+      return all;
     };
-    for (const std::string& r : req_order) check_not_pattern_key(r);
+    auto key_schema = [&](const std::string& k, const Json* declared) {
+      Json all = matched(k);
+      if (declared) all.insert(all.begin(), *declared);
+      if (all.empty()) return ap;
+      return all.size() == 1 ? all[0] : Json{{"allOf", all}};
+    };
     if (s.contains("properties")) {
-      for (auto& [k, v] : s["properties"].items()) {
-        check_not_pattern_key(k);
+      for (auto& [k, v0] : s["properties"].items()) {
+        const Json v = key_schema(k, &v0);
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
-        if (is_never(v)) {
+        if (matches_nothing(v, path)) {
           if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
           continue;
         }
@@ -893,16 +943,15 @@ class Converter {
         required.push_back(req.count(k) > 0);
       }
     }
-    Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
-    if (is_never(ap)) ap = Json(false);
     for (const std::string& r : req_order) {
       bool declared = s.contains("properties") && s["properties"].contains(r);
       if (declared) continue;
-      // A required key without a declared schema: valued by additionalProperties (any value
-      // where only the strict mode's default forbids extra keys).
-      if (ap == Json(false) && s.contains("additionalProperties"))
-        unsupported(path, "required key '" + r + "' that additionalProperties false forbids (matches nothing)");
-      props.push_back({Json(r).dump(), ap.is_object() ? convert(ap, path + "/additionalProperties") : any_value()});
+      // A required key without a declared schema: valued by its patterns or additionalProperties
+      // (any value where only the strict mode's default forbids extra keys).
+      Json v = key_schema(r, nullptr);
+      if (matched(r).empty() && ap == Json(false) && !s.contains("additionalProperties")) v = Json(true);
+      if (is_never(v)) unsupported(path, "required key '" + r + "' that additionalProperties/patternProperties forbid (matches nothing)");
+      props.push_back({Json(r).dump(), is_always(v) ? any_value() : convert(v, path + "/additionalProperties")});
       required.push_back(true);
     }
     // dependentRequired: its keys become counted members (undeclared ones valued by
@@ -914,8 +963,9 @@ class Converter {
         for (size_t i = 0; i < props.size(); ++i)
           if (props[i].first == lit) return static_cast<int>(i);
         if (s.contains("properties") && s["properties"].contains(k)) return -1;  // schema false
-        if (ap == Json(false)) return -1;
-        props.push_back({lit, ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties")});
+        const Json v = key_schema(k, nullptr);
+        if (is_never(v)) return -1;
+        props.push_back({lit, is_always(v) ? any_value() : convert(v, path + "/additionalProperties")});
         required.push_back(false);
         return static_cast<int>(props.size()) - 1;
       };
@@ -954,10 +1004,9 @@ class Converter {
       }
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
-    if (!patterns.empty()) {  // extra keys are not allowed: the pattern keys are the extra members
-      std::vector<int> keys;
-      for (const std::string& p : patterns) keys.push_back(string_schema(Json{{"pattern", p}}, path + "/patternProperties"));
-      extra = g_.seq({g_.alt(keys), ws(), g_.lit(":"), ws(), convert(pattern_schema, path + "/patternProperties")});
+    if (!patterns.empty()) {
+      for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
+      extra = pattern_members(names, patterns, pattern_dfas, ap, path);
     } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -1006,17 +1055,32 @@ class Converter {
     return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
   }
 
-  // Whether the regex (JSON-schema search semantics) matches string k, by the regex front end.
-  static bool regex_matches(const std::string& regex, const std::string& k) {
-    Grammar g;
-    g.set_root(add_regex_rule(g, "pattern", regex, true));
-    const Automaton a = build_automaton(g);
-    EarleyParser p(&a);
-    p.reset(a.rule_start[a.root_rule]);
-    const std::string enc = Json(k).dump();
-    for (size_t i = 1; i + 1 < enc.size(); ++i)
-      if (!p.advance(static_cast<uint8_t>(enc[i]))) return false;
-    return p.root_done();
+  // One extra member of an object with patternProperties: its keys (none of `names`) fall into
+  // classes by the patterns they match, each class valued by the allOf of those patterns'
+  // schemas (additionalProperties for the keys matching none); -1 when no key may be extra.
+  int pattern_members(const std::vector<std::string>& names, const std::vector<std::pair<std::string, Json>>& patterns,
+                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const std::string& path) {
+    if (patterns.size() > 16) unsupported(path, "more than 16 patternProperties");
+    const ByteDfa all = content_dfa(), declared = literal_dfa(names);
+    std::vector<const ByteDfa*> parts{&all, &declared};
+    for (const ByteDfa& d : pattern_dfas) parts.push_back(&d);
+    const ProductDfa prod = product_dfa(parts, kMaxDfaStates, "patternProperties (keys by pattern)");
+    std::set<uint64_t> classes;  // pattern bits of the keys that may appear, one per class
+    for (uint64_t acc : prod.accepts)
+      if ((acc & 3) == 1) classes.insert(acc >> 2);
+    std::vector<int> alts;
+    for (uint64_t c : classes) {
+      Json all = Json::array();
+      for (size_t i = 0; i < patterns.size(); ++i)
+        if (c >> i & 1) all.push_back(patterns[i].second);
+      const Json value = all.empty() ? ap : all.size() == 1 ? all[0] : Json{{"allOf", all}};
+      if (matches_nothing(value, path)) continue;
+      const ByteDfa keys = select_dfa(prod, [&](uint64_t acc) { return acc == (c << 2 | 1); });
+      if (keys.size() == 0) continue;
+      const int key = g_.seq({g_.lit("\""), g_.dfa(keys), g_.lit("\"")});
+      alts.push_back(g_.seq({key, ws(), g_.lit(":"), ws(), is_always(value) ? any_value() : convert(value, path + "/patternProperties")}));
+    }
+    return alts.empty() ? -1 : g_.alt(alts);
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no

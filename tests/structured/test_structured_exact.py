@@ -65,6 +65,23 @@ CASES = [
       "patternProperties": {"^[0-9]+$": {"type": "boolean"}, "^n[0-9]$": {"type": "boolean"}}, "additionalProperties": False},
      [{"name": "a", "12": True}, {"12": True}, {"name": "a", "12": 1}, {"name": "a", "b": 1}, {"name": "a", "n1": False, "7": True}]),
     ({"patternProperties": {"^x-": {}}, "maxProperties": 1}, [{"x-a": 1}, {"b": 2}, {"a": 1, "b": 2}]),
+    # patternProperties with extra keys allowed: keys by the patterns they match (declared keys too),
+    # the others valued by additionalProperties
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}}}, [{"x-a": 1}, {"x-a": "s"}, {"y": "s"}, {}, {"x": "s"}]),
+    ({"type": "object", "properties": {"x-a": {"minimum": 5}}, "patternProperties": {"^x-": {"type": "integer"}}},
+     [{"x-a": 6}, {"x-a": 3}, {"x-a": "s"}, {"x-b": "s"}, {"x-b": 7, "q": None}]),
+    ({"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 3}}, "additionalProperties": {"type": "string"}},
+     [{"ab": 3}, {"ab": 2}, {"ab": "s"}, {"a": 1}, {"b": 1}, {"b": "s"}, {"c": "s"}, {"c": 1}, {"xb": 3.5}]),
+    ({"type": "object", "patternProperties": {"^x": {}}, "additionalProperties": {"type": "integer"}}, [{"xa": "s"}, {"y": "s"}, {"y": 1}]),
+    ({"type": "object", "required": ["x1"], "patternProperties": {"^x": {"type": "integer"}}}, [{"x1": 1}, {"x1": "s"}, {}, {"x1": 1, "x2": "a"}]),
+    ({"type": "object", "patternProperties": {"é": {"type": "null"}, "\"": {"type": "null"}}}, [{"aé": None}, {"aé": 1}, {"a\"": 1}, {"a\"": None}, {"\n": 1}]),
+    # patterns combined: allOf of patterns, pattern with format, not of a pattern or format
+    ({"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "^ab"}}, ["abc", "a", "b", "", "AB", "ba"]),
+    ({"type": "string", "allOf": [{"pattern": "a"}, {"pattern": "b"}], "maxLength": 3}, ["ab", "ba", "a", "xaxb", "axb", "abab"]),
+    ({"type": "string", "format": "date", "pattern": "^2024"}, ["2024-01-01", "2023-01-01", "2024-13-01"]),
+    ({"not": {"pattern": "^x"}}, ["x", "xy", "y", 1, None, ""]),
+    ({"type": "string", "not": {"format": "uuid"}}, ["x", "12345678-1234-1234-1234-123456789abc"]),
+    ({"type": "string", "not": {"pattern": "\""}}, ["a\"b", "ab", "\\", "\n"]),
     # dependentSchemas (and draft-07 dependencies with a schema)
     ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
       "dependentSchemas": {"a": {"required": ["b"], "properties": {"b": {"maxLength": 2}}}}},
