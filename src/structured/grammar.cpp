@@ -64,6 +64,14 @@ int Grammar::find_rule(const std::string& name) const {
   return -1;
 }
 
+void Grammar::truncate_rules(int n) {
+  names_.resize(n);
+  bodies_.resize(n);
+  std::erase_if(perms_, [&](const PermRule& p) { return p.rule >= n; });
+  std::erase_if(counted_, [&](const CountedRule& c) { return c.rule >= n; });
+  if (root_ >= n) root_ = -1;
+}
+
 int Grammar::add(Expr e) {
   exprs_.push_back(std::move(e));
   return static_cast<int>(exprs_.size()) - 1;

@@ -66,6 +66,8 @@ class Grammar {
   int declare_rule(const std::string& name);
   void define_rule(int rule, int body);
   int find_rule(const std::string& name) const;  // -1 when absent
+  // Drops the rules from n on (with their perm and counted entries): undoes a failed attempt.
+  void truncate_rules(int n);
   int num_rules() const { return static_cast<int>(names_.size()); }
   const std::string& rule_name(int r) const { return names_[r]; }
   int rule_body(int r) const { return bodies_[r]; }

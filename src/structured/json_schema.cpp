@@ -55,14 +55,21 @@ const std::string kNonInteger = "\x01non-integer number";
 const std::string kAlsoPatterns = "\x01patterns", kNotPatterns = "\x01notPatterns";
 constexpr size_t kMaxDfaStates = 4096;
 
+// A (sub)schema that matches no instance: an error at the top, a dropped branch in anyOf/oneOf.
+struct NothingMatches : Error {
+  using Error::Error;
+};
+
 class Converter {
  public:
   Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts), draft_(draft_of(root)) {}
 
-  Grammar run() {
+  Grammar run() { return run(root_, "#"); }
+  // The grammar of a subschema of root_ (values_matching checks values with it).
+  Grammar run(const Json& schema, const std::string& path) {
     int r = g_.declare_rule("root");
     g_.set_root(r);
-    g_.define_rule(r, convert(root_, "#"));
+    g_.define_rule(r, convert(schema, path));
     // A $ref cycle with no way out (e.g. {"$ref": "#"}, or a required property that refers back to
     // its own object) matches no finite value: refuse it now instead of failing every output.
     const std::vector<bool> productive = g_.productive_rules();
@@ -197,6 +204,24 @@ class Converter {
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
   }
+  [[noreturn]] void nothing(const std::string& path, const std::string& what) {
+    throw NothingMatches("json schema: unsupported " + what + " at " + path);
+  }
+
+  // Undoing a branch whose conversion threw: the rules it declared, and the caches naming them.
+  struct Mark {
+    int rules, ref_merge_depth, merge_rounds;
+  };
+  Mark mark() const { return {g_.num_rules(), ref_merge_depth_, merge_rounds_}; }
+  void rollback(const Mark& m) {
+    g_.truncate_rules(m.rules);
+    std::erase_if(refs_, [&](const auto& kv) { return kv.second >= m.rules; });
+    std::erase_if(counted_strings_, [&](const auto& kv) { return kv.second >= m.rules; });
+    for (int* r : {&key_rest_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
+      if (*r >= m.rules) *r = -1;
+    ref_merge_depth_ = m.ref_merge_depth;
+    merge_rounds_ = m.merge_rounds;
+  }
 
   const Json& resolve_pointer(const std::string& ref, const std::string& path) {
     if (ref == "#") return root_;
@@ -273,6 +298,17 @@ class Converter {
         }
       }
     }
+    bool has_if = false;  // the first if/then/else stays; later ones become their anyOf
+    for (Json& part : levels) {
+      if (!part.contains("if")) continue;
+      if (!has_if) { has_if = true; continue; }
+      Json alts = Json::array({Json{{"allOf", Json::array({part["if"], part.value("then", Json(true))})}},
+                               Json{{"allOf", Json::array({Json{{"not", part["if"]}}, part.value("else", Json(true))})}}});
+      for (const char* k : {"if", "then", "else"}) part.erase(k);
+      if (part.contains("anyOf")) part["allOf"] = Json::array({Json{{"anyOf", part["anyOf"]}}});
+      part["anyOf"] = alts;
+      if (part.contains("allOf")) part = merge_all_of(part, path);
+    }
     for (Json& part : levels) {  // const is a one-value enum, so the two intersect below
       if (!part.contains("const")) continue;
       if (!part.contains("enum")) part["enum"] = Json::array({part["const"]});
@@ -281,6 +317,7 @@ class Converter {
       part.erase("const");
     }
     Json merged = Json::object();
+    Json deferred = Json::array();  // levels merged in a second round (the negated nots)
     for (const Json& part : levels) {
       for (auto& [k, v] : part.items()) {
         if (!merged.contains(k)) { merged[k] = v; continue; }
@@ -296,8 +333,36 @@ class Converter {
         } else if (k == "enum" && v.is_array() && merged[k].is_array()) {
           Json both = Json::array();
           for (const Json& x : merged[k]) if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
-          if (both.empty()) unsupported(path, "allOf whose enums have no common value (matches nothing)");
+          if (both.empty()) nothing(path, "allOf whose enums have no common value (matches nothing)");
           merged[k] = both;
+        } else if (k == "not") {  // not A and not B: one not of the union, or B spelled positively
+          const Json a = normalize(merged[k]), b = normalize(v);
+          auto only = [](const Json& x, const char* key) { return x.is_object() && x.size() == 1 && x.contains(key); };
+          auto values = [](const Json& x) { return x.contains("const") ? Json::array({x["const"]}) : x["enum"]; };
+          auto types = [](const Json& x) { return x["type"].is_array() ? x["type"] : Json::array({x["type"]}); };
+          if ((only(a, "enum") || only(a, "const")) && (only(b, "enum") || only(b, "const"))) {
+            Json u = values(a);
+            for (const Json& x : values(b)) u.push_back(x);
+            merged[k] = Json{{"enum", u}};
+          } else if (only(a, "type") && only(b, "type")) {
+            Json u = types(a);
+            for (const Json& x : types(b)) u.push_back(x);
+            merged[k] = Json{{"type", u}};
+          } else {
+            const Json pos = negate(b, path);
+            if (pos.is_object() && pos.contains("not")) unsupported(path, "allOf with conflicting 'not'");
+            deferred.push_back(pos);
+          }
+        } else if (k == "anyOf") {  // (A1 or A2) and (B1 or B2) = A1 and B1 or A1 and B2 ...
+          if (merged[k].size() * v.size() > 64) unsupported(path, "allOf of anyOfs with more than 64 combinations");
+          Json alts = Json::array();
+          for (const Json& a : merged[k])
+            for (const Json& b : v) alts.push_back(Json{{"allOf", Json::array({a, b})}});
+          merged[k] = alts;
+        } else if (k == "oneOf") {  // exactly one of A, and exactly one of B: B joins every A
+          Json alts = Json::array();
+          for (const Json& a : merged[k]) alts.push_back(Json{{"allOf", Json::array({a, Json{{"oneOf", v}}})}});
+          merged[k] = alts;
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
         } else if (k == kAlsoPatterns || k == kNotPatterns) {
@@ -314,6 +379,12 @@ class Converter {
       if (merged[rest] == Json(true)) continue;
       for (Json& v : merged[list]) v = merged[rest] == Json(false) ? Json(false) : Json{{"allOf", Json::array({v, merged[rest]})}};
     }
+    if (!deferred.empty()) {
+      if (++merge_rounds_ > 16) unsupported(path, "allOf with conflicting 'not' (nested too deep)");
+      merged["allOf"] = deferred;
+      merged = merge_all_of(merged, path);
+      --merge_rounds_;
+    }
     return merged;
   }
 
@@ -329,10 +400,10 @@ class Converter {
            path.size() > 200 ? "..." : "");
     const Json schema = normalize(schema0);
     if (schema.is_boolean()) {
-      if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
+      if (!schema.get<bool>()) nothing(path, "schema 'false' (matches nothing)");
       return any_value();
     }
-    if (is_never(schema)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
+    if (is_never(schema)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
@@ -372,7 +443,7 @@ class Converter {
       Json alts = Json::array();
       if (!is_never(a) && !is_never(then)) alts.push_back(Json{{"allOf", Json::array({rest, a, then})}});
       if (!is_never(not_a) && !is_never(other)) alts.push_back(Json{{"allOf", Json::array({rest, not_a, other})}});
-      if (alts.empty()) unsupported(path, "schema that matches nothing (if/then/else)");
+      if (alts.empty()) nothing(path, "schema that matches nothing (if/then/else)");
       return convert(Json{{"anyOf", alts}}, path);
     }
     if (schema.contains("not")) return convert_not(schema, path);
@@ -381,15 +452,15 @@ class Converter {
       const Json& t = schema["type"];
       if (t.is_string()) types.push_back(t.get<std::string>());
       else for (auto& x : t) types.push_back(x.get<std::string>());
-      if (types.empty()) unsupported(path, "empty 'type' list");
+      if (types.empty()) nothing(path, "empty 'type' list (matches nothing)");
     } else {
       types = {"null", "boolean", "object", "array", "number", "string"};
     }
     if (schema.value("nullable", false)) types.push_back("null");
     if (schema.contains("const") || schema.contains("enum")) return literals(schema, types, path);
     if (schema.contains("anyOf") || schema.contains("oneOf")) {
-      if (schema.contains("anyOf") && schema.contains("oneOf")) unsupported(path, "anyOf together with oneOf");
-      const char* key = schema.contains("anyOf") ? "anyOf" : "oneOf";
+      // With both, the anyOf is a sibling of the oneOf (it applies to every branch).
+      const char* key = schema.contains("oneOf") ? "oneOf" : "anyOf";
       // Sibling keywords apply to every branch: {S, anyOf [A, B]} = anyOf [S and A, S and B], and
       // likewise for oneOf (S holds and exactly one of A, B iff exactly one of S and A, S and B).
       // Each branch is merged with S like an allOf; one that can match nothing is dropped.
@@ -410,17 +481,42 @@ class Converter {
         }
       }
       std::vector<Json> branches(branches_in.begin(), branches_in.end());
-      if (branches.size() > 1 && std::string(key) == "oneOf")
-        branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
-          auto it = normalized_refs_.find(ref);
-          if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
-          return it->second;
-        }, path);
+      if (branches.size() > 1 && std::string(key) == "oneOf") {
+        try {
+          branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
+            auto it = normalized_refs_.find(ref);
+            if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
+            return it->second;
+          }, path);
+        } catch (const Error&) {
+          // Overlapping branches: exactly one = some branch and not each other one, where
+          // the negations can be spelled (checked by a trial conversion first).
+          if (branches.size() > 5) throw;
+          Json alts = Json::array();
+          for (size_t i = 0; i < branches.size(); ++i) {
+            Json all = Json::array({branches[i]});
+            for (size_t j = 0; j < branches.size(); ++j)
+              if (j != i) all.push_back(Json{{"not", branches[j]}});
+            alts.push_back(Json{{"allOf", all}});
+          }
+          const Json exact{{"anyOf", alts}};
+          if (!convertible(exact, path)) throw;
+          if (!siblings.empty()) --ref_merge_depth_;
+          return convert(exact, path);
+        }
+      }
       std::vector<int> alts;
       int i = 0;
-      for (const Json& sub : branches) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+      for (const Json& sub : branches) {  // a branch that matches nothing is dropped
+        const Mark m = mark();
+        try {
+          alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+        } catch (const NothingMatches&) {
+          rollback(m);
+        }
+      }
       if (!siblings.empty()) --ref_merge_depth_;
-      if (alts.empty()) unsupported(path, std::string(key) + " whose branches all match nothing");
+      if (alts.empty()) nothing(path, std::string(key) + " whose branches all match nothing");
       return g_.alt(alts);
     }
     std::vector<int> alts;
@@ -474,7 +570,7 @@ class Converter {
     Json rest = schema;
     rest.erase("not");
     if (is_never(n)) return convert(rest, path);
-    if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
+    if (is_always(n)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     auto only = [&](std::initializer_list<const char*> keys) {
       for (auto it = n.begin(); it != n.end(); ++it) {  // no structured binding: clang 14 cannot capture one
         const std::string& k = it.key();
@@ -508,7 +604,7 @@ class Converter {
       if (out.count(t) || (t == "integer" && out.count("number"))) continue;
       types.push_back(t == "number" && out.count("integer") ? kNonInteger : t);
     }
-    if (types.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed type)");
+    if (types.empty()) nothing(path, "schema that matches nothing ('not' of every allowed type)");
     rest["type"] = types;
     return convert(rest, path);
   }
@@ -534,7 +630,7 @@ class Converter {
         alts.push_back(absent);
       }
       if (!is_never(v)) alts.push_back(Json{{"allOf", Json::array({rest, v, Json{{"required", Json::array({k})}}})}});
-      if (alts.empty()) unsupported(path, "schema that matches nothing (dependentSchemas false on a required key)");
+      if (alts.empty()) nothing(path, "schema that matches nothing (dependentSchemas false on a required key)");
       return convert(Json{{"anyOf", alts}}, path);
     }
     return convert(rest, path);
@@ -622,7 +718,7 @@ class Converter {
         s["properties"][k.get<std::string>()] = false;
         alts.push_back(s);
       }
-    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of 'required' keys the schema requires)");
+    if (alts.empty()) nothing(path, "schema that matches nothing ('not' of 'required' keys the schema requires)");
     return convert(Json{{"anyOf", alts}}, path);
   }
 
@@ -636,7 +732,7 @@ class Converter {
         if (std::find(values.begin(), values.end(), v) == values.end()) keep.push_back(v);
       s.erase("const");
       s["enum"] = keep;
-      if (keep.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+      if (keep.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
       return convert(s, path);
     }
     std::vector<std::string> types = types_of(rest), strs;
@@ -670,7 +766,7 @@ class Converter {
         alts.push_back(convert(s, path));
       }
     }
-    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+    if (alts.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
     return g_.alt(alts);
   }
 
@@ -695,14 +791,48 @@ class Converter {
     return false;
   }
 
+  // Whether schema converts without an error (tried in a converter of its own, so this one's
+  // grammar gets no half-built rules).
+  bool convertible(const Json& schema, const std::string& path) {
+    Converter sub(root_, opts_);
+    sub.depth_ = depth_;
+    try {
+      sub.run(schema, path);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
+  std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
+    SchemaArgs o = opts_;
+    o.whitespace = Whitespace::kCompact;
+    Converter sub(root_, o);
+    sub.depth_ = depth_;  // bounds nesting across converters too
+    const Automaton a = build_automaton(sub.run(schema, path));
+    std::vector<Json> out;
+    for (const Json& v : values) {
+      EarleyParser p(&a);
+      p.reset(a.rule_start[a.root_rule]);
+      bool ok = true;
+      for (unsigned char c : v.dump()) if (!(ok = p.advance(c))) break;
+      if (ok && p.root_done()) out.push_back(v);
+    }
+    return out;
+  }
+
+  // enum / const; other keywords beside them keep the values they accept.
   int literals(const Json& schema, const std::vector<std::string>& types, const std::string& path) {
-    for (auto& [k, v] : schema.items())
-      if (k != "enum" && k != "const" && k != "type" && k != "nullable")
-        unsupported(path, "keyword '" + k + "' next to enum/const");
     std::vector<Json> values;
     if (schema.contains("const")) values.push_back(schema["const"]);
     else for (auto& v : schema["enum"]) values.push_back(v);
-    if (schema.contains("const") && schema.contains("enum")) unsupported(path, "enum together with const");
+    if (schema.contains("const") && schema.contains("enum") &&
+        std::find(schema["enum"].begin(), schema["enum"].end(), schema["const"]) == schema["enum"].end())
+      values.clear();
+    Json rest = schema;
+    for (const char* k : {"enum", "const", "type", "nullable"}) rest.erase(k);
+    if (!rest.empty()) values = values_matching(values, rest, path);
     std::vector<int> alts;
     std::set<std::string> seen;
     for (const Json& v : values) {
@@ -719,7 +849,7 @@ class Converter {
       for (auto& f : forms)
         if (seen.insert(f).second) alts.push_back(g_.lit(f));
     }
-    if (alts.empty()) unsupported(path, "enum/const with no value of the allowed type");
+    if (alts.empty()) nothing(path, "enum/const with no value of the allowed type (matches nothing)");
     return g_.alt(alts);
   }
 
@@ -744,7 +874,7 @@ class Converter {
   int string_schema(const Json& s, const std::string& path) {
     int min = s.value("minLength", 0);
     int max = s.contains("maxLength") ? s["maxLength"].get<int>() : kUnbounded;
-    if (min < 0 || (max != kUnbounded && max < min)) unsupported(path, "minLength/maxLength bounds (no string fits)");
+    if (min < 0 || (max != kUnbounded && max < min)) nothing(path, "minLength/maxLength bounds (no string fits)");
     // Length bounds are counted by the parser (grammar.h CountedRule): no unrolling, so any
     // bound compiles in the same time.
     std::vector<std::string> yes, no;  // regexes that must match / must not
@@ -785,7 +915,7 @@ class Converter {
     const ProductDfa p = product_dfa(parts, kMaxDfaStates, "combination of patterns");
     const uint64_t want = ((1ull << yes.size()) - 1) << 1 | 1, mask = (1ull << parts.size()) - 1;
     ByteDfa d = select_dfa(p, [&](uint64_t acc) { return (acc & mask) == want; });
-    if (d.size() == 0) unsupported(path, "combination of patterns that no string matches");
+    if (d.size() == 0) nothing(path, "combination of patterns that no string matches");
     return d;
   }
 
@@ -1158,7 +1288,7 @@ class Converter {
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
     const Json items = s.contains("items") ? s["items"] : Json(true);
-    if (is_never(items)) unsupported(path, "schema that matches nothing (contains with items false)");
+    if (is_never(items)) nothing(path, "schema that matches nothing (contains with items false)");
     const int item = convert(items, path + "/items");
     const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
@@ -1183,7 +1313,7 @@ class Converter {
     else item = convert(s["items"], path + "/items");
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
-    if (hi >= 0 && lo > hi) unsupported(path, "minItems greater than the possible number of items");
+    if (hi >= 0 && lo > hi) nothing(path, "minItems greater than the possible number of items");
     // uniqueItems: false is a no-op; true only holds trivially (at most one item).
     if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1))
       unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible)");
@@ -1214,7 +1344,7 @@ class Converter {
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
-  int ref_merge_depth_ = 0;
+  int ref_merge_depth_ = 0, merge_rounds_ = 0;
   static constexpr int kMaxSchemaDepth = 64;
   int depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;

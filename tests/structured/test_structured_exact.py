@@ -82,6 +82,22 @@ CASES = [
     ({"not": {"pattern": "^x"}}, ["x", "xy", "y", 1, None, ""]),
     ({"type": "string", "not": {"format": "uuid"}}, ["x", "12345678-1234-1234-1234-123456789abc"]),
     ({"type": "string", "not": {"pattern": "\""}}, ["a\"b", "ab", "\\", "\n"]),
+    # enum / const with other keywords: the values those keywords accept
+    ({"enum": ["a", "bb", "ccc", 1, 2.5], "maxLength": 2, "minimum": 2}, ["a", "bb", "ccc", 1, 2.5]),
+    ({"enum": ["a", "b", 3], "anyOf": [{"const": "a"}, {"type": "integer"}]}, ["a", "b", 3]),
+    ({"enum": [{"k": 1}, {"k": "s"}], "properties": {"k": {"type": "integer"}}}, [{"k": 1}, {"k": "s"}]),
+    ({"enum": ["x", "y"], "const": "x"}, ["x", "y"]),
+    # allOf whose parts repeat not / anyOf / oneOf / if
+    ({"type": "string", "allOf": [{"not": {"const": "a"}}, {"not": {"enum": ["b"]}}]}, ["a", "b", "c"]),
+    ({"type": "integer", "allOf": [{"not": {"maximum": 2}}, {"not": {"minimum": 9}}]}, [1, 2, 3, 8, 9]),
+    ({"allOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"anyOf": [{"maxLength": 2}, {"minimum": 5}]}]},
+     ["a", "abc", 3, 6, None, []]),
+    ({"allOf": [{"if": {"type": "string"}, "then": {"maxLength": 2}}, {"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"type": "string"}}]},
+     ["a", "abc", 1, 4, None]),
+    # overlapping oneOf: exactly one = a branch and not the others (anyOf beside it applies to each)
+    ({"anyOf": [{"type": "string"}, {"type": "integer"}], "oneOf": [{"maxLength": 1}, {"minLength": 3}]}, ["", "a", "ab", "abc", 1, None]),
+    ({"type": "integer", "oneOf": [{"minimum": 3}, {"maximum": 5}]}, [1, 3, 5, 6]),
+    ({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "b$"}]}, ["a", "b", "ab", "c"]),
     # dependentSchemas (and draft-07 dependencies with a schema)
     ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
       "dependentSchemas": {"a": {"required": ["b"], "properties": {"b": {"maxLength": 2}}}}},
