@@ -279,16 +279,33 @@ class Converter {
         continue;
       }
       if (part.contains("$ref")) {
-        part = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
-        if (part.is_boolean()) continue;
+        Json target = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
+        if (target.is_boolean() && !target.get<bool>()) unsupported(path, "allOf containing false");
+        part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
+        if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
+        if (part.empty()) continue;
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
       levels.push_back(part);
     }
-    // additionalProperties / items only see the properties / prefixItems of their own level: a
-    // level without its own list constrains the other levels' entries too (wrapped below).
+    // additionalProperties only sees its own level's properties (and patterns): a key declared at
+    // another level gets it too, so each declared key collects the additionalProperties of the
+    // levels that do not declare it; the merged one is their allOf (for keys no level declares).
+    Json key_aps = Json::object();  // key -> additionalProperties it also gets
+    for (const Json& a : levels) {
+      if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
+      for (const Json& b : levels) {
+        if (&a != &b && b.contains("patternProperties")) unsupported(path, "allOf mixing 'patternProperties' and 'additionalProperties' of different levels");
+        if (&a == &b || !b.contains("properties")) continue;
+        if (a.contains("patternProperties")) unsupported(path, "allOf mixing 'properties' and 'additionalProperties' next to 'patternProperties' of different levels");
+        for (auto& [k, v] : b["properties"].items())
+          if (!(a.contains("properties") && a["properties"].contains(k))) key_aps[k].push_back(a["additionalProperties"]);
+      }
+    }
+    // items only sees its own level's prefixItems: a level without its own list constrains the
+    // other levels' entries too (wrapped below).
     std::vector<std::pair<const char*, const char*>> wrap;
-    for (auto [list, rest] : {std::pair{"properties", "additionalProperties"}, std::pair{"prefixItems", "items"}}) {
+    for (auto [list, rest] : {std::pair{"prefixItems", "items"}}) {
       for (const Json& a : levels) {
         if (!a.contains(rest)) continue;
         for (const Json& b : levels) {
@@ -363,6 +380,14 @@ class Converter {
           Json alts = Json::array();
           for (const Json& a : merged[k]) alts.push_back(Json{{"allOf", Json::array({a, Json{{"oneOf", v}}})}});
           merged[k] = alts;
+        } else if (k == "additionalProperties") {
+          merged[k] = is_never(merged[k]) || is_never(v) ? Json(false) : is_always(v) ? merged[k]
+                    : is_always(merged[k]) ? v : Json{{"allOf", Json::array({merged[k], v})}};
+        } else if (k == "patternProperties") {  // each level's patterns hold: their union
+          for (auto& [pk, pv] : v.items()) {
+            if (!merged[k].contains(pk)) merged[k][pk] = pv;
+            else if (merged[k][pk] != pv) merged[k][pk] = Json{{"allOf", Json::array({merged[k][pk], pv})}};
+          }
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
         } else if (k == kAlsoPatterns || k == kNotPatterns) {
@@ -374,6 +399,12 @@ class Converter {
           unsupported(path, "allOf with conflicting '" + k + "'");
         }
       }
+    }
+    for (auto& [k, aps] : key_aps.items()) {
+      Json all = Json::array({merged["properties"][k]});
+      for (const Json& x : aps) all.push_back(x);
+      const bool never = std::any_of(all.begin(), all.end(), [&](const Json& x) { return is_never(x); });
+      merged["properties"][k] = never ? Json(false) : Json{{"allOf", all}};
     }
     for (auto [list, rest] : wrap) {
       if (merged[rest] == Json(true)) continue;
@@ -1066,7 +1097,7 @@ class Converter {
         const Json v = key_schema(k, &v0);
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
         if (matches_nothing(v, path)) {
-          if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
+          if (req.count(k)) nothing(path, "required property '" + k + "' with schema false (matches nothing)");
           continue;
         }
         props.push_back({Json(k).dump(), convert(v, path + "/properties/" + k)});
@@ -1298,6 +1329,43 @@ class Converter {
     return g_.seq({g_.lit("["), ws(), g_.seq(body), ws(), g_.lit("]")});
   }
 
+  // uniqueItems true over enumerable items (enum/const, or only booleans and null): each value
+  // at most once, in any order, minItems..maxItems of them.
+  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
+    const Json items = normalize(s.value("items", Json(true)));
+    std::vector<Json> values;
+    const std::vector<std::string> types = items.is_object() && items.contains("type") ? types_of(items) : std::vector<std::string>{};
+    if (items.is_object() && items.contains("const")) values.push_back(items["const"]);
+    else if (items.is_object() && items.contains("enum")) values.assign(items["enum"].begin(), items["enum"].end());
+    else if (!types.empty() && std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; }))
+      values = {Json(true), Json(false), Json(nullptr)};
+    else unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
+    values = values_matching(values, items, path);
+    std::vector<Json> distinct;  // 1 and 1.0 are one value
+    for (const Json& v : values)
+      if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
+    if (distinct.size() > 64) unsupported(path, "uniqueItems over more than 64 values");
+    if (lo > static_cast<long>(distinct.size())) nothing(path, "minItems above the number of distinct items (matches nothing)");
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    const std::string base = "uniq" + std::to_string(g_.num_rules());
+    const int perm = g_.declare_rule(base);
+    PermRule info{perm, {}, std::vector<bool>(distinct.size(), false)};
+    info.min_count = static_cast<int>(lo);
+    info.max_count = static_cast<int>(hi);
+    std::vector<int> firsts, afters;
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      int mr = g_.declare_rule(base + "_" + std::to_string(i)), ar = g_.declare_rule(base + "_a" + std::to_string(i));
+      g_.define_rule(mr, convert(Json{{"const", distinct[i]}}, path + "/items"));
+      g_.define_rule(ar, g_.seq({sep, g_.ref(mr)}));
+      firsts.push_back(g_.ref(mr));
+      afters.push_back(g_.ref(ar));
+      info.member_rules.push_back({mr, ar});
+    }
+    g_.define_rule(perm, distinct.empty() || hi == 0 ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
+    g_.add_perm(std::move(info));
+    return g_.seq({g_.lit("["), ws(), g_.ref(perm), ws(), g_.lit("]")});
+  }
+
   int array_schema(const Json& s, const std::string& path) {
     if (s.contains("contains")) return contains_array(s, path);
     std::vector<int> prefix;
@@ -1314,9 +1382,12 @@ class Converter {
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
     if (hi >= 0 && lo > hi) nothing(path, "minItems greater than the possible number of items");
-    // uniqueItems: false is a no-op; true only holds trivially (at most one item).
-    if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1))
-      unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible)");
+    // uniqueItems: false is a no-op; true holds trivially with at most one item, and is a perm
+    // rule over the values where the items are enumerable.
+    if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1)) {
+      if (m > 0) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems)");
+      return unique_items(s, lo, hi, path);
+    }
     if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
     int sep = g_.seq({ws(), g_.lit(","), ws()});
     // rest(k): the members after the first k (k >= 1 already emitted).

@@ -94,6 +94,23 @@ CASES = [
      ["a", "abc", 3, 6, None, []]),
     ({"allOf": [{"if": {"type": "string"}, "then": {"maxLength": 2}}, {"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"type": "string"}}]},
      ["a", "abc", 1, 4, None]),
+    # allOf levels: additionalProperties sees only its own level's properties; patterns unite
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}, "additionalProperties": False}, {"properties": {"b": {}}}]},
+     [{"a": 1}, {"b": 1}, {}, {"a": "s"}, {"c": 1}]),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}, {"properties": {"b": {"minLength": 2}}}]},
+     [{"a": 1}, {"b": "ab"}, {"b": "a"}, {"b": 1}, {"c": "x"}, {"c": 1}]),
+    ({"allOf": [{"additionalProperties": {"type": "string"}}, {"additionalProperties": {"maxLength": 2}}]}, [{"a": "ab"}, {"a": "abc"}, {"a": 1}]),
+    ({"allOf": [{"patternProperties": {"^a": {"type": "string"}}}, {"patternProperties": {"^a": {"maxLength": 2}, "b": {"type": "integer"}}}]},
+     [{"a": "ab"}, {"a": "abc"}, {"ab": 1}, {"b": 1}, {"b": "x"}]),
+    ({"$defs": {"x": {"type": "object", "properties": {"a": {"type": "integer"}}}}, "allOf": [{"$ref": "#/$defs/x", "required": ["a"]}]},
+     [{"a": 1}, {}, {"a": "s"}]),
+    # uniqueItems over enumerable items: each value at most once, any order (1 and 1.0 are one value)
+    ({"type": "array", "items": {"enum": ["a", "b", "c", 1, 1.0]}, "uniqueItems": True},
+     [[], ["a"], ["a", "b"], ["a", "a"], ["c", "b", "a"], [1], [1, 1.0], ["a", 1, "b"], ["d"]]),
+    ({"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True, "minItems": 2, "maxItems": 2},
+     [["a"], ["a", "b"], ["b", "a"], ["a", "a"], ["a", "b", "c"]]),
+    ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, [[True, False], [True, True], [None], []]),
+    ({"type": "array", "items": {"enum": [{"x": 1}, [1, 2]]}, "uniqueItems": True}, [[{"x": 1}, [1, 2]], [{"x": 1}, {"x": 1}], [[1, 2]]]),
     # overlapping oneOf: exactly one = a branch and not the others (anyOf beside it applies to each)
     ({"anyOf": [{"type": "string"}, {"type": "integer"}], "oneOf": [{"maxLength": 1}, {"minLength": 3}]}, ["", "a", "ab", "abc", 1, None]),
     ({"type": "integer", "oneOf": [{"minimum": 3}, {"maximum": 5}]}, [1, 3, 5, 6]),
