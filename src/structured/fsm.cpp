@@ -144,6 +144,23 @@ class NfaBuilder {
         break;
       }
       case Expr::Kind::kRef: nfa_.states[from].refs.push_back({static_cast<uint32_t>(e.rule), to}); break;
+      case Expr::Kind::kDfa: {
+        const ByteDfa& d = g_.dfa_at(e.rule);
+        std::vector<uint32_t> id(d.size());
+        for (uint32_t& x : id) x = nfa_.add();
+        nfa_.states[from].eps.push_back(id[0]);
+        for (size_t s = 0; s < d.size(); ++s) {
+          if (d.accepting[s]) nfa_.states[id[s]].eps.push_back(to);
+          for (int b = 0; b < 256;) {  // runs of bytes with one target become one edge
+            const uint32_t t = d.next[s][b];
+            int hi = b;
+            while (hi < 255 && d.next[s][hi + 1] == t) ++hi;
+            if (t != ByteDfa::kNone) nfa_.states[id[s]].bytes.push_back({uint8_t(b), uint8_t(hi), id[t]});
+            b = hi + 1;
+          }
+        }
+        break;
+      }
     }
   }
 

@@ -64,6 +64,14 @@ int Grammar::find_rule(const std::string& name) const {
   return -1;
 }
 
+void Grammar::truncate_rules(int n) {
+  names_.resize(n);
+  bodies_.resize(n);
+  std::erase_if(perms_, [&](const PermRule& p) { return p.rule >= n; });
+  std::erase_if(counted_, [&](const CountedRule& c) { return c.rule >= n; });
+  if (root_ >= n) root_ = -1;
+}
+
 int Grammar::add(Expr e) {
   exprs_.push_back(std::move(e));
   return static_cast<int>(exprs_.size()) - 1;
@@ -124,6 +132,15 @@ int Grammar::ref(int rule) {
   return add(std::move(e));
 }
 
+int Grammar::dfa(ByteDfa d) {
+  check(d.size() > 0, "grammar: empty DFA");
+  dfas_.push_back(std::move(d));
+  Expr e;
+  e.kind = Expr::Kind::kDfa;
+  e.rule = static_cast<int>(dfas_.size()) - 1;
+  return add(std::move(e));
+}
+
 void Grammar::check_complete() const {
   check(root_ >= 0, "grammar: no root rule");
   for (size_t i = 0; i < names_.size(); ++i)
@@ -136,7 +153,7 @@ std::vector<bool> Grammar::productive_rules() const {
   auto derives = [&](auto& self, int e) -> bool {
     const Expr& x = exprs_[e];
     switch (x.kind) {
-      case Expr::Kind::kEmpty: case Expr::Kind::kBytes: return true;
+      case Expr::Kind::kEmpty: case Expr::Kind::kBytes: case Expr::Kind::kDfa: return true;
       case Expr::Kind::kClass: return !x.ranges.empty();
       case Expr::Kind::kRef: return ok[x.rule];
       case Expr::Kind::kRepeat: return x.min == 0 || self(self, x.kids[0]);
@@ -229,6 +246,7 @@ void print_expr(const Grammar& g, int id, std::string& out) {
       }
       break;
     case Expr::Kind::kRef: out += g.rule_name(e.rule); break;
+    case Expr::Kind::kDfa: out += "<dfa: " + std::to_string(g.dfa_at(e.rule).size()) + " states>"; break;
   }
 }
 

@@ -1,6 +1,7 @@
 // Grammar IR shared by every front end (EBNF, regex, JSON schema, choice): rules whose bodies are
 // expression trees over Unicode codepoints. fsm.h lowers each rule body to a byte-level DFA.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -13,14 +14,24 @@ using CodepointRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusiv
 constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 constexpr int kUnbounded = -1;
 
+// A deterministic automaton over bytes, used as an expression (string_dfa.h builds them: pattern
+// intersections and complements, classes of object keys). State 0 starts; every state can reach
+// an accepting one, so no byte leads into a dead end.
+struct ByteDfa {
+  static constexpr uint32_t kNone = UINT32_MAX;
+  std::vector<std::array<uint32_t, 256>> next;  // kNone: no edge
+  std::vector<uint8_t> accepting;
+  size_t size() const { return next.size(); }
+};
+
 struct Expr {
-  enum class Kind : uint8_t { kEmpty, kBytes, kClass, kSeq, kAlt, kRepeat, kRef };
+  enum class Kind : uint8_t { kEmpty, kBytes, kClass, kSeq, kAlt, kRepeat, kRef, kDfa };
   Kind kind = Kind::kEmpty;
   std::string bytes;        // kBytes: literal UTF-8 bytes
   CodepointRanges ranges;   // kClass: the set of codepoints (negation already applied)
   std::vector<int> kids;    // kSeq, kAlt; kRepeat has one kid
   int min = 0, max = 0;     // kRepeat; max == kUnbounded for no upper bound
-  int rule = -1;            // kRef
+  int rule = -1;            // kRef; kDfa: index into Grammar::dfa
 };
 
 // A permutation rule (JSON object members in any order): each member index may complete at most
@@ -55,6 +66,8 @@ class Grammar {
   int declare_rule(const std::string& name);
   void define_rule(int rule, int body);
   int find_rule(const std::string& name) const;  // -1 when absent
+  // Drops the rules from n on (with their perm and counted entries): undoes a failed attempt.
+  void truncate_rules(int n);
   int num_rules() const { return static_cast<int>(names_.size()); }
   const std::string& rule_name(int r) const { return names_[r]; }
   int rule_body(int r) const { return bodies_[r]; }
@@ -74,6 +87,8 @@ class Grammar {
   int star(int kid) { return rep(kid, 0, kUnbounded); }
   int plus(int kid) { return rep(kid, 1, kUnbounded); }
   int ref(int rule);
+  int dfa(ByteDfa d);  // d must be non-empty (trimmed, see ByteDfa)
+  const ByteDfa& dfa_at(int i) const { return dfas_[i]; }
 
   void add_perm(PermRule p) { perms_.push_back(std::move(p)); }
   const std::vector<PermRule>& perms() const { return perms_; }
@@ -81,7 +96,7 @@ class Grammar {
   const std::vector<CountedRule>& counted() const { return counted_; }
 
   // For debugging and docs; re-parsable by parse_ebnf (perm rules print as '# perm' comments and
-  // their plain bodies, which allow repeats and any subset).
+  // their plain bodies, which allow repeats and any subset), except DFA bodies (`<dfa: N states>`).
   std::string to_ebnf() const;
   void check_complete() const;  // every declared rule has a body, the root exists
   // Per rule: whether it derives at least one finite string (a rule that only recurses into itself,
@@ -95,6 +110,7 @@ class Grammar {
   std::vector<int> bodies_;
   std::vector<PermRule> perms_;
   std::vector<CountedRule> counted_;
+  std::vector<ByteDfa> dfas_;
   int root_ = -1;
 };
 

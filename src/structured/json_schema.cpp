@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "structured/json_one_of.h"
 #include "structured/number_range.h"
+#include "structured/string_dfa.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
@@ -28,7 +29,7 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -49,15 +50,26 @@ const std::map<std::string, std::string> kFormats = {
 
 // Internal type name: a number that is not an integer (from {"not": {"type": "integer"}}).
 const std::string kNonInteger = "\x01non-integer number";
+// Internal keywords (arrays of regexes) for strings: more patterns that must all match (allOf
+// of patterns, pattern with format), and patterns that must not match ('not' of a pattern).
+const std::string kAlsoPatterns = "\x01patterns", kNotPatterns = "\x01notPatterns";
+constexpr size_t kMaxDfaStates = 4096;
+
+// A (sub)schema that matches no instance: an error at the top, a dropped branch in anyOf/oneOf.
+struct NothingMatches : Error {
+  using Error::Error;
+};
 
 class Converter {
  public:
   Converter(const Json& root, const SchemaArgs& opts) : root_(root), opts_(opts), draft_(draft_of(root)) {}
 
-  Grammar run() {
+  Grammar run() { return run(root_, "#"); }
+  // The grammar of a subschema of root_ (values_matching checks values with it).
+  Grammar run(const Json& schema, const std::string& path) {
     int r = g_.declare_rule("root");
     g_.set_root(r);
-    g_.define_rule(r, convert(root_, "#"));
+    g_.define_rule(r, convert(schema, path));
     // A $ref cycle with no way out (e.g. {"$ref": "#"}, or a required property that refers back to
     // its own object) matches no finite value: refuse it now instead of failing every output.
     const std::vector<bool> productive = g_.productive_rules();
@@ -192,6 +204,24 @@ class Converter {
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
   }
+  [[noreturn]] void nothing(const std::string& path, const std::string& what) {
+    throw NothingMatches("json schema: unsupported " + what + " at " + path);
+  }
+
+  // Undoing a branch whose conversion threw: the rules it declared, and the caches naming them.
+  struct Mark {
+    int rules, ref_merge_depth, merge_rounds;
+  };
+  Mark mark() const { return {g_.num_rules(), ref_merge_depth_, merge_rounds_}; }
+  void rollback(const Mark& m) {
+    g_.truncate_rules(m.rules);
+    std::erase_if(refs_, [&](const auto& kv) { return kv.second >= m.rules; });
+    std::erase_if(counted_strings_, [&](const auto& kv) { return kv.second >= m.rules; });
+    for (int* r : {&key_rest_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
+      if (*r >= m.rules) *r = -1;
+    ref_merge_depth_ = m.ref_merge_depth;
+    merge_rounds_ = m.merge_rounds;
+  }
 
   const Json& resolve_pointer(const std::string& ref, const std::string& path) {
     if (ref == "#") return root_;
@@ -249,16 +279,33 @@ class Converter {
         continue;
       }
       if (part.contains("$ref")) {
-        part = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
-        if (part.is_boolean()) continue;
+        Json target = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
+        if (target.is_boolean() && !target.get<bool>()) unsupported(path, "allOf containing false");
+        part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
+        if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
+        if (part.empty()) continue;
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
       levels.push_back(part);
     }
-    // additionalProperties / items only see the properties / prefixItems of their own level: a
-    // level without its own list constrains the other levels' entries too (wrapped below).
+    // additionalProperties only sees its own level's properties (and patterns): a key declared at
+    // another level gets it too, so each declared key collects the additionalProperties of the
+    // levels that do not declare it; the merged one is their allOf (for keys no level declares).
+    Json key_aps = Json::object();  // key -> additionalProperties it also gets
+    for (const Json& a : levels) {
+      if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
+      for (const Json& b : levels) {
+        if (&a != &b && b.contains("patternProperties")) unsupported(path, "allOf mixing 'patternProperties' and 'additionalProperties' of different levels");
+        if (&a == &b || !b.contains("properties")) continue;
+        if (a.contains("patternProperties")) unsupported(path, "allOf mixing 'properties' and 'additionalProperties' next to 'patternProperties' of different levels");
+        for (auto& [k, v] : b["properties"].items())
+          if (!(a.contains("properties") && a["properties"].contains(k))) key_aps[k].push_back(a["additionalProperties"]);
+      }
+    }
+    // items only sees its own level's prefixItems: a level without its own list constrains the
+    // other levels' entries too (wrapped below).
     std::vector<std::pair<const char*, const char*>> wrap;
-    for (auto [list, rest] : {std::pair{"properties", "additionalProperties"}, std::pair{"prefixItems", "items"}}) {
+    for (auto [list, rest] : {std::pair{"prefixItems", "items"}}) {
       for (const Json& a : levels) {
         if (!a.contains(rest)) continue;
         for (const Json& b : levels) {
@@ -268,6 +315,17 @@ class Converter {
         }
       }
     }
+    bool has_if = false;  // the first if/then/else stays; later ones become their anyOf
+    for (Json& part : levels) {
+      if (!part.contains("if")) continue;
+      if (!has_if) { has_if = true; continue; }
+      Json alts = Json::array({Json{{"allOf", Json::array({part["if"], part.value("then", Json(true))})}},
+                               Json{{"allOf", Json::array({Json{{"not", part["if"]}}, part.value("else", Json(true))})}}});
+      for (const char* k : {"if", "then", "else"}) part.erase(k);
+      if (part.contains("anyOf")) part["allOf"] = Json::array({Json{{"anyOf", part["anyOf"]}}});
+      part["anyOf"] = alts;
+      if (part.contains("allOf")) part = merge_all_of(part, path);
+    }
     for (Json& part : levels) {  // const is a one-value enum, so the two intersect below
       if (!part.contains("const")) continue;
       if (!part.contains("enum")) part["enum"] = Json::array({part["const"]});
@@ -276,6 +334,7 @@ class Converter {
       part.erase("const");
     }
     Json merged = Json::object();
+    Json deferred = Json::array();  // levels merged in a second round (the negated nots)
     for (const Json& part : levels) {
       for (auto& [k, v] : part.items()) {
         if (!merged.contains(k)) { merged[k] = v; continue; }
@@ -291,8 +350,48 @@ class Converter {
         } else if (k == "enum" && v.is_array() && merged[k].is_array()) {
           Json both = Json::array();
           for (const Json& x : merged[k]) if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
-          if (both.empty()) unsupported(path, "allOf whose enums have no common value (matches nothing)");
+          if (both.empty()) nothing(path, "allOf whose enums have no common value (matches nothing)");
           merged[k] = both;
+        } else if (k == "not") {  // not A and not B: one not of the union, or B spelled positively
+          const Json a = normalize(merged[k]), b = normalize(v);
+          auto only = [](const Json& x, const char* key) { return x.is_object() && x.size() == 1 && x.contains(key); };
+          auto values = [](const Json& x) { return x.contains("const") ? Json::array({x["const"]}) : x["enum"]; };
+          auto types = [](const Json& x) { return x["type"].is_array() ? x["type"] : Json::array({x["type"]}); };
+          if ((only(a, "enum") || only(a, "const")) && (only(b, "enum") || only(b, "const"))) {
+            Json u = values(a);
+            for (const Json& x : values(b)) u.push_back(x);
+            merged[k] = Json{{"enum", u}};
+          } else if (only(a, "type") && only(b, "type")) {
+            Json u = types(a);
+            for (const Json& x : types(b)) u.push_back(x);
+            merged[k] = Json{{"type", u}};
+          } else {
+            const Json pos = negate(b, path);
+            if (pos.is_object() && pos.contains("not")) unsupported(path, "allOf with conflicting 'not'");
+            deferred.push_back(pos);
+          }
+        } else if (k == "anyOf") {  // (A1 or A2) and (B1 or B2) = A1 and B1 or A1 and B2 ...
+          if (merged[k].size() * v.size() > 64) unsupported(path, "allOf of anyOfs with more than 64 combinations");
+          Json alts = Json::array();
+          for (const Json& a : merged[k])
+            for (const Json& b : v) alts.push_back(Json{{"allOf", Json::array({a, b})}});
+          merged[k] = alts;
+        } else if (k == "oneOf") {  // exactly one of A, and exactly one of B: B joins every A
+          Json alts = Json::array();
+          for (const Json& a : merged[k]) alts.push_back(Json{{"allOf", Json::array({a, Json{{"oneOf", v}}})}});
+          merged[k] = alts;
+        } else if (k == "additionalProperties") {
+          merged[k] = is_never(merged[k]) || is_never(v) ? Json(false) : is_always(v) ? merged[k]
+                    : is_always(merged[k]) ? v : Json{{"allOf", Json::array({merged[k], v})}};
+        } else if (k == "patternProperties") {  // each level's patterns hold: their union
+          for (auto& [pk, pv] : v.items()) {
+            if (!merged[k].contains(pk)) merged[k][pk] = pv;
+            else if (merged[k][pk] != pv) merged[k][pk] = Json{{"allOf", Json::array({merged[k][pk], pv})}};
+          }
+        } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
+          if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
+        } else if (k == kAlsoPatterns || k == kNotPatterns) {
+          for (const Json& p : v) merged[k].push_back(p);
         } else if (merged[k].is_number() && v.is_number() && (kLowerBounds.count(k) || kUpperBounds.count(k))) {
           const bool lower = kLowerBounds.count(k) > 0;  // keep the tighter bound
           if (lower == (v.get<double>() > merged[k].get<double>())) merged[k] = v;
@@ -301,9 +400,21 @@ class Converter {
         }
       }
     }
+    for (auto& [k, aps] : key_aps.items()) {
+      Json all = Json::array({merged["properties"][k]});
+      for (const Json& x : aps) all.push_back(x);
+      const bool never = std::any_of(all.begin(), all.end(), [&](const Json& x) { return is_never(x); });
+      merged["properties"][k] = never ? Json(false) : Json{{"allOf", all}};
+    }
     for (auto [list, rest] : wrap) {
       if (merged[rest] == Json(true)) continue;
       for (Json& v : merged[list]) v = merged[rest] == Json(false) ? Json(false) : Json{{"allOf", Json::array({v, merged[rest]})}};
+    }
+    if (!deferred.empty()) {
+      if (++merge_rounds_ > 16) unsupported(path, "allOf with conflicting 'not' (nested too deep)");
+      merged["allOf"] = deferred;
+      merged = merge_all_of(merged, path);
+      --merge_rounds_;
     }
     return merged;
   }
@@ -320,10 +431,10 @@ class Converter {
            path.size() > 200 ? "..." : "");
     const Json schema = normalize(schema0);
     if (schema.is_boolean()) {
-      if (!schema.get<bool>()) unsupported(path, "schema 'false' (matches nothing)");
+      if (!schema.get<bool>()) nothing(path, "schema 'false' (matches nothing)");
       return any_value();
     }
-    if (is_never(schema)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
+    if (is_never(schema)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
@@ -332,7 +443,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else"};
+          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -363,7 +474,7 @@ class Converter {
       Json alts = Json::array();
       if (!is_never(a) && !is_never(then)) alts.push_back(Json{{"allOf", Json::array({rest, a, then})}});
       if (!is_never(not_a) && !is_never(other)) alts.push_back(Json{{"allOf", Json::array({rest, not_a, other})}});
-      if (alts.empty()) unsupported(path, "schema that matches nothing (if/then/else)");
+      if (alts.empty()) nothing(path, "schema that matches nothing (if/then/else)");
       return convert(Json{{"anyOf", alts}}, path);
     }
     if (schema.contains("not")) return convert_not(schema, path);
@@ -372,15 +483,15 @@ class Converter {
       const Json& t = schema["type"];
       if (t.is_string()) types.push_back(t.get<std::string>());
       else for (auto& x : t) types.push_back(x.get<std::string>());
-      if (types.empty()) unsupported(path, "empty 'type' list");
+      if (types.empty()) nothing(path, "empty 'type' list (matches nothing)");
     } else {
       types = {"null", "boolean", "object", "array", "number", "string"};
     }
     if (schema.value("nullable", false)) types.push_back("null");
     if (schema.contains("const") || schema.contains("enum")) return literals(schema, types, path);
     if (schema.contains("anyOf") || schema.contains("oneOf")) {
-      if (schema.contains("anyOf") && schema.contains("oneOf")) unsupported(path, "anyOf together with oneOf");
-      const char* key = schema.contains("anyOf") ? "anyOf" : "oneOf";
+      // With both, the anyOf is a sibling of the oneOf (it applies to every branch).
+      const char* key = schema.contains("oneOf") ? "oneOf" : "anyOf";
       // Sibling keywords apply to every branch: {S, anyOf [A, B]} = anyOf [S and A, S and B], and
       // likewise for oneOf (S holds and exactly one of A, B iff exactly one of S and A, S and B).
       // Each branch is merged with S like an allOf; one that can match nothing is dropped.
@@ -401,17 +512,42 @@ class Converter {
         }
       }
       std::vector<Json> branches(branches_in.begin(), branches_in.end());
-      if (branches.size() > 1 && std::string(key) == "oneOf")
-        branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
-          auto it = normalized_refs_.find(ref);
-          if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
-          return it->second;
-        }, path);
+      if (branches.size() > 1 && std::string(key) == "oneOf") {
+        try {
+          branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
+            auto it = normalized_refs_.find(ref);
+            if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
+            return it->second;
+          }, path);
+        } catch (const Error&) {
+          // Overlapping branches: exactly one = some branch and not each other one, where
+          // the negations can be spelled (checked by a trial conversion first).
+          if (branches.size() > 5) throw;
+          Json alts = Json::array();
+          for (size_t i = 0; i < branches.size(); ++i) {
+            Json all = Json::array({branches[i]});
+            for (size_t j = 0; j < branches.size(); ++j)
+              if (j != i) all.push_back(Json{{"not", branches[j]}});
+            alts.push_back(Json{{"allOf", all}});
+          }
+          const Json exact{{"anyOf", alts}};
+          if (!convertible(exact, path)) throw;
+          if (!siblings.empty()) --ref_merge_depth_;
+          return convert(exact, path);
+        }
+      }
       std::vector<int> alts;
       int i = 0;
-      for (const Json& sub : branches) alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+      for (const Json& sub : branches) {  // a branch that matches nothing is dropped
+        const Mark m = mark();
+        try {
+          alts.push_back(convert(sub, path + "/" + key + "/" + std::to_string(i++)));
+        } catch (const NothingMatches&) {
+          rollback(m);
+        }
+      }
       if (!siblings.empty()) --ref_merge_depth_;
-      if (alts.empty()) unsupported(path, std::string(key) + " whose branches all match nothing");
+      if (alts.empty()) nothing(path, std::string(key) + " whose branches all match nothing");
       return g_.alt(alts);
     }
     std::vector<int> alts;
@@ -433,6 +569,14 @@ class Converter {
     Json out = Json::array();
     for (const Json& x : list) out.push_back(normalize(x));
     return out;
+  }
+
+  // is_never, or an allOf whose types have nothing in common.
+  bool matches_nothing(const Json& s, const std::string& path) {
+    if (is_never(s)) return true;
+    if (!s.is_object() || !s.contains("allOf")) return false;
+    const Json m = merge_all_of(s, path);
+    return m.contains("type") && m["type"].is_array() && m["type"].empty();
   }
 
   // Schemas that match every / no instance ({} and true; false and {"not": {}}, recursively).
@@ -457,7 +601,7 @@ class Converter {
     Json rest = schema;
     rest.erase("not");
     if (is_never(n)) return convert(rest, path);
-    if (is_always(n)) unsupported(path, "schema that matches nothing ('not' of a schema matching everything)");
+    if (is_always(n)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     auto only = [&](std::initializer_list<const char*> keys) {
       for (auto it = n.begin(); it != n.end(); ++it) {  // no structured binding: clang 14 cannot capture one
         const std::string& k = it.key();
@@ -491,7 +635,7 @@ class Converter {
       if (out.count(t) || (t == "integer" && out.count("number"))) continue;
       types.push_back(t == "number" && out.count("integer") ? kNonInteger : t);
     }
-    if (types.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed type)");
+    if (types.empty()) nothing(path, "schema that matches nothing ('not' of every allowed type)");
     rest["type"] = types;
     return convert(rest, path);
   }
@@ -517,7 +661,7 @@ class Converter {
         alts.push_back(absent);
       }
       if (!is_never(v)) alts.push_back(Json{{"allOf", Json::array({rest, v, Json{{"required", Json::array({k})}}})}});
-      if (alts.empty()) unsupported(path, "schema that matches nothing (dependentSchemas false on a required key)");
+      if (alts.empty()) nothing(path, "schema that matches nothing (dependentSchemas false on a required key)");
       return convert(Json{{"anyOf", alts}}, path);
     }
     return convert(rest, path);
@@ -563,6 +707,8 @@ class Converter {
       }
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
+    if (k == "pattern" || k == "format")  // strings the regex does not match
+      return Json{{"type", "string"}, {kNotPatterns, Json::array({k == "pattern" ? v : Json(kFormats.at(v.get<std::string>()))})}};
     static const std::map<std::string, std::pair<std::string, std::string>> numeric = {  // -> (type, flipped keyword)
         {"minimum", {"number", "exclusiveMaximum"}}, {"exclusiveMinimum", {"number", "maximum"}},
         {"maximum", {"number", "exclusiveMinimum"}}, {"exclusiveMaximum", {"number", "minimum"}}};
@@ -603,7 +749,7 @@ class Converter {
         s["properties"][k.get<std::string>()] = false;
         alts.push_back(s);
       }
-    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of 'required' keys the schema requires)");
+    if (alts.empty()) nothing(path, "schema that matches nothing ('not' of 'required' keys the schema requires)");
     return convert(Json{{"anyOf", alts}}, path);
   }
 
@@ -617,7 +763,7 @@ class Converter {
         if (std::find(values.begin(), values.end(), v) == values.end()) keep.push_back(v);
       s.erase("const");
       s["enum"] = keep;
-      if (keep.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+      if (keep.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
       return convert(s, path);
     }
     std::vector<std::string> types = types_of(rest), strs;
@@ -651,7 +797,7 @@ class Converter {
         alts.push_back(convert(s, path));
       }
     }
-    if (alts.empty()) unsupported(path, "schema that matches nothing ('not' of every allowed value)");
+    if (alts.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
     return g_.alt(alts);
   }
 
@@ -676,14 +822,48 @@ class Converter {
     return false;
   }
 
+  // Whether schema converts without an error (tried in a converter of its own, so this one's
+  // grammar gets no half-built rules).
+  bool convertible(const Json& schema, const std::string& path) {
+    Converter sub(root_, opts_);
+    sub.depth_ = depth_;
+    try {
+      sub.run(schema, path);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
+  std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
+    SchemaArgs o = opts_;
+    o.whitespace = Whitespace::kCompact;
+    Converter sub(root_, o);
+    sub.depth_ = depth_;  // bounds nesting across converters too
+    const Automaton a = build_automaton(sub.run(schema, path));
+    std::vector<Json> out;
+    for (const Json& v : values) {
+      EarleyParser p(&a);
+      p.reset(a.rule_start[a.root_rule]);
+      bool ok = true;
+      for (unsigned char c : v.dump()) if (!(ok = p.advance(c))) break;
+      if (ok && p.root_done()) out.push_back(v);
+    }
+    return out;
+  }
+
+  // enum / const; other keywords beside them keep the values they accept.
   int literals(const Json& schema, const std::vector<std::string>& types, const std::string& path) {
-    for (auto& [k, v] : schema.items())
-      if (k != "enum" && k != "const" && k != "type" && k != "nullable")
-        unsupported(path, "keyword '" + k + "' next to enum/const");
     std::vector<Json> values;
     if (schema.contains("const")) values.push_back(schema["const"]);
     else for (auto& v : schema["enum"]) values.push_back(v);
-    if (schema.contains("const") && schema.contains("enum")) unsupported(path, "enum together with const");
+    if (schema.contains("const") && schema.contains("enum") &&
+        std::find(schema["enum"].begin(), schema["enum"].end(), schema["const"]) == schema["enum"].end())
+      values.clear();
+    Json rest = schema;
+    for (const char* k : {"enum", "const", "type", "nullable"}) rest.erase(k);
+    if (!rest.empty()) values = values_matching(values, rest, path);
     std::vector<int> alts;
     std::set<std::string> seen;
     for (const Json& v : values) {
@@ -700,7 +880,7 @@ class Converter {
       for (auto& f : forms)
         if (seen.insert(f).second) alts.push_back(g_.lit(f));
     }
-    if (alts.empty()) unsupported(path, "enum/const with no value of the allowed type");
+    if (alts.empty()) nothing(path, "enum/const with no value of the allowed type (matches nothing)");
     return g_.alt(alts);
   }
 
@@ -725,13 +905,23 @@ class Converter {
   int string_schema(const Json& s, const std::string& path) {
     int min = s.value("minLength", 0);
     int max = s.contains("maxLength") ? s["maxLength"].get<int>() : kUnbounded;
-    if (min < 0 || (max != kUnbounded && max < min)) unsupported(path, "minLength/maxLength bounds (no string fits)");
+    if (min < 0 || (max != kUnbounded && max < min)) nothing(path, "minLength/maxLength bounds (no string fits)");
     // Length bounds are counted by the parser (grammar.h CountedRule): no unrolling, so any
     // bound compiles in the same time.
-    if (s.contains("pattern") || s.contains("format")) {
-      if (s.contains("pattern") && s.contains("format")) unsupported(path, "pattern together with format");
-      std::string re = s.contains("pattern") ? s["pattern"].get<std::string>() : kFormats.at(s["format"].get<std::string>());
-      int r = add_regex_rule(g_, "pattern" + std::to_string(g_.num_rules()), re, true);
+    std::vector<std::string> yes, no;  // regexes that must match / must not
+    if (s.contains("pattern")) yes.push_back(s["pattern"].get<std::string>());
+    if (s.contains("format")) yes.push_back(kFormats.at(s["format"].get<std::string>()));
+    for (const Json& p : s.value(kAlsoPatterns, Json::array())) yes.push_back(p.get<std::string>());
+    for (const Json& p : s.value(kNotPatterns, Json::array())) no.push_back(p.get<std::string>());
+    if (!yes.empty() || !no.empty()) {
+      const std::string name = "pattern" + std::to_string(g_.num_rules());
+      int r = -1;
+      if (yes.size() == 1 && no.empty()) {
+        r = add_regex_rule(g_, name, yes[0], true);
+      } else {
+        r = g_.declare_rule(name);
+        g_.define_rule(r, g_.dfa(regex_combination(yes, no, path)));
+      }
       if (s.value("format", "") == "hostname" && (max == kUnbounded || max > 253)) max = 253;  // RFC 1123 length
       if (min != 0 || max != kUnbounded) g_.add_counted({r, min, max});
       return g_.seq({g_.lit("\""), g_.ref(r), g_.lit("\"")});
@@ -744,6 +934,20 @@ class Converter {
       g_.add_counted({it->second, min, max});
     }
     return g_.seq({g_.lit("\""), g_.ref(it->second), g_.lit("\"")});
+  }
+
+  // The contents matching every regex of `yes` and none of `no`, as one DFA.
+  ByteDfa regex_combination(const std::vector<std::string>& yes, const std::vector<std::string>& no, const std::string& path) {
+    std::vector<ByteDfa> dfas{content_dfa()};
+    for (const auto* list : {&yes, &no})
+      for (const std::string& re : *list) dfas.push_back(pattern_dfa(re));
+    std::vector<const ByteDfa*> parts;
+    for (const ByteDfa& d : dfas) parts.push_back(&d);
+    const ProductDfa p = product_dfa(parts, kMaxDfaStates, "combination of patterns");
+    const uint64_t want = ((1ull << yes.size()) - 1) << 1 | 1, mask = (1ull << parts.size()) - 1;
+    ByteDfa d = select_dfa(p, [&](uint64_t acc) { return (acc & mask) == want; });
+    if (d.size() == 0) nothing(path, "combination of patterns that no string matches");
+    return d;
   }
 
   int numeric(const Json& s, const std::string& path, bool integer) {
@@ -860,49 +1064,55 @@ class Converter {
     if (s.contains("required"))
       for (auto& r : s["required"])
         if (req.insert(r.get<std::string>()).second) req_order.push_back(r.get<std::string>());
-    // patternProperties: supported where no complement is needed, i.e. extra keys are not
-    // allowed (then the extra members are exactly the keys matching a pattern), or the patterns
-    // do not constrain. One value schema for all patterns, so a key matching two is exact too.
-    std::vector<std::string> patterns;
-    Json pattern_schema;
+    // patternProperties: a key's value must match the schema of every pattern the key matches
+    // (declared keys too); keys matching none are valued by additionalProperties. A pattern
+    // whose schema says what additionalProperties says changes nothing and is dropped.
+    Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
+    if (is_never(ap)) ap = Json(false);
+    std::vector<std::pair<std::string, Json>> patterns;
     if (s.contains("patternProperties")) {
-      const bool ap_false = s.contains("additionalProperties") ? is_never(s["additionalProperties"]) : opts_.strict_additional_properties;
-      for (auto& [p, v] : s["patternProperties"].items()) {
-        if (ap_false ? is_never(v) : is_always(v)) continue;  // no effect
-        if (!ap_false) unsupported(path, "patternProperties with additional properties allowed (keys matching no pattern need the patterns' complement)");
-        if (!patterns.empty() && v != pattern_schema) unsupported(path, "patternProperties with patterns of different schemas");
-        patterns.push_back(p);
-        pattern_schema = v;
-      }
+      for (auto& [p, v] : s["patternProperties"].items())
+        if (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false))) patterns.push_back({p, v});
       if (!patterns.empty() && s.contains("propertyNames")) unsupported(path, "patternProperties together with propertyNames");
     }
-    auto check_not_pattern_key = [&](const std::string& k) {
-      for (const std::string& p : patterns)
-        if (regex_matches(p, k)) unsupported(path, "declared key '" + k + "' matching patternProperties '" + p + "'");
+    // The schema of a named key: its declared one (or none) and every matching pattern's, else
+    // additionalProperties.
+    std::vector<ByteDfa> pattern_dfas;
+    for (auto& pv : patterns) pattern_dfas.push_back(pattern_dfa(pv.first));
+    auto matched = [&](const std::string& k) {
+      Json all = Json::array();
+      const std::string content = Json(k).dump().substr(1, Json(k).dump().size() - 2);
+      for (size_t i = 0; i < patterns.size(); ++i)
+        if (dfa_matches(pattern_dfas[i], content)) all.push_back(patterns[i].second);
+      return all;
     };
-    for (const std::string& r : req_order) check_not_pattern_key(r);
+    auto key_schema = [&](const std::string& k, const Json* declared) {
+      Json all = matched(k);
+      if (declared) all.insert(all.begin(), *declared);
+      if (all.empty()) return ap;
+      return all.size() == 1 ? all[0] : Json{{"allOf", all}};
+    };
     if (s.contains("properties")) {
-      for (auto& [k, v] : s["properties"].items()) {
-        check_not_pattern_key(k);
+      for (auto& [k, v0] : s["properties"].items()) {
+        const Json v = key_schema(k, &v0);
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
-        if (is_never(v)) {
-          if (req.count(k)) unsupported(path, "required property '" + k + "' with schema false");
+        if (matches_nothing(v, path)) {
+          if (req.count(k)) nothing(path, "required property '" + k + "' with schema false (matches nothing)");
           continue;
         }
         props.push_back({Json(k).dump(), convert(v, path + "/properties/" + k)});
         required.push_back(req.count(k) > 0);
       }
     }
-    Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
-    if (is_never(ap)) ap = Json(false);
     for (const std::string& r : req_order) {
       bool declared = s.contains("properties") && s["properties"].contains(r);
       if (declared) continue;
-      // A required key without a declared schema: valued by additionalProperties (any value
-      // where only the strict mode's default forbids extra keys).
-      if (ap == Json(false) && s.contains("additionalProperties"))
-        unsupported(path, "required key '" + r + "' that additionalProperties false forbids (matches nothing)");
-      props.push_back({Json(r).dump(), ap.is_object() ? convert(ap, path + "/additionalProperties") : any_value()});
+      // A required key without a declared schema: valued by its patterns or additionalProperties
+      // (any value where only the strict mode's default forbids extra keys).
+      Json v = key_schema(r, nullptr);
+      if (matched(r).empty() && ap == Json(false) && !s.contains("additionalProperties")) v = Json(true);
+      if (is_never(v)) unsupported(path, "required key '" + r + "' that additionalProperties/patternProperties forbid (matches nothing)");
+      props.push_back({Json(r).dump(), is_always(v) ? any_value() : convert(v, path + "/additionalProperties")});
       required.push_back(true);
     }
     // dependentRequired: its keys become counted members (undeclared ones valued by
@@ -914,8 +1124,9 @@ class Converter {
         for (size_t i = 0; i < props.size(); ++i)
           if (props[i].first == lit) return static_cast<int>(i);
         if (s.contains("properties") && s["properties"].contains(k)) return -1;  // schema false
-        if (ap == Json(false)) return -1;
-        props.push_back({lit, ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties")});
+        const Json v = key_schema(k, nullptr);
+        if (is_never(v)) return -1;
+        props.push_back({lit, is_always(v) ? any_value() : convert(v, path + "/additionalProperties")});
         required.push_back(false);
         return static_cast<int>(props.size()) - 1;
       };
@@ -954,10 +1165,9 @@ class Converter {
       }
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
-    if (!patterns.empty()) {  // extra keys are not allowed: the pattern keys are the extra members
-      std::vector<int> keys;
-      for (const std::string& p : patterns) keys.push_back(string_schema(Json{{"pattern", p}}, path + "/patternProperties"));
-      extra = g_.seq({g_.alt(keys), ws(), g_.lit(":"), ws(), convert(pattern_schema, path + "/patternProperties")});
+    if (!patterns.empty()) {
+      for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
+      extra = pattern_members(names, patterns, pattern_dfas, ap, path);
     } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -1006,17 +1216,32 @@ class Converter {
     return g_.seq({g_.lit("{"), ws(), g_.ref(perm), ws(), g_.lit("}")});
   }
 
-  // Whether the regex (JSON-schema search semantics) matches string k, by the regex front end.
-  static bool regex_matches(const std::string& regex, const std::string& k) {
-    Grammar g;
-    g.set_root(add_regex_rule(g, "pattern", regex, true));
-    const Automaton a = build_automaton(g);
-    EarleyParser p(&a);
-    p.reset(a.rule_start[a.root_rule]);
-    const std::string enc = Json(k).dump();
-    for (size_t i = 1; i + 1 < enc.size(); ++i)
-      if (!p.advance(static_cast<uint8_t>(enc[i]))) return false;
-    return p.root_done();
+  // One extra member of an object with patternProperties: its keys (none of `names`) fall into
+  // classes by the patterns they match, each class valued by the allOf of those patterns'
+  // schemas (additionalProperties for the keys matching none); -1 when no key may be extra.
+  int pattern_members(const std::vector<std::string>& names, const std::vector<std::pair<std::string, Json>>& patterns,
+                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const std::string& path) {
+    if (patterns.size() > 16) unsupported(path, "more than 16 patternProperties");
+    const ByteDfa all = content_dfa(), declared = literal_dfa(names);
+    std::vector<const ByteDfa*> parts{&all, &declared};
+    for (const ByteDfa& d : pattern_dfas) parts.push_back(&d);
+    const ProductDfa prod = product_dfa(parts, kMaxDfaStates, "patternProperties (keys by pattern)");
+    std::set<uint64_t> classes;  // pattern bits of the keys that may appear, one per class
+    for (uint64_t acc : prod.accepts)
+      if ((acc & 3) == 1) classes.insert(acc >> 2);
+    std::vector<int> alts;
+    for (uint64_t c : classes) {
+      Json all = Json::array();
+      for (size_t i = 0; i < patterns.size(); ++i)
+        if (c >> i & 1) all.push_back(patterns[i].second);
+      const Json value = all.empty() ? ap : all.size() == 1 ? all[0] : Json{{"allOf", all}};
+      if (matches_nothing(value, path)) continue;
+      const ByteDfa keys = select_dfa(prod, [&](uint64_t acc) { return acc == (c << 2 | 1); });
+      if (keys.size() == 0) continue;
+      const int key = g_.seq({g_.lit("\""), g_.dfa(keys), g_.lit("\"")});
+      alts.push_back(g_.seq({key, ws(), g_.lit(":"), ws(), is_always(value) ? any_value() : convert(value, path + "/patternProperties")}));
+    }
+    return alts.empty() ? -1 : g_.alt(alts);
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
@@ -1094,7 +1319,7 @@ class Converter {
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
     const Json items = s.contains("items") ? s["items"] : Json(true);
-    if (is_never(items)) unsupported(path, "schema that matches nothing (contains with items false)");
+    if (is_never(items)) nothing(path, "schema that matches nothing (contains with items false)");
     const int item = convert(items, path + "/items");
     const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
@@ -1102,6 +1327,43 @@ class Converter {
     for (long i = 1; i < n; ++i) body.insert(body.end(), {g_.star(g_.seq({sep, item})), sep, hit});
     body.push_back(g_.star(g_.seq({sep, item})));
     return g_.seq({g_.lit("["), ws(), g_.seq(body), ws(), g_.lit("]")});
+  }
+
+  // uniqueItems true over enumerable items (enum/const, or only booleans and null): each value
+  // at most once, in any order, minItems..maxItems of them.
+  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
+    const Json items = normalize(s.value("items", Json(true)));
+    std::vector<Json> values;
+    const std::vector<std::string> types = items.is_object() && items.contains("type") ? types_of(items) : std::vector<std::string>{};
+    if (items.is_object() && items.contains("const")) values.push_back(items["const"]);
+    else if (items.is_object() && items.contains("enum")) values.assign(items["enum"].begin(), items["enum"].end());
+    else if (!types.empty() && std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; }))
+      values = {Json(true), Json(false), Json(nullptr)};
+    else unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
+    values = values_matching(values, items, path);
+    std::vector<Json> distinct;  // 1 and 1.0 are one value
+    for (const Json& v : values)
+      if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
+    if (distinct.size() > 64) unsupported(path, "uniqueItems over more than 64 values");
+    if (lo > static_cast<long>(distinct.size())) nothing(path, "minItems above the number of distinct items (matches nothing)");
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    const std::string base = "uniq" + std::to_string(g_.num_rules());
+    const int perm = g_.declare_rule(base);
+    PermRule info{perm, {}, std::vector<bool>(distinct.size(), false)};
+    info.min_count = static_cast<int>(lo);
+    info.max_count = static_cast<int>(hi);
+    std::vector<int> firsts, afters;
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      int mr = g_.declare_rule(base + "_" + std::to_string(i)), ar = g_.declare_rule(base + "_a" + std::to_string(i));
+      g_.define_rule(mr, convert(Json{{"const", distinct[i]}}, path + "/items"));
+      g_.define_rule(ar, g_.seq({sep, g_.ref(mr)}));
+      firsts.push_back(g_.ref(mr));
+      afters.push_back(g_.ref(ar));
+      info.member_rules.push_back({mr, ar});
+    }
+    g_.define_rule(perm, distinct.empty() || hi == 0 ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
+    g_.add_perm(std::move(info));
+    return g_.seq({g_.lit("["), ws(), g_.ref(perm), ws(), g_.lit("]")});
   }
 
   int array_schema(const Json& s, const std::string& path) {
@@ -1119,10 +1381,13 @@ class Converter {
     else item = convert(s["items"], path + "/items");
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
-    if (hi >= 0 && lo > hi) unsupported(path, "minItems greater than the possible number of items");
-    // uniqueItems: false is a no-op; true only holds trivially (at most one item).
-    if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1))
-      unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible)");
+    if (hi >= 0 && lo > hi) nothing(path, "minItems greater than the possible number of items");
+    // uniqueItems: false is a no-op; true holds trivially with at most one item, and is a perm
+    // rule over the values where the items are enumerable.
+    if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1)) {
+      if (m > 0) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems)");
+      return unique_items(s, lo, hi, path);
+    }
     if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
     int sep = g_.seq({ws(), g_.lit(","), ws()});
     // rest(k): the members after the first k (k >= 1 already emitted).
@@ -1150,7 +1415,7 @@ class Converter {
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
-  int ref_merge_depth_ = 0;
+  int ref_merge_depth_ = 0, merge_rounds_ = 0;
   static constexpr int kMaxSchemaDepth = 64;
   int depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;

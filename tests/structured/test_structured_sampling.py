@@ -31,6 +31,10 @@ SCHEMAS = [
     {"type": "object", "patternProperties": {"^[a-c]{1,2}$": {"type": "integer"}}, "additionalProperties": False, "maxProperties": 2},
     {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"required": ["a"]}, "additionalProperties": False},
     {"type": ["string", "null"], "not": {"enum": ["x", None]}, "oneOf": [{"type": "string"}, {"type": "integer"}]},
+    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}, "y$": {"type": "null"}}, "maxProperties": 2,
+     "additionalProperties": {"type": "boolean"}},  # keys by pattern, the rest valued by additionalProperties
+    {"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "q"}, "maxLength": 5},  # pattern minus pattern
+    {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "uniqueItems": True, "minItems": 1},  # each value once
     {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
      "additionalProperties": False},  # any order, each key at most once
 ]

@@ -1,0 +1,150 @@
+#include "structured/string_dfa.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "structured/fsm.h"
+#include "structured/structured.h"
+
+namespace deepinfer::structured {
+
+namespace {
+
+// The DFA of a regex rule, read back from the automaton fsm.cpp builds for it.
+ByteDfa regex_dfa(const std::string& regex) {
+  Grammar g;
+  const int r = add_regex_rule(g, "pattern", regex, true);
+  g.set_root(r);
+  const Automaton a = build_automaton(g);
+  ByteDfa d;
+  std::map<uint32_t, uint32_t> id{{a.rule_start[r], 0}};
+  std::vector<uint32_t> order{a.rule_start[r]};
+  for (size_t k = 0; k < order.size(); ++k) {
+    const FsmNode& n = a.nodes[order[k]];
+    check(n.ref_begin == n.ref_end, "regex: /", regex, "/ refers to other rules");
+    d.next.emplace_back();
+    d.next.back().fill(ByteDfa::kNone);
+    d.accepting.push_back(n.accepting);
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t t = a.step(order[k], static_cast<uint8_t>(b));
+      if (t == UINT32_MAX) continue;
+      auto [it, fresh] = id.emplace(t, static_cast<uint32_t>(order.size()));
+      if (fresh) order.push_back(t);
+      d.next[k][b] = it->second;
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+ByteDfa content_dfa() {
+  static const ByteDfa d = regex_dfa("^(.|\\n)*$");
+  return d;
+}
+
+ByteDfa pattern_dfa(const std::string& regex) { return regex_dfa(regex); }
+
+ByteDfa literal_dfa(const std::vector<std::string>& contents) {
+  ByteDfa d;
+  auto add_state = [&] {
+    d.next.emplace_back();
+    d.next.back().fill(ByteDfa::kNone);
+    d.accepting.push_back(0);
+    return static_cast<uint32_t>(d.size() - 1);
+  };
+  add_state();
+  for (const std::string& c : contents) {
+    uint32_t s = 0;
+    for (unsigned char b : c) {
+      if (d.next[s][b] == ByteDfa::kNone) {
+        const uint32_t t = add_state();
+        d.next[s][b] = t;
+      }
+      s = d.next[s][b];
+    }
+    d.accepting[s] = 1;
+  }
+  return d;
+}
+
+bool dfa_matches(const ByteDfa& d, const std::string& content) {
+  uint32_t s = 0;
+  for (unsigned char b : content) {
+    s = d.next[s][b];
+    if (s == ByteDfa::kNone) return false;
+  }
+  return d.accepting[s];
+}
+
+ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_states, const std::string& what) {
+  check(!parts.empty() && parts.size() <= 64, "string_dfa: 1 to 64 parts");
+  ProductDfa p;
+  std::map<std::vector<uint32_t>, uint32_t> ids;
+  std::vector<std::vector<uint32_t>> tuples;
+  auto intern = [&](std::vector<uint32_t> t) {
+    auto [it, fresh] = ids.emplace(t, static_cast<uint32_t>(tuples.size()));
+    if (fresh) {
+      check(tuples.size() < max_states, "json schema: unsupported ", what, " (more than ", max_states, " automaton states)");
+      uint64_t acc = 0;
+      for (size_t i = 0; i < t.size(); ++i)
+        if (t[i] != ByteDfa::kNone && parts[i]->accepting[t[i]]) acc |= 1ull << i;
+      p.accepts.push_back(acc);
+      tuples.push_back(std::move(t));
+    }
+    return it->second;
+  };
+  intern(std::vector<uint32_t>(parts.size(), 0));
+  for (size_t k = 0; k < tuples.size(); ++k) {
+    std::array<uint32_t, 256> row;
+    row.fill(ByteDfa::kNone);
+    std::vector<uint32_t> t(parts.size()), prev;
+    for (int b = 0; b < 256; ++b) {
+      for (size_t i = 0; i < parts.size(); ++i) t[i] = tuples[k][i] == ByteDfa::kNone ? ByteDfa::kNone : parts[i]->next[tuples[k][i]][b];
+      if (b > 0 && t == prev) { row[b] = row[b - 1]; continue; }  // most bytes go where the last one went
+      prev = t;
+      if (t[0] != ByteDfa::kNone) row[b] = intern(t);
+    }
+    p.dfa.next.push_back(row);
+  }
+  p.dfa.accepting.assign(tuples.size(), 0);
+  return p;
+}
+
+ByteDfa select_dfa(const ProductDfa& p, const std::function<bool(uint64_t)>& accept) {
+  const size_t n = p.dfa.size();
+  // Live states: those that reach an accepting one (backwards fixpoint over the edges).
+  std::vector<std::vector<uint32_t>> preds(n);
+  for (size_t s = 0; s < n; ++s)
+    for (int b = 0; b < 256; ++b)
+      if (p.dfa.next[s][b] != ByteDfa::kNone && (b == 0 || p.dfa.next[s][b] != p.dfa.next[s][b - 1])) preds[p.dfa.next[s][b]].push_back(static_cast<uint32_t>(s));
+  std::vector<uint8_t> live(n, 0);
+  std::vector<uint32_t> stack;
+  for (size_t s = 0; s < n; ++s)
+    if (accept(p.accepts[s])) { live[s] = 1; stack.push_back(static_cast<uint32_t>(s)); }
+  while (!stack.empty()) {
+    const uint32_t s = stack.back();
+    stack.pop_back();
+    for (uint32_t q : preds[s])
+      if (!live[q]) { live[q] = 1; stack.push_back(q); }
+  }
+  ByteDfa d;
+  if (n == 0 || !live[0]) return d;
+  std::vector<uint32_t> id(n, ByteDfa::kNone);
+  std::vector<uint32_t> order{0};
+  id[0] = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const uint32_t s = order[k];
+    d.next.emplace_back();
+    d.accepting.push_back(accept(p.accepts[s]));
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t t = p.dfa.next[s][b];
+      if (t == ByteDfa::kNone || !live[t]) { d.next[k][b] = ByteDfa::kNone; continue; }
+      if (id[t] == ByteDfa::kNone) { id[t] = static_cast<uint32_t>(order.size()); order.push_back(t); }
+      d.next[k][b] = id[t];
+    }
+  }
+  return d;
+}
+
+}  // namespace deepinfer::structured
