@@ -2,7 +2,7 @@
 
     pip install llguidance xgrammar jsonschema tokenizers   # measurement only, never CI
     python3 bench/structured/eval_schemas.py [--data DIR] [--engines ours,xgrammar,llguidance]
-        [--strict] [--timeout 10] [--limit N] [--sample 4] [--build build] [--out results.json]
+        [--strict] [--timeout 10] [--limit N] [--every K] [--sample 4] [--build build] [--out results.json]
 
 DIR holds schemas with test instances: *.jsonl.gz / *.jsonl lines of {"id", "schema", "tests"} or
 *.json files {"schema", "tests"} (JSONSchemaBench's maskbench layout); tests are
@@ -198,6 +198,7 @@ def main():
     ap.add_argument("--strict", action="store_true")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per schema (compile + checks)")
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--every", type=int, default=1, help="every K-th schema only (a spread subsample, all subsets)")
     ap.add_argument("--sample", type=int, default=0, help="random constrained outputs per schema (ours)")
     ap.add_argument("--build", default="build")
     ap.add_argument("--tool", help="grammar_tool binary for 'ours' (default: BUILD/tests/structured/grammar_tool)")
@@ -210,6 +211,7 @@ def main():
     import tokenizers
     tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
     schemas = load_schemas(args.data)
+    schemas = schemas[:: args.every]
     if args.limit:
         schemas = schemas[: args.limit]
     for s in schemas:
@@ -255,14 +257,20 @@ def main():
         rows.append((engine, st, compile_ms, mask_us, time.perf_counter() - t_engine))
         print(f"{engine}: {st['compiled']} of {len(schemas)} compiled, {st['timeout']} timeouts,"
               f" {st['valid_refused']} valid refused, {st['invalid_accepted']} invalid accepted", flush=True)
+        print_rows(rows[-1:], len(schemas), args)  # at once: a later engine may not finish
         if engine == "ours" or os.environ.get("EVAL_PRINT_ERRORS"):
             print(f"\n{engine}: most common compile errors")
             for e, c in errors.most_common(25):
                 print(f"  {c:5d}  {e}")
+    print_rows(rows, len(schemas), args)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(per_schema, indent=1))
+
+
+def print_rows(rows, n, args):
     print(f"\n{'engine':11} {'compiled':>15} {'timeout':>7} {'valid refused':>13} {'invalid accepted':>16} {'exact':>11}"
           f" {'compile ms med/p90/p99/max':>30} {'mask us med/p99':>16} {'wall s':>7}")
     for engine, st, cms, mus, wall in rows:
-        n = len(schemas)
         vr = f"{st['valid_refused']}/{st['valid_refused'] + st['valid_accepted']}"
         ia = f"{st['invalid_accepted']}/{st['invalid_accepted'] + st['invalid_refused']}"
         timing = "/".join(f"{pct(cms, p):.1f}" for p in (0.5, 0.9, 0.99)) + f"/{max(cms, default=float('nan')):.0f}"
@@ -271,9 +279,7 @@ def main():
               f" {pct(mus, 0.5):7.1f}/{pct(mus, 0.99):<8.1f} {wall:7.0f}")
         if engine == "ours" and args.sample:
             print(f"{'':11} random outputs: {st['sample_valid']} finished valid, {st['sample_invalid']} finished invalid,"
-                  f" {st['sample_unfinished']} unfinished (token limit), {st['sample_error']} sampling errors")
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(per_schema, indent=1))
+                  f" {st['sample_unfinished']} unfinished (token limit), {st['sample_error']} sampling errors", flush=True)
 
 
 def sample_check(w, s, args, st):
