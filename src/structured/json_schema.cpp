@@ -275,12 +275,12 @@ class Converter {
     for (const Json& part0 : schema["allOf"]) {
       Json part = normalize(part0);
       if (part.is_boolean()) {
-        if (!part.get<bool>()) unsupported(path, "allOf containing false");
+        if (!part.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
         continue;
       }
       if (part.contains("$ref")) {
         Json target = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
-        if (target.is_boolean() && !target.get<bool>()) unsupported(path, "allOf containing false");
+        if (target.is_boolean() && !target.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
         part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
         if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
         if (part.empty()) continue;

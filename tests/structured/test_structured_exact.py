@@ -111,6 +111,9 @@ CASES = [
      [["a"], ["a", "b"], ["b", "a"], ["a", "a"], ["a", "b", "c"]]),
     ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, [[True, False], [True, True], [None], []]),
     ({"type": "array", "items": {"enum": [{"x": 1}, [1, 2]]}, "uniqueItems": True}, [[{"x": 1}, [1, 2]], [{"x": 1}, {"x": 1}], [[1, 2]]]),
+    # a branch that matches nothing (allOf with false, disjoint types) is dropped
+    ({"anyOf": [{"allOf": [{"type": "string"}, False]}, {"allOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "null"}]},
+     [None, "a", 1]),
     # overlapping oneOf: exactly one = a branch and not the others (anyOf beside it applies to each)
     ({"anyOf": [{"type": "string"}, {"type": "integer"}], "oneOf": [{"maxLength": 1}, {"minLength": 3}]}, ["", "a", "ab", "abc", 1, None]),
     ({"type": "integer", "oneOf": [{"minimum": 3}, {"maximum": 5}]}, [1, 3, 5, 6]),
