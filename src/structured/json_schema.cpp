@@ -338,6 +338,7 @@ class Converter {
     for (const Json& part : levels) {
       for (auto& [k, v] : part.items()) {
         if (!merged.contains(k)) { merged[k] = v; continue; }
+        if (merged[k] == v) continue;  // the same keyword twice: once is enough
         if (k == "properties") {
           for (auto& [pk, pv] : v.items()) {
             if (!merged[k].contains(pk)) merged[k][pk] = pv;

@@ -111,6 +111,12 @@ CASES = [
      [["a"], ["a", "b"], ["b", "a"], ["a", "a"], ["a", "b", "c"]]),
     ({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, [[True, False], [True, True], [None], []]),
     ({"type": "array", "items": {"enum": [{"x": 1}, [1, 2]]}, "uniqueItems": True}, [[{"x": 1}, [1, 2]], [{"x": 1}, {"x": 1}], [[1, 2]]]),
+    # allOf levels repeating one oneOf (through $refs): once is enough
+    ({"$schema": D4, "definitions": {"r": {"oneOf": [{"type": "integer", "maximum": 2}, {"enum": ["off"]}]},
+                                     "a": {"properties": {"x": {"$ref": "#/definitions/r", "description": "1"}}},
+                                     "b": {"properties": {"x": {"$ref": "#/definitions/r", "description": "2"}}}},
+      "allOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]},
+     [{"x": 1}, {"x": "off"}, {"x": 3}, {"x": "on"}, {}]),
     # a branch that matches nothing (allOf with false, disjoint types) is dropped
     ({"anyOf": [{"allOf": [{"type": "string"}, False]}, {"allOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "null"}]},
      [None, "a", 1]),
