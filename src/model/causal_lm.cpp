@@ -30,6 +30,11 @@ std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids
 
 std::vector<int64_t> check_batch(const ForwardBatch& batch, int64_t vocab_size) {
   const int64_t num = static_cast<int64_t>(batch.states.size()), T = static_cast<int64_t>(batch.token_ids.size());
+  std::vector<uint8_t> replaced(T, 0);
+  for (int32_t t : batch.embed_tokens) {
+    check(t >= 0 && t < T, "forward: embed_tokens entry ", t, " outside the batch of ", T, " tokens");
+    check(!replaced[t]++, "forward: token ", t, " appears twice in embed_tokens");
+  }
   check(static_cast<int64_t>(batch.seq_start.size()) == num + 1 && batch.seq_start.front() == 0 &&
             batch.seq_start.back() == T,
         "forward: seq_start must have one entry per sequence plus one, from 0 to the token count");

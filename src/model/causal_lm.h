@@ -36,6 +36,11 @@ struct ForwardBatch {
   std::vector<SequenceState*> states;          // size num_sequences
   std::vector<int32_t> logit_rows;             // flat token indices whose logits are returned
   std::vector<int64_t> positions;              // one per token, or empty
+  // Input rows that replace tokens' embeddings (V4.1 image spans: the aligner rows and the learned
+  // delimiters): token embed_tokens[i] (a flat index into token_ids) gets row i of embed_rows
+  // [embed_tokens.size(), dim] in every stream.
+  std::vector<int32_t> embed_tokens;
+  std::vector<float> embed_rows;
 };
 
 // Observation points inside a forward (tests, teacher forcing, analysis). Each is optional; the

@@ -86,6 +86,33 @@ void expect_within(const Agreement& a, const std::string& what) {
 
 class VisionLogits : public ::testing::TestWithParam<std::string> {};
 
+// The span rows given in the batch (ForwardBatch::embed_tokens / embed_rows) give the same bits as
+// writing them into the layer-0 streams (the hook the reference comparison below uses).
+TEST_P(VisionLogits, SpanRowsInTheBatchEqualTheLayerZeroHook) {
+  const ImagePrompt ip = prompt(GetParam());
+  const int64_t S = static_cast<int64_t>(ip.ids.size());
+  int64_t at = 0;
+  const model::ForwardTaps taps = inject(ip, at);
+  auto a = lm().new_sequence();
+  const std::vector<float> hooked = model::logits_in_steps(lm(), ip.ids, {0, S}, a.get(), &taps);
+  auto b = lm().new_sequence();
+  model::ForwardBatch batch;
+  batch.token_ids = ip.ids;
+  batch.seq_start = {0, static_cast<int32_t>(S)};
+  batch.states = {b.get()};
+  for (int64_t t = 0; t < S; ++t) batch.logit_rows.push_back(static_cast<int32_t>(t));
+  for (int64_t p : ip.span_positions) batch.embed_tokens.push_back(static_cast<int32_t>(p));
+  batch.embed_rows = ip.span_rows;
+  std::vector<float> given;
+  lm().forward(batch, given);
+  EXPECT_EQ(given, hooked);
+  batch.embed_tokens.push_back(batch.embed_tokens.front());  // one token twice
+  batch.embed_rows.resize(batch.embed_rows.size() + lm().config().dim);
+  auto c = lm().new_sequence();
+  batch.states = {c.get()};
+  EXPECT_THROW(lm().forward(batch, given), Error);
+}
+
 TEST_P(VisionLogits, PrefillDecodeAndRoutingMatchTheReference) {
   const std::string p = GetParam();
   const ImagePrompt ip = prompt(p);

@@ -339,6 +339,7 @@ void V4Model::moe(int64_t l, Step& s, const std::vector<float>& x, std::vector<f
 void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps*) {
   const V4Config& c = config_;
   check_batch(batch, c.vocab_size);
+  check(batch.embed_tokens.empty(), "DeepSeek-V4 takes no input rows (embed_tokens): it has no vision input");
   const int64_t num_seqs = static_cast<int64_t>(batch.states.size());
   check(static_cast<int64_t>(batch.seq_start.size()) == num_seqs + 1 && batch.seq_start.front() == 0 &&
             batch.seq_start.back() == static_cast<int32_t>(batch.token_ids.size()),

@@ -263,7 +263,8 @@ const ops::RopeFreqs V41Model::rope_for(int64_t l) const {
 }
 
 // The streams of fresh tokens: every stream holds the embedding; the pre-mix starts on stream 0.
-void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix) {
+void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix, const std::vector<int32_t>& rows_for,
+                     const std::vector<float>& rows_in) {
   const int64_t n = static_cast<int64_t>(ids.size()), hc = c_.hc_mult, D = c_.dim;
   std::vector<int32_t> rows(n * hc);
   std::vector<float> mix(n * hc, 0.0f);
@@ -276,6 +277,15 @@ void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix
   Workspace::Scope scope(ws_);
   Tensor r = ws_.upload(rows, DType::I32);
   be_.copy_rows(embed_.data(), r.i32(), n * hc, D, X.f32(), nullptr);
+  if (rows_for.empty()) return;
+  const int64_t m = static_cast<int64_t>(rows_for.size());
+  check(static_cast<int64_t>(rows_in.size()) == m * D, "forward: embed_rows holds ", rows_in.size(), " values for ", m,
+        " tokens of dim ", D);
+  std::vector<int32_t> src, dst;  // row i into every stream of its token
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = 0; k < hc; ++k) src.push_back(static_cast<int32_t>(i)), dst.push_back(static_cast<int32_t>(rows_for[i] * hc + k));
+  Tensor v = ws_.upload(rows_in, DType::F32), s = ws_.upload(src, DType::I32), d = ws_.upload(dst, DType::I32);
+  be_.copy_rows(v.f32(), s.i32(), m * hc, D, X.f32(), d.i32());
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -403,7 +413,7 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
   s.image_d = fws_.upload(s.image, DType::U8);
   s.sel.assign(c_.n_layers, Tensor{});
   Tensor X, pre_mix;
-  embed(ids, X, pre_mix);
+  embed(ids, X, pre_mix, batch.embed_tokens, batch.embed_rows);
   const int64_t nt = static_cast<int64_t>(c_.dspark_target_layer_ids.size());
   Tensor main_hidden = has_dspark ? fws_.f32({T, nt, D}) : Tensor{};  // [rows, targets, D] for the DSpark rings
   for (int64_t l = 0; l < c_.n_layers; ++l) {

@@ -169,7 +169,9 @@ class V41Model final : public CausalLM {
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
   void output_projection(const V41Block& B, const float* o, int64_t n, float* out);
   void rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim);
-  void embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix);
+  // rows_for / rows: optional embedding replacements (ForwardBatch::embed_tokens / embed_rows).
+  void embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix, const std::vector<int32_t>& rows_for = {},
+             const std::vector<float>& rows = {});
   // The state arena's start as floats, and the row index of a state row in rows of
   // `width` floats (what ops address the arena by).
   float* arena(const Step& s) const;
