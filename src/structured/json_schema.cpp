@@ -970,8 +970,18 @@ class Converter {
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
-        if (lo || hi) unsupported(path, "multipleOf together with minimum/maximum");
-        return g_.seq({multiple_of(n), zero_fraction()});
+        if (!lo && !hi) return g_.seq({multiple_of(n), zero_fraction()});
+        // With bounds: the range's DFA times the remainder automaton's.
+        Grammar range;
+        const int body = integer ? integer_in_range(range, lo, hi) : number_in_range(range, lo, hi);
+        const int rule = range.declare_rule("range");
+        range.define_rule(rule, body);
+        range.set_root(rule);
+        const ByteDfa in_range = rule_dfa(range, rule), multiple = multiple_dfa(n);
+        const ProductDfa both = product_dfa({&in_range, &multiple}, kMaxDfaStates, "multipleOf together with minimum/maximum");
+        const ByteDfa d = select_dfa(both, [](uint64_t acc) { return acc == 3; });
+        if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
+        return g_.seq({g_.dfa(d), zero_fraction()});
       }
     }
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
@@ -1007,6 +1017,23 @@ class Converter {
     }
     if (a > kMax) unsupported(path, "multipleOf " + m.dump() + " (integer moduli up to 1000 only)");
     return a;
+  }
+
+  // The same language as multiple_of(n), as a DFA: start, after '-', after a lone 0, remainders.
+  static ByteDfa multiple_dfa(long n) {
+    ByteDfa d;
+    d.next.assign(3 + n, {});
+    for (auto& row : d.next) row.fill(ByteDfa::kNone);
+    d.accepting.assign(3 + n, 0);
+    d.accepting[2] = d.accepting[3] = 1;
+    d.next[0]['-'] = 1;
+    for (uint32_t from : {0u, 1u}) {
+      d.next[from]['0'] = 2;
+      for (int c = 1; c <= 9; ++c) d.next[from]['0' + c] = static_cast<uint32_t>(3 + c % n);
+    }
+    for (long r = 0; r < n; ++r)
+      for (int c = 0; c <= 9; ++c) d.next[3 + r]['0' + c] = static_cast<uint32_t>(3 + (10 * r + c) % n);
+    return d;
   }
 
   // Integers divisible by n (no fraction): a digit automaton over the remainder, one rule each.

@@ -10,18 +10,24 @@ namespace deepinfer::structured {
 
 namespace {
 
-// The DFA of a regex rule, read back from the automaton fsm.cpp builds for it.
+// The DFA of a regex rule.
 ByteDfa regex_dfa(const std::string& regex) {
   Grammar g;
   const int r = add_regex_rule(g, "pattern", regex, true);
   g.set_root(r);
+  return rule_dfa(g, r);
+}
+
+}  // namespace
+
+ByteDfa rule_dfa(const Grammar& g, int r) {
   const Automaton a = build_automaton(g);
   ByteDfa d;
   std::map<uint32_t, uint32_t> id{{a.rule_start[r], 0}};
   std::vector<uint32_t> order{a.rule_start[r]};
   for (size_t k = 0; k < order.size(); ++k) {
     const FsmNode& n = a.nodes[order[k]];
-    check(n.ref_begin == n.ref_end, "regex: /", regex, "/ refers to other rules");
+    check(n.ref_begin == n.ref_end, "grammar: rule '", g.rule_name(r), "' refers to other rules");
     d.next.emplace_back();
     d.next.back().fill(ByteDfa::kNone);
     d.accepting.push_back(n.accepting);
@@ -35,8 +41,6 @@ ByteDfa regex_dfa(const std::string& regex) {
   }
   return d;
 }
-
-}  // namespace
 
 ByteDfa content_dfa() {
   static const ByteDfa d = regex_dfa("^(.|\\n)*$");

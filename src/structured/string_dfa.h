@@ -12,6 +12,8 @@
 
 namespace deepinfer::structured {
 
+// The DFA of a rule without references (fsm.cpp's lowering of its body).
+ByteDfa rule_dfa(const Grammar& g, int rule);
 // Every canonical JSON string content.
 ByteDfa content_dfa();
 // The contents matching `regex` (JSON-schema search semantics); not trimmed.

@@ -117,6 +117,11 @@ CASES = [
                                      "b": {"properties": {"x": {"$ref": "#/definitions/r", "description": "2"}}}},
       "allOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]},
      [{"x": 1}, {"x": "off"}, {"x": 3}, {"x": "on"}, {}]),
+    # multipleOf with bounds: the range's DFA times the remainder automaton
+    ({"type": "integer", "multipleOf": 5, "minimum": 3, "maximum": 42}, [0, 5, 10, 40, 45, 3, 7, -5, 5.0]),
+    ({"type": "integer", "multipleOf": 7, "exclusiveMinimum": -30, "exclusiveMaximum": 0}, [-28, -7, 0, -35, -30, 7, -14]),
+    ({"type": "number", "multipleOf": 10, "minimum": 0.5, "maximum": 1000}, [0, 10, 1000, 1010, 5, 20.0, 15.5]),
+    ({"type": "integer", "multipleOf": 0.5, "minimum": 1}, [0, 1, 2, 100]),
     # a branch that matches nothing (allOf with false, disjoint types) is dropped
     ({"anyOf": [{"allOf": [{"type": "string"}, False]}, {"allOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "null"}]},
      [None, "a", 1]),

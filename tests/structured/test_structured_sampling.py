@@ -35,6 +35,7 @@ SCHEMAS = [
      "additionalProperties": {"type": "boolean"}},  # keys by pattern, the rest valued by additionalProperties
     {"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "q"}, "maxLength": 5},  # pattern minus pattern
     {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "uniqueItems": True, "minItems": 1},  # each value once
+    {"type": "integer", "multipleOf": 7, "minimum": -50, "maximum": 300},  # range times remainders
     {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
      "additionalProperties": False},  # any order, each key at most once
 ]
