@@ -53,6 +53,9 @@ struct EngineConfig {
 struct Prompt {
   std::string text;                       // encoded with the model's tokenizer when token_ids is empty
   std::vector<int32_t> token_ids;
+  // Image files (PNG / JPEG / WebP bytes), one per image placeholder token of the prompt, in order
+  // (V4.1 with a vision tower).
+  std::vector<std::vector<uint8_t>> images;
   static Prompt from_text(std::string t) { return {std::move(t), {}}; }
   static Prompt from_ids(std::vector<int32_t> ids) { return {{}, std::move(ids)}; }
 };

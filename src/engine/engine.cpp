@@ -138,6 +138,12 @@ std::string Engine::add_request(const Prompt& prompt, const SamplingParams& para
     req->prompt = codec_->encode(prompt.text);
   }
   check(!req->prompt.empty(), "the prompt is empty");
+  if (!prompt.images.empty() || vision_) {  // image placeholders -> spans of vision rows
+    vision::ImagePrompt ip = vision::prepare_prompt(vision_.get(), req->prompt, prompt.images, options_.max_model_len - 1);
+    req->prompt = std::move(ip.ids);
+    req->embed_positions = std::move(ip.span_positions);
+    req->embed_rows = std::move(ip.span_rows);
+  }
   const int64_t vocab = model_->vocab_size();
   for (int32_t t : req->prompt) check(t >= 0 && t < vocab, "prompt token id ", t, " is outside the vocabulary [0, ", vocab, ")");
   int64_t len = static_cast<int64_t>(req->prompt.size());

@@ -22,6 +22,7 @@
 #include "sampling/sampler.h"
 #include "model/causal_lm.h"
 #include "spec/drafter.h"
+#include "vision/image_prompt.h"
 #include "spec/step_cost.h"
 
 namespace deepinfer::engine {
@@ -66,6 +67,9 @@ class Engine {
  public:
   Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec> codec, EngineOptions options);
   ~Engine();
+  // The model's vision stage (V4.1 with a vision tower): prompts with images are expanded by it at
+  // add_request. Call before the first request.
+  void set_vision(std::unique_ptr<vision::VisionStage> vision) { vision_ = std::move(vision); }
 
   // Thread-safe. Validates (throws deepinfer::Error naming the problem) and queues the request;
   // it joins the next step. Returns the request id (generated when empty).
@@ -128,6 +132,7 @@ class Engine {
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<Job> inflight_;
   std::mutex grammar_mu_;
+  std::unique_ptr<vision::VisionStage> vision_;
   std::unique_ptr<GrammarCompiler> grammar_;  // built on the first so_args request
   std::shared_ptr<spec::Drafter> drafter_;    // speculative decoding
   spec::StepCostTable step_cost_;             // confidence scheduling

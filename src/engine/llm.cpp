@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/hub.h"
+#include "ops/ops.h"
 
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
 #include "model/load.h"
@@ -129,6 +130,9 @@ LLM::LLM(EngineConfig config) {
   }
 #endif
   engine_ = make_engine(std::move(model), std::move(codec), config, cfg, context_length);
+  // The vision stage runs on the model's device.
+  const Device device = Device::parse(config.device.empty() ? env_string("DEEPINFER_DEVICE") : config.device);
+  engine_->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(device)));
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {

@@ -45,6 +45,8 @@ struct Request {
   std::string id;
   std::string prompt_text;
   std::vector<int32_t> prompt;
+  std::vector<int64_t> embed_positions;  // image spans: prompt positions whose input is a row below
+  std::vector<float> embed_rows;         // [embed_positions.size(), dim]
   SamplingParams params;
   uint64_t seed = 0;
   std::vector<std::unique_ptr<Sequence>> seqs;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +21,9 @@ namespace {
 const char* kUsage =
     "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
     "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
-    "                          [--device cpu|cuda|cuda:N]\n"
+    "                          [--device cpu|cuda|cuda:N] [--image FILE ...]\n"
+    "  --image: an image for the last --prompt, one per image placeholder token in it (V4.1 with a\n"
+    "  vision tower: PNG, JPEG or WebP).\n"
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
@@ -102,6 +105,12 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
     else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
     else if (a == "--device") config.device = v;
+    else if (a == "--image") {  // the next image of the last prompt (one per image placeholder, in order)
+      check(!prompts.empty(), "--image ", v, ": give the --prompt it belongs to first");
+      std::ifstream f(v, std::ios::binary);
+      check(f.good(), "--image: cannot open ", v);
+      prompts.back().images.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
     else if (a == "--speculative-schedule") {
       check(v == "confidence" || v == "fixed", "--speculative-schedule: '", v, "' is not confidence or fixed");
       config.speculative.enabled = true;
