@@ -5,6 +5,7 @@ import threading
 from typing import Optional, Union
 
 from . import _core
+from ._images import image_bytes
 from .outputs import RequestOutput, _from_core
 from .sampling_params import SamplingParams
 
@@ -29,15 +30,17 @@ class LLMEngine:
             params = SamplingParams(**params)
         if not isinstance(params, SamplingParams):
             raise TypeError(f"add_request: params must be SamplingParams or a dict, got {type(params).__name__}")
+        images = []
         if isinstance(prompt, str):
             text, ids = prompt, []
         elif isinstance(prompt, dict):
             text, ids = prompt.get("prompt", "") or "", prompt.get("prompt_token_ids", [])
+            images = image_bytes(prompt.get("multi_modal_data"), 0)
         else:
             raise TypeError(f"add_request: prompt must be a str or a dict, got {type(prompt).__name__}")
         self._params[str(request_id)] = params  # before the core sees it: a concurrent generate() may step it
         try:
-            self._core.add_request(text, ids, params._to_core(), str(request_id))
+            self._core.add_request(text, ids, params._to_core(), str(request_id), images)
         except BaseException:
             del self._params[str(request_id)]
             raise

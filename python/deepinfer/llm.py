@@ -5,6 +5,8 @@ import json
 import threading
 from typing import Any, Optional, Sequence, Union
 
+from ._images import image_bytes as _image_bytes
+
 from . import _core
 from .engine import LLMEngine
 from .outputs import RequestOutput, _from_core
@@ -188,7 +190,7 @@ class LLM:
                              "(give one, or one per prompt)")
         return sampling_params
 
-    def _parse_prompt(self, p: PromptType, i: int) -> tuple[str, list[int]]:
+    def _parse_prompt(self, p: PromptType, i: int) -> tuple[str, list[int], list[bytes]]:
         if isinstance(p, str):
             text, ids = p, []
         elif isinstance(p, dict) and "prompt_token_ids" in p:
@@ -208,7 +210,8 @@ class LLM:
         if text and not ids and not self._engine.has_tokenizer():
             raise ValueError(f"prompt {i} is text, but this model has no tokenizer: pass "
                              "{'prompt_token_ids': [...]} instead")
-        return text, ids
+        images = _image_bytes(p.get("multi_modal_data") if isinstance(p, dict) else None, i)
+        return text, ids, images
 
     def _run(self, prompts: list[tuple[str, list[int]]], params: list[SamplingParams],
              use_tqdm: bool) -> list[RequestOutput]:
@@ -227,10 +230,10 @@ class LLM:
                     use_tqdm: bool) -> list[RequestOutput]:
         ids: list[str] = []
         try:
-            for (text, token_ids), sp in zip(prompts, params):
+            for (text, token_ids, images), sp in zip(prompts, params):
                 rid = f"generate-{self._next_id}"
                 self._next_id += 1
-                self._engine.add_request(text, token_ids, sp._to_core(), rid)
+                self._engine.add_request(text, token_ids, sp._to_core(), rid, images)
                 ids.append(rid)
         except (ValueError, TypeError) as e:  # nothing half-runs: withdraw what was added
             for rid in ids:

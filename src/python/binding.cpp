@@ -227,15 +227,20 @@ PYBIND11_MODULE(_core, m) {
            py::arg("model"), py::arg("config"))
       .def("add_request",
            [](LLM& llm, const py::object& text, const py::object& ids, const py::dict& params,
-              const py::object& request_id) {
+              const py::object& request_id, const std::vector<py::bytes>& images) {
              Prompt p;
              convert(text, "prompt", p.text);
              convert(ids, "prompt_token_ids", p.token_ids);
+             for (const py::bytes& b : images) {
+               const std::string s = b;
+               p.images.emplace_back(s.begin(), s.end());
+             }
              std::string rid;
              convert(request_id, "request_id", rid);
              return llm.engine().add_request(p, params_from_dict(params), rid);
            },
-           py::arg("text"), py::arg("token_ids"), py::arg("params"), py::arg("request_id") = "")
+           py::arg("text"), py::arg("token_ids"), py::arg("params"), py::arg("request_id") = "",
+           py::arg("images") = std::vector<py::bytes>{})
       .def("abort", [](LLM& llm, const std::string& id) { llm.engine().abort(id); })
       .def("claim_driver", [](LLM& llm) { llm.engine().claim_driver(); })
       .def("release_driver", [](LLM& llm) { llm.engine().release_driver(); })
