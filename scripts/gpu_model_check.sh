@@ -36,7 +36,8 @@ for t in backends_ops_test backends_cuda_test parallel_nccl_communicator_test; d
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
-for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens speculation_v41_test; do
+for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens speculation_v41_test \
+         test_vision_logits test_vision_engine; do
   run "$t-cuda" "$(find_bin $t)"
 done
 grep -hE '^\[v41\]' "$out"/test_v41_goldens-cuda.log | head -60
@@ -58,6 +59,8 @@ if [[ -n "$cli" && -n "${DEMO_TOKENIZER:-}" ]]; then
     python3 -c "import time,sys; print('generate $dev: %.2f s' % (time.time() - float(sys.argv[1])))" "$t0"
     "$cli" generate --model "$demo" --device $dev --prompt "The capital of France is" --max-tokens 48 \
       --temperature 0 --ignore-eos --speculative 3 --json >"$out/spec-$dev.json" 2>"$out/spec-$dev.err" || { rc=1; tail -3 "$out/spec-$dev.err"; }
+    "$cli" generate --model "$demo" --device $dev --prompt-ids 100,129264,200 --image tests/data/vision/gray8.png \
+      --max-tokens 16 --temperature 0 --ignore-eos --json >"$out/image-$dev.json" 2>"$out/image-$dev.err" || { rc=1; tail -3 "$out/image-$dev.err"; }
     "$cli" forward --model "$demo" --device $dev --input-ids 0,1000,2000,3000,4000,5000,6000,7000,8000,9000,10000,11000 \
       --output "$out/forward-$dev.safetensors" >/dev/null 2>"$out/forward-$dev.err" || { rc=1; tail -3 "$out/forward-$dev.err"; }
   done
@@ -72,6 +75,8 @@ print(f"demo forward cpu vs cuda: {a.shape} mean|d|={d.mean():.3e} max|d|={d.max
 tok = [json.loads(open(f"{out}/generate-{d}.json").readline())["token_ids"] for d in ("cpu", "cuda")]
 same = sum(p == q for p, q in zip(*tok))
 print(f"demo greedy cpu vs cuda: {same}/{len(tok[0])} tokens equal")
+img = [json.loads(open(f"{out}/image-{d}.json").readline())["token_ids"] for d in ("cpu", "cuda")]
+print(f"demo image prompt cpu vs cuda: {sum(p == q for p, q in zip(*img))}/{len(img[0])} tokens equal")
 spec = [json.loads(open(f"{out}/spec-{d}.json").readline()) for d in ("cpu", "cuda")]
 for d, sp in zip(("cpu", "cuda"), spec):
     print(f"demo greedy with DSpark on {d}: {'equal to' if sp['token_ids'] == tok[0] else 'DIFFERENT from'} plain decoding;"
