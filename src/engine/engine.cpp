@@ -187,6 +187,7 @@ bool Engine::has_unfinished() const {
 }
 
 EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);  // step() writes them on the driving thread
   EngineStats s = stats_;
   s.preemptions = scheduler_.num_preemptions();
   return s;
@@ -247,7 +248,9 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
       }
     }
   }
-  stats_.max_seqs_in_step = std::max<int>(stats_.max_seqs_in_step, static_cast<int>(job->chunks.size()));
+  update_stats([&](EngineStats& st) {
+    st.max_seqs_in_step = std::max<int>(st.max_seqs_in_step, static_cast<int>(job->chunks.size()));
+  });
   return job;
 }
 
@@ -274,8 +277,10 @@ void Engine::launch(std::unique_ptr<Job> job) {
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
   runner_.fill(job->chunks, b);
-  ++stats_.steps;
-  stats_.forward_tokens += static_cast<int64_t>(b.token_ids.size());
+  update_stats([&](EngineStats& st) {
+    ++st.steps;
+    st.forward_tokens += static_cast<int64_t>(b.token_ids.size());
+  });
   inflight_ = std::move(job);
   Job* j = inflight_.get();
   worker_->submit([this, j] { run_job(*j); });
@@ -344,7 +349,7 @@ void Engine::resolve(Job& job) {
 }
 
 void Engine::recover_from_failure(Job& failed, Job* next) {
-  ++stats_.failed_batches;
+  update_stats([](EngineStats& st) { ++st.failed_batches; });
   std::vector<Sequence*> seqs;
   for (auto& ch : failed.chunks) seqs.push_back(ch.seq);
   bool alone = failed.chunks.size() == 1;

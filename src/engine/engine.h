@@ -140,7 +140,13 @@ class Engine {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished; freed once no job can see them
   int64_t next_seq_id_ = 0;
-  EngineStats stats_;
+  EngineStats stats_;  // written through update_stats, read through stats() (another thread may call it)
+  mutable std::mutex stats_mu_;
+  template <class F>
+  void update_stats(F f) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    f(stats_);
+  }
 
   std::mutex step_mu_;                    // step() is driven by one thread at a time
   std::mutex driver_mu_;                  // guards the three below

@@ -3,6 +3,7 @@
 // sequence cap. Room for state comes from the state manager; when it runs out, the lowest-priority
 // running sequence is preempted (its state released, recomputed when it is admitted again).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -48,7 +49,7 @@ class Scheduler {
   bool empty() const { return waiting_.empty() && running_.empty(); }
   size_t num_running() const { return running_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
-  int64_t num_preemptions() const { return preemptions_; }
+  int64_t num_preemptions() const { return preemptions_.load(std::memory_order_relaxed); }  // any thread
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -58,7 +59,7 @@ class Scheduler {
   cache::StateManager& states_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;        // priority order: earlier = admitted earlier
-  int64_t preemptions_ = 0;
+  std::atomic<int64_t> preemptions_{0};
   int isolated_ = 0;                      // sequences with isolate set
   std::vector<Sequence*> out_of_room_;
 };

@@ -90,7 +90,8 @@ void Engine::add_drafts(std::vector<ScheduledChunk>& chunks) {
     which.push_back(c);
     reqs.push_back({s.draft_confidence, static_cast<int>(cap)});
   }
-  stats_.last_verify_budget = 0;
+  int64_t verify_budget = 0;
+  update_stats([](EngineStats& st) { st.last_verify_budget = 0; });
   if (reqs.empty()) return;
   const int64_t budget = options_.max_num_batched_tokens - base;
   const spec::VerifyPlan plan = options_.confidence_scheduling
@@ -104,11 +105,12 @@ void Engine::add_drafts(std::vector<ScheduledChunk>& chunks) {
     if (l == 0 || !states_.reserve(s.id, s.num_computed + l)) continue;
     ch.drafts.assign(s.draft.begin(), s.draft.begin() + l);
     s.num_computed += l;
-    stats_.last_verify_budget += l;
+    verify_budget += l;
   }
+  update_stats([&](EngineStats& st) { st.last_verify_budget = verify_budget; });
   if (options_.log_speculation)
     std::fprintf(stderr, "[deepinfer] step %lld: %zu requests with drafts, verifying %lld draft tokens (budget %lld, %s)\n",
-                 static_cast<long long>(stats_.steps + 1), reqs.size(), static_cast<long long>(stats_.last_verify_budget),
+                 static_cast<long long>(stats().steps + 1), reqs.size(), static_cast<long long>(verify_budget),
                  static_cast<long long>(budget), options_.confidence_scheduling ? "confidence" : "fixed");
 }
 
@@ -170,8 +172,10 @@ void Engine::land_verification(const ScheduledChunk& ch, int emitted) {
   m.accepted += accepted;
   if (static_cast<int>(m.verified_at.size()) < l) m.verified_at.resize(l), m.accepted_at.resize(l);
   for (int j = 0; j < l; ++j) ++m.verified_at[j], m.accepted_at[j] += j < accepted;
-  stats_.draft_tokens_verified += l;
-  stats_.draft_tokens_accepted += accepted;
+  update_stats([&](EngineStats& st) {
+    st.draft_tokens_verified += l;
+    st.draft_tokens_accepted += accepted;
+  });
 }
 
 // The sequences that just landed a token get their next drafts, in one drafter call (one flat forward
