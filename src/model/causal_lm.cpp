@@ -5,7 +5,7 @@
 namespace deepinfer::model {
 
 std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts,
-                                   SequenceState* state, const ForwardTaps* taps) {
+                                   SequenceState* state, const ForwardTaps* taps, const InputRows* rows) {
   check(cuts.size() >= 2 && cuts.front() >= 0 && cuts.back() <= static_cast<int64_t>(ids.size()),
         "logits_in_steps: cuts must lie within the ids");
   std::unique_ptr<SequenceState> fresh;
@@ -22,6 +22,14 @@ std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids
     b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
     b.states = {state};
     for (int32_t r = 0; r < static_cast<int32_t>(b.token_ids.size()); ++r) b.logit_rows.push_back(r);
+    if (rows && !rows->positions.empty()) {  // the input rows of this step's positions
+      const size_t dim = rows->rows.size() / rows->positions.size();
+      for (size_t k = 0; k < rows->positions.size(); ++k)
+        if (rows->positions[k] >= cuts[i] && rows->positions[k] < cuts[i + 1]) {
+          b.embed_tokens.push_back(static_cast<int32_t>(rows->positions[k] - cuts[i]));
+          b.embed_rows.insert(b.embed_rows.end(), rows->rows.begin() + k * dim, rows->rows.begin() + (k + 1) * dim);
+        }
+    }
     lm.forward(b, part, taps);
     all.insert(all.end(), part.begin(), part.end());
   }

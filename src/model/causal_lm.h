@@ -82,8 +82,14 @@ class CausalLM {
 // Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])
 // and returns the logits of every fed position: one prefill, chunks or prefix-then-decode, depending on
 // the cuts. Used for scoring (the CLI) and golden checks.
+// rows: input rows replacing the embeddings of some positions (image spans), [positions.size(), dim].
+struct InputRows {
+  std::vector<int64_t> positions;
+  std::vector<float> rows;
+};
 std::vector<float> logits_in_steps(CausalLM& lm, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts,
-                                   SequenceState* state = nullptr, const ForwardTaps* taps = nullptr);
+                                   SequenceState* state = nullptr, const ForwardTaps* taps = nullptr,
+                                   const InputRows* rows = nullptr);
 
 // Checks a batch's shape against the model: sequence boundaries, ids inside the vocabulary, logit rows
 // inside the batch, positions (when given) consecutive from each state's length. Returns the positions.

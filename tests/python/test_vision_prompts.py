@@ -51,3 +51,23 @@ def test_image_misuse_is_a_clear_error(demo_vl, demo_model):
     with pytest.raises(TypeError, match="image 0"):
         demo_vl.generate({"prompt_token_ids": [5, image_id(demo_model)], "multi_modal_data": {"image": 3}}, sp)
     assert demo_vl.generate("carry on", SamplingParams(max_tokens=2, ignore_eos=True))[0].outputs[0].token_ids
+
+
+def test_cli_forward_and_generate_take_images(demo_model, tmp_path):
+    import subprocess
+    from conftest import deepinfer_command
+    from safetensors.numpy import load_file
+    ids, img = f"100,{image_id(demo_model)},200", str(IMAGES / "gray8.png")
+    for chunk in ([], ["--chunk", "5"]):  # chunks cut through the span: the same logits
+        out = tmp_path / f"f{len(chunk)}.safetensors"
+        subprocess.run(deepinfer_command() + ["forward", "--model", demo_model, "--input-ids", ids, "--image", img,
+                                              "--output", str(out), *chunk], check=True, capture_output=True)
+    a, b = (load_file(str(tmp_path / f"f{n}.safetensors"))["logits"] for n in (0, 2))
+    assert a.shape[0] > 3 and (a == b).all()  # the expanded sequence's positions
+    r = subprocess.run(deepinfer_command() + ["generate", "--model", demo_model, "--prompt-ids", ids, "--image", img,
+                                              "--max-tokens", "3", "--ignore-eos", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout.splitlines()[0])["token_ids"]) == 3
+    r = subprocess.run(deepinfer_command() + ["forward", "--model", demo_model, "--input-ids", "100,200", "--image", img,
+                                              "--output", str(tmp_path / "x.safetensors")], capture_output=True, text=True)
+    assert r.returncode != 0 and "placeholder" in r.stderr

@@ -1,26 +1,32 @@
 // `deepinfer forward`: scores token ids with a model and writes every position's logits.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "command.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/load.h"
+#include "ops/ops.h"
+#include "vision/image_prompt.h"
 
 namespace deepinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
     "usage: deepinfer forward --model DIR --input-ids 5,17,3,... [--chunk N | --decode-after P]\n"
-    "                         [--device cpu|cuda|cuda:N] --output OUT.safetensors\n"
+    "                         [--device cpu|cuda|cuda:N] [--image FILE ...] --output OUT.safetensors\n"
     "Writes `logits` (F32, [S, vocab]) for every input position: one prefill by default; with --chunk N\n"
     "a prefill in chunks of N tokens continuing the state; with --decode-after P a prefill of the first\n"
     "P tokens, then one token at a time.\n";
 
 int run_forward(const std::vector<std::string>& args) {
   std::string model_dir, output, ids_text, device;
+  std::vector<std::vector<uint8_t>> images;
   int64_t chunk = 0, decode_after = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -34,6 +40,11 @@ int run_forward(const std::vector<std::string>& args) {
     else if (a == "--input-ids") ids_text = v;
     else if (a == "--output") output = v;
     else if (a == "--device") device = v;
+    else if (a == "--image") {  // one per image placeholder in --input-ids, in order
+      std::ifstream in(v, std::ios::binary);
+      check(in.good(), "--image: cannot open ", v);
+      images.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
     else if (a == "--chunk") chunk = parse_positive(a, v);
     else if (a == "--decode-after") decode_after = parse_positive(a, v);
     else fail("unknown option '", a, "'\n", kUsage);
@@ -43,11 +54,22 @@ int run_forward(const std::vector<std::string>& args) {
   check(!(chunk && decode_after), "--chunk and --decode-after exclude each other");
   std::vector<int32_t> ids = parse_token_ids("--input-ids", ids_text);
   check(!ids.empty(), "--input-ids: no token ids given");
-  const int64_t S = static_cast<int64_t>(ids.size());
+  int64_t S = static_cast<int64_t>(ids.size());
   check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " input ids");
 
   auto lm = model::load_causal_lm(model_dir, device);
   const int64_t V = lm->vocab_size();
+  // Image placeholders expand into their spans (the output covers the expanded sequence).
+  model::InputRows rows;
+  if (!images.empty()) {
+    const Device dev = Device::parse(device.empty() ? env_string("DEEPINFER_DEVICE") : device);
+    std::unique_ptr<vision::VisionStage> stage = vision::VisionStage::load(model_dir, ops::backend_for(dev));
+    vision::ImagePrompt ip = vision::prepare_prompt(stage.get(), ids, images);
+    ids = std::move(ip.ids);
+    rows = {std::move(ip.span_positions), std::move(ip.span_rows)};
+    S = static_cast<int64_t>(ids.size());
+    check(decode_after <= S, "--decode-after ", decode_after, " exceeds the ", S, " expanded input ids");
+  }
   // Step boundaries: one prefill, fixed chunks, or a prefix then single tokens.
   std::vector<int64_t> cuts{0};
   if (chunk) {
@@ -56,7 +78,7 @@ int run_forward(const std::vector<std::string>& args) {
     for (int64_t c = decode_after; c < S; ++c) cuts.push_back(c);
   }
   cuts.push_back(S);
-  const std::vector<float> all = model::logits_in_steps(*lm, ids, cuts);
+  const std::vector<float> all = model::logits_in_steps(*lm, ids, cuts, nullptr, nullptr, &rows);
   io::write_safetensors(output, {{"logits", DType::F32, {S, V},
                                   {reinterpret_cast<const uint8_t*>(all.data()), all.size() * sizeof(float)}}});
   std::fprintf(stderr, "wrote logits [%lld, %lld] to %s\n", static_cast<long long>(S), static_cast<long long>(V),
