@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace deepinfer {
@@ -15,6 +16,10 @@ Device Device::parse(const std::string& s) {
       s.find_first_not_of("0123456789", 5) == std::string::npos)
     return {DeviceKind::kCuda, std::stoi(s.substr(5))};
   throw Error("unknown device '" + s + "' (expected cpu, cuda or cuda:N)");
+}
+
+Device Device::resolve(const std::string& requested) {
+  return parse(requested.empty() ? env_string("DEEPINFER_DEVICE") : requested);
 }
 
 namespace {

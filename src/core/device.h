@@ -17,6 +17,8 @@ struct Device {
   std::string str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
   // "cpu", "cuda" (= cuda:0) or "cuda:N"; throws deepinfer::Error on anything else.
   static Device parse(const std::string& s);
+  // The device a user asked for: `requested` when given, else DEEPINFER_DEVICE (default cpu).
+  static Device resolve(const std::string& requested);
   friend bool operator==(const Device&, const Device&) = default;
 };
 

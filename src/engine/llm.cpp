@@ -131,8 +131,7 @@ LLM::LLM(EngineConfig config) {
 #endif
   engine_ = make_engine(std::move(model), std::move(codec), config, cfg, context_length);
   // The vision stage runs on the model's device.
-  const Device device = Device::parse(config.device.empty() ? env_string("DEEPINFER_DEVICE") : config.device);
-  engine_->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(device)));
+  engine_->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {

@@ -32,7 +32,7 @@ std::string model_type_of(const std::string& dir) {
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::string& device) {
   const std::string type = model_type_of(dir);
   V41Options options = V41Options::from_env();
-  if (!device.empty()) options.device = Device::parse(device);
+  options.device = Device::resolve(device);
   if (type == "deepseek_v4") {
     check(options.device.is_cpu(), dir, ": DeepSeek-V4 runs on the CPU only in this build (device ", options.device.str(),
           " asked); V4.1 runs on CUDA");

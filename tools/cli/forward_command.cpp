@@ -7,7 +7,6 @@
 
 #include "args.h"
 #include "command.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/load.h"
@@ -62,8 +61,7 @@ int run_forward(const std::vector<std::string>& args) {
   // Image placeholders expand into their spans (the output covers the expanded sequence).
   model::InputRows rows;
   if (!images.empty()) {
-    const Device dev = Device::parse(device.empty() ? env_string("DEEPINFER_DEVICE") : device);
-    std::unique_ptr<vision::VisionStage> stage = vision::VisionStage::load(model_dir, ops::backend_for(dev));
+    std::unique_ptr<vision::VisionStage> stage = vision::VisionStage::load(model_dir, ops::backend_for(Device::resolve(device)));
     vision::ImagePrompt ip = vision::prepare_prompt(stage.get(), ids, images);
     ids = std::move(ip.ids);
     rows = {std::move(ip.span_positions), std::move(ip.span_rows)};

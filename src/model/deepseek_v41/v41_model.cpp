@@ -22,7 +22,7 @@ V41Options V41Options::from_env() {
   const std::string mode = env_string("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
   o.replay_compact = mode.empty() || mode == "compact";
   o.replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
-  o.device = Device::parse(env_string("DEEPINFER_DEVICE"));
+  o.device = Device::resolve("");
   return o;
 }
 
