@@ -237,6 +237,25 @@ void V41Model::attend(const V41Block& B, const Step& s, const float* q, const fl
   be_.round_bf16(o, T * H * hd);
 }
 
+// The arena rows of KV source src's compressed rows, per sequence, and where each row's sequence starts
+// in that table: built once per step (after src appended its latents) for src and every layer reusing it.
+const V41Model::CompressedRows& V41Model::compressed_rows(Step& s, int64_t src) {
+  CompressedRows& t = s.ckv_rows[src];
+  if (t.table.data) return t;
+  const int64_t ratio = c_.compress_ratios[src];
+  std::vector<int32_t> table, begin(s.rows());
+  for (int64_t qi = 0; qi < s.num(); ++qi) {
+    const PagedRows& ckv = s.st[qi]->sources[src].ckv;
+    check(ckv.size() == s.end_pos[qi] / ratio, "v41: compressed rows of layer ", src, " are out of step");
+    for (int64_t i = s.begin[qi]; i < s.begin[qi + 1]; ++i) begin[i] = i32(static_cast<int64_t>(table.size()));
+    for (int64_t r = 0; r < ckv.size(); ++r) table.push_back(arena_row(s, ckv.row(r), c_.head_dim));
+  }
+  if (table.empty()) table.push_back(-1);  // a tensor with data: the table of this step is built
+  t.table = fws_.upload(table, DType::I32);
+  t.begin = fws_.upload(begin, DType::I32);
+  return t;
+}
+
 // Writes this step's window rows into ring `ring` (only each sequence's last ring-size positions: the
 // earlier ones would be overwritten within the step).
 void V41Model::write_rings(Step& s, int64_t ring, const float* kv) {
@@ -289,28 +308,21 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   // Index lists: the window (earlier positions from the arena's ring, this step's from kv), then the
   // selected compressed rows (arena rows, translated on the device from the selection).
   const int64_t K = W + ksel;
-  std::vector<int32_t> idx(T * K, -1), table, table_begin(T);
+  std::vector<int32_t> idx(T * K, -1);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
     V41SequenceState& st = *s.st[qi];
     const int64_t b = s.begin[qi], P0 = s.first(qi), from = st.ring_from[l];
-    const int64_t tb = static_cast<int64_t>(table.size());
-    if (ratio > 0) {
-      const PagedRows& ckv = st.sources[src].ckv;
-      check(ckv.size() == s.end_pos[qi] / ratio, "v41: compressed rows of layer ", src, " are out of step");
-      for (int64_t r = 0; r < ckv.size(); ++r) table.push_back(arena_row(s, ckv.row(r), hd));
-    }
     for (int64_t i = b; i < s.begin[qi + 1]; ++i) {
       const int64_t p = s.pos[i];
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(from, p - W + 1); qp <= p; ++qp)
         idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), hd) : ops::fresh_row(b + qp - P0);
-      table_begin[i] = i32(tb);
     }
   }
   Tensor idx_d = ws_.upload(idx, DType::I32);
   if (ksel) {
-    Tensor td = ws_.upload(table, DType::I32), tbd = ws_.upload(table_begin, DType::I32);
-    be_.lookup_rows(sel->i32(), T, ksel, td.i32(), tbd.i32(), idx_d.i32() + W, K);
+    const CompressedRows& t = compressed_rows(s, src);
+    be_.lookup_rows(sel->i32(), T, ksel, t.table.i32(), t.begin.i32(), idx_d.i32() + W, K);
   }
   Tensor o = ws_.f32({T, H, hd});
   attend(B, s, q.f32(), kv.f32(), idx_d, K, rope, o.f32());

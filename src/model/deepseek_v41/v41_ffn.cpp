@@ -44,9 +44,9 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   std::vector<int32_t> perm(M), slot(n * k);
   std::vector<float> rw(M);
   std::vector<int64_t> next(start.begin(), start.end() - 1);
+  std::vector<std::pair<int32_t, int64_t>> mine(k);  // (expert, j) of one token, by expert
   for (int64_t t = 0; t < n; ++t) {
-    std::vector<std::pair<int32_t, int64_t>> mine;  // (expert, j) of token t, by expert
-    for (int64_t j = 0; j < k; ++j) mine.push_back({hsel[t * k + j], j});
+    for (int64_t j = 0; j < k; ++j) mine[j] = {hsel[t * k + j], j};
     std::sort(mine.begin(), mine.end());
     for (int64_t j = 0; j < k; ++j) {
       const int64_t r = next[mine[j].first]++;

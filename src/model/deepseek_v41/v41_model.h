@@ -178,6 +178,8 @@ class V41Model final : public CausalLM {
   int32_t arena_row(const Step& s, const float* row, int64_t width) const;
   void append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t width, std::vector<int32_t>& out) const;
   void write_rings(Step& s, int64_t ring, const float* kv);
+  struct CompressedRows;
+  const CompressedRows& compressed_rows(Step& s, int64_t src);
   ops::RopeFreqs main_rope() const { return {rope_main_freq_.data(), rope_main_.rope_dim, rope_main_.attention_factor}; }
   const ops::RopeFreqs rope_for(int64_t l) const;
   int64_t blocks_for(int64_t tokens, int64_t block_bytes) const;

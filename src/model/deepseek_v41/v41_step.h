@@ -3,11 +3,16 @@
 // selections, candidate masks: device tensors of the forward's workspace).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "model/deepseek_v41/v41_model.h"
 
 namespace deepinfer::model {
+
+struct V41Model::CompressedRows {  // see compressed_rows()
+  Tensor table, begin;             // I32: arena rows of every sequence's compressed rows; [T] start per row
+};
 
 struct V41Model::Step {
   std::vector<V41SequenceState*> st;  // [S] the sequences with tokens in this forward
@@ -21,6 +26,7 @@ struct V41Model::Step {
   Tensor cand;                        // [T, cand_ld] candidate mask over each row's compressed rows (U8)
   int64_t cand_ld = 0;
   std::vector<int64_t> cand_width;    // [S] compressed rows the mask covers
+  std::map<int64_t, CompressedRows> ckv_rows;  // per KV source, built at first use in a step
   bool dspark = false;                // DSpark draft blocks (positions p+1 .. p+block)
 
   int64_t rows() const { return static_cast<int64_t>(pos.size()); }
@@ -45,6 +51,7 @@ struct V41Model::Step {
   }
   // The host metadata after the cut (the caller compacts the device tensors and re-uploads).
   void commit_cut(const std::vector<int64_t>& cut) {
+    ckv_rows.clear();  // their per-row starts follow the old rows
     cut_rows(pos, 1, cut);
     cut_rows(image, 1, cut);
     int64_t r = 0;
