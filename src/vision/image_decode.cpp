@@ -212,11 +212,12 @@ RgbImage decode_image(std::span<const uint8_t> bytes, const std::string& what) {
   return img;
 }
 
-RgbImage read_image_file(const std::string& path) {
+std::vector<uint8_t> read_image_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   check(f.good(), path, ": cannot open the image file");
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return decode_image(bytes, path);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
+
+RgbImage read_image_file(const std::string& path) { return decode_image(read_image_bytes(path), path); }
 
 }  // namespace deepinfer::vision

@@ -21,5 +21,7 @@ constexpr int64_t kMaxImagePixels = 178956970;
 // file, or another format, is a deepinfer::Error naming it and the reason.
 RgbImage decode_image(std::span<const uint8_t> bytes, const std::string& what);
 RgbImage read_image_file(const std::string& path);
+// The bytes of an image file as they are (decoded later); throws naming the path if it cannot be read.
+std::vector<uint8_t> read_image_bytes(const std::string& path);
 
 }  // namespace deepinfer::vision

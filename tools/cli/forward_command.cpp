@@ -1,7 +1,5 @@
 // `deepinfer forward`: scores token ids with a model and writes every position's logits.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -11,6 +9,7 @@
 #include "io/safetensors.h"
 #include "model/load.h"
 #include "ops/ops.h"
+#include "vision/image_decode.h"
 #include "vision/image_prompt.h"
 
 namespace deepinfer::cli {
@@ -39,11 +38,7 @@ int run_forward(const std::vector<std::string>& args) {
     else if (a == "--input-ids") ids_text = v;
     else if (a == "--output") output = v;
     else if (a == "--device") device = v;
-    else if (a == "--image") {  // one per image placeholder in --input-ids, in order
-      std::ifstream in(v, std::ios::binary);
-      check(in.good(), "--image: cannot open ", v);
-      images.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
+    else if (a == "--image") images.push_back(vision::read_image_bytes(v));  // one per placeholder, in order
     else if (a == "--chunk") chunk = parse_positive(a, v);
     else if (a == "--decode-after") decode_after = parse_positive(a, v);
     else fail("unknown option '", a, "'\n", kUsage);

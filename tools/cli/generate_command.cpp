@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "deepinfer/llm.h"
+#include "vision/image_decode.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -107,9 +107,7 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--device") config.device = v;
     else if (a == "--image") {  // the next image of the last prompt (one per image placeholder, in order)
       check(!prompts.empty(), "--image ", v, ": give the --prompt it belongs to first");
-      std::ifstream f(v, std::ios::binary);
-      check(f.good(), "--image: cannot open ", v);
-      prompts.back().images.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+      prompts.back().images.push_back(vision::read_image_bytes(v));
     }
     else if (a == "--speculative-schedule") {
       check(v == "confidence" || v == "fixed", "--speculative-schedule: '", v, "' is not confidence or fixed");
