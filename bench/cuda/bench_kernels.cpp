@@ -7,10 +7,12 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick | --moe]   (--moe: the copy ceiling and the routed-expert rows only)
+//   bench_cuda_kernels [--quick | --moe | --indexer]   (--moe / --indexer: the copy ceiling and the
+//   routed-expert rows / the indexer top-k and sparse attention rows only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -19,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/fp8_gemm.h"
+#include "backends/cuda/kernels/index_topk.h"
 #include "backends/cuda/kernels/sparse_attention.h"
 #include "core/dtype.h"
 
@@ -107,6 +111,7 @@ void row(const std::string& kernel, const std::string& shape, cudaStream_t s, co
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool moe_only = argc > 1 && std::strcmp(argv[1], "--moe") == 0;
+  const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
   const int reps = quick ? 10 : 30;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -149,7 +154,7 @@ int main(int argc, char** argv) {
   for (int blk : {32, 128})
     for (const Proj& p : projs)
       for (int64_t m : ms) {
-        if (moe_only) break;
+        if (moe_only || indexer_only) break;
         const size_t a_bytes = m * p.k, w_bytes = p.n * p.k;
         const int64_t ld_as = (m + 15) / 16 * 16;
         const size_t as_bytes = p.k / blk * ld_as, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
@@ -193,6 +198,7 @@ int main(int argc, char** argv) {
     if (quick) mts = {1, 64, 4096};
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
+      if (indexer_only) break;
       const size_t w_bytes = E * mo.n * mo.k / 2, ws_bytes = mo.k / 32 * E * mo.n;
       uint8_t *w = nullptr, *wsc = nullptr;
       ck(cudaMalloc(&w, w_bytes), "cudaMalloc experts");
@@ -290,8 +296,93 @@ int main(int argc, char** argv) {
       cudaFree(out);
     }
 
+  // Indexer top-512 (index_select's kernel) over n compressed rows per token: fp32 scores (no tie at the
+  // 512th value: the radix select alone) and bf16-rounded ones as index_scores makes them (ties: the CPU's
+  // tie order replayed; n >= 32768 is partial_sort's heap). Bytes: the scores read once, the selection.
+  if (!moe_only) {
+    struct Sel { int64_t t, n; };
+    const Sel sels[] = {{1, 8192}, {64, 8192}, {256, 8192}, {4096, 8192}, {1, 32768}, {64, 32768},
+                        {1, 262144}, {64, 262144}};
+    const int64_t K = 512;
+    for (const bool bf16 : {false, true})
+      for (const Sel& c : sels) {
+        std::vector<float> h(c.t * c.n);
+        uint64_t x = 0x853c49e6748fea9bull + c.t * 7 + c.n;
+        for (auto& v : h) {  // |normal-ish| * 3 from the sum of 4 uniforms
+          float u = 0;
+          for (int i = 0; i < 4; ++i) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            u += static_cast<float>(x >> 40) * (1.0f / 16777216.0f) - 0.5f;
+          }
+          v = std::fabs(u) * 5.2f;
+          if (bf16) v = deepinfer::round_to_bf16(v);
+        }
+        float* sc = nullptr;
+        int32_t *meta = nullptr, *sel = nullptr;
+        ck(cudaMalloc(&sc, h.size() * 4), "cudaMalloc scores");
+        ck(cudaMemcpy(sc, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "scores");
+        std::vector<int32_t> mh(3 * c.t);
+        for (int64_t t = 0; t < c.t; ++t) mh[t] = mh[c.t + t] = static_cast<int32_t>(c.n), mh[2 * c.t + t] = K;
+        ck(cudaMalloc(&meta, mh.size() * 4), "cudaMalloc meta");
+        ck(cudaMemcpy(meta, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice), "meta");
+        ck(cudaMalloc(&sel, c.t * K * 4), "cudaMalloc sel");
+        void* ws = nullptr;
+        ck(cudaMalloc(&ws, deepinfer::cuda::index_topk_workspace_bytes(c.t, c.n, K)), "cudaMalloc ws");
+        auto call = [&](int) {
+          deepinfer::cuda::IndexTopkArgs a;
+          a.scores = sc, a.ld = c.n, a.ranked = meta, a.visible = meta + c.t, a.topk = meta + 2 * c.t;
+          a.tokens = c.t, a.K = K, a.sel = sel;
+          deepinfer::cuda::index_topk(a, ws, s);
+        };
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "t%lld n%lld k512", static_cast<long long>(c.t), static_cast<long long>(c.n));
+        row(bf16 ? "index_topk bf16 scores (ties)" : "index_topk fp32 scores", shape, s, call,
+            c.n >= 32768 && bf16 ? 5 : reps, 4.0 * c.t * c.n + 4.0 * c.t * K, 0);
+        cudaFree(sc), cudaFree(meta), cudaFree(sel), cudaFree(ws);
+      }
+  }
+
+  // Indexer scores (CudaBackend::index_scores, fp32, dim 128, 32 heads): decode tokens with their own W
+  // keys each (random rows of a 2^20-row arena) and a prefill chunk of tokens sharing W keys. Bytes: the
+  // key rows each token reads (once per sequence), q, weights and the scores; FLOPs: 2 * 32 * 128 a pair.
+  if (!moe_only) {
+    deepinfer::cuda::CudaBackend be;
+    const auto bs = static_cast<cudaStream_t>(be.stream());
+    const int64_t H = 32, D = 128, N = int64_t{1} << 20;
+    const auto* arena = reinterpret_cast<const float*>(codes.slice(0, N * D * 4));  // e4m3 bytes as fp32: finite
+    struct Sc { int64_t t, w; bool shared; };
+    for (const Sc c : {Sc{1, 8192, false}, Sc{64, 8192, false}, Sc{1, 65536, false}, Sc{64, 65536, false},
+                       Sc{1024, 8192, true}}) {
+      std::vector<int32_t> rows_h(c.shared ? c.w : c.t * c.w), begin_h(c.t), width_h(c.t, static_cast<int32_t>(c.w));
+      std::mt19937 r(5);
+      for (auto& v : rows_h) v = static_cast<int32_t>(r() % N);
+      for (int64_t t = 0; t < c.t; ++t) begin_h[t] = static_cast<int32_t>(c.shared ? 0 : t * c.w);
+      int32_t *rows = nullptr, *begin = nullptr, *width = nullptr;
+      float *qd = nullptr, *wd = nullptr, *out = nullptr;
+      ck(cudaMalloc(&rows, rows_h.size() * 4), "cudaMalloc rows");
+      ck(cudaMemcpy(rows, rows_h.data(), rows_h.size() * 4, cudaMemcpyHostToDevice), "rows");
+      ck(cudaMalloc(&begin, c.t * 4), "cudaMalloc begin");
+      ck(cudaMemcpy(begin, begin_h.data(), c.t * 4, cudaMemcpyHostToDevice), "begin");
+      ck(cudaMalloc(&width, c.t * 4), "cudaMalloc width");
+      ck(cudaMemcpy(width, width_h.data(), c.t * 4, cudaMemcpyHostToDevice), "width");
+      ck(cudaMalloc(&qd, c.t * H * D * 4), "cudaMalloc q");
+      ck(cudaMemcpy(qd, arena + 12345 * D, c.t * H * D * 4, cudaMemcpyDeviceToDevice), "q");
+      ck(cudaMalloc(&wd, c.t * H * 4), "cudaMalloc w");
+      ck(cudaMemcpy(wd, arena + 777 * D, c.t * H * 4, cudaMemcpyDeviceToDevice), "w");
+      ck(cudaMalloc(&out, c.t * c.w * 4), "cudaMalloc scores");
+      auto call = [&](int) { be.index_scores(qd, wd, c.t, H, D, arena, rows, begin, width, width, c.w, out); };
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "t%lld w%lld h32 d128%s", static_cast<long long>(c.t),
+                    static_cast<long long>(c.w), c.shared ? " shared" : "");
+      const double key_bytes = (c.shared ? 1.0 : static_cast<double>(c.t)) * c.w * D * 4;
+      row("index_scores fp32", shape, bs, call, c.t * c.w > 1 << 22 ? 5 : reps,
+          key_bytes + c.t * H * (D + 1) * 4.0 + c.t * c.w * 4.0, 2.0 * c.t * c.w * H * D);
+      cudaFree(rows), cudaFree(begin), cudaFree(width), cudaFree(qd), cudaFree(wd), cudaFree(out);
+    }
+  }
+
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
-  if (!moe_only)
+  if (!moe_only && !indexer_only)
   for (int blk : {32, 128})
     for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const int64_t k = 5120;

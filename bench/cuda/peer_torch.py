@@ -10,6 +10,7 @@ import torch
 
 QUICK = "--quick" in sys.argv
 MOE_ONLY = "--moe" in sys.argv  # the routed-expert peers only
+INDEXER_ONLY = "--indexer" in sys.argv  # the top-k and sparse attention peers only
 REPS = 10 if QUICK else 30
 PROJS = [("q_a", 5120, 1280), ("q_b", 1280, 32768), ("o_b", 8192, 5120), ("sh_gate_up", 5120, 4608),
          ("sh_down", 2304, 5120)]
@@ -68,6 +69,13 @@ def main():
     print(f"peer: torch {torch.__version__} on {dev}")
     if MOE_ONLY:
         return moe_peers()
+    if INDEXER_ONLY:
+        a32, b32 = torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")
+        print(f"CEIL|fp32_tflops|{2 * 8192**3 / time_us(lambda i: a32 @ b32, 1) * 1e-6:.1f}")
+        del a32, b32
+        topk_peers()
+        score_peers()
+        return attention_peers()
     x = torch.empty(2**31, dtype=torch.uint8, device="cuda").random_(1, 255)
     y = torch.empty_like(x)
     print(f"CEIL|torch_copy_tb_s|{2 * 2**31 / time_us(lambda i: y.copy_(x), 1) * 1e-6:.3f}")
@@ -136,6 +144,38 @@ def attention_peers():
             return torch.bmm(p, rows)
 
         print(f"PEER|torch gather+bmm+softmax bf16|t{t} h64 d512 k640|{time_us(run, 1, False):.2f}")
+
+
+def topk_peers():
+    """torch.topk(k=512, sorted=False) over the same score shapes as bench_cuda_kernels' index_topk rows."""
+    for t, n in [(1, 8192), (64, 8192), (256, 8192), (4096, 8192), (1, 32768), (64, 32768), (1, 262144), (64, 262144)]:
+        for bf16 in (False, True):
+            x = torch.randn(t, n, device="cuda").abs() * 3
+            if bf16:
+                x = x.bfloat16().float()
+            us = time_us(lambda i: torch.topk(x, 512, dim=1, sorted=False), 1, t <= 256)
+            print(f"PEER|torch.topk fp32{' (bf16 values)' if bf16 else ''}|t{t} n{n} k512|{us:.2f}")
+
+
+def score_peers():
+    """The indexer scores in plain torch fp32: gather the key rows, one batched matmul, ReLU, bf16 roundings,
+    the per-head weights, the sum over heads (bench_cuda_kernels' index_scores rows)."""
+    h, d, n = 32, 128, 2**20
+    arena = torch.randn(n, d, device="cuda")
+    for t, w, shared in [(1, 8192, False), (64, 8192, False), (1, 65536, False), (64, 65536, False), (1024, 8192, True)]:
+        rows = torch.randint(0, n, (w,) if shared else (t, w), device="cuda")
+        q, wt = torch.randn(t, h, d, device="cuda"), torch.rand(t, h, 1, device="cuda")
+
+        def run(i):
+            if shared:
+                dots = torch.matmul(q.view(t * h, d), arena[rows].t()).view(t, h, w)
+            else:
+                dots = torch.bmm(q, arena[rows].transpose(1, 2))
+            terms = (dots.bfloat16().float().clamp_min(0) * wt).bfloat16().float()
+            return terms.sum(dim=1).bfloat16()
+
+        us = time_us(run, 1, not shared and t * w <= 2**22)
+        print(f"PEER|torch gather+matmul+relu+sum fp32|t{t} w{w} h32 d128{' shared' if shared else ''}|{us:.2f}")
 
 
 def moe_peers():

@@ -21,12 +21,15 @@ def main(paths):
     bw = ceil.get("copy_tb_s", 0) * 1e12
     fp8 = ceil.get("fp8_tflops", 0) * 1e12
     print(f"ceilings: copy {ceil.get('copy_tb_s', 0):.2f} TB/s (torch {ceil.get('torch_copy_tb_s', 0):.2f}), "
-          f"fp8 {ceil.get('fp8_tflops', 0):.0f} TFLOP/s, bf16 {ceil.get('bf16_tflops', 0):.0f} TFLOP/s (8192^3)")
+          f"fp8 {ceil.get('fp8_tflops', 0):.0f} TFLOP/s, bf16 {ceil.get('bf16_tflops', 0):.0f} TFLOP/s, "
+          f"fp32 {ceil.get('fp32_tflops', 0):.1f} TFLOP/s (8192^3)")
     print("| kernel | shape | measured us | floor us | bound | measured/floor | achieved | 1 launch us | peer us (same run) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for kernel, shape, us, nbytes, flops, event_us in krows:
         t_mem = nbytes / bw * 1e6 if bw else 0
         rate_ceil = ceil.get("bf16_tflops", 0) * 1e12 if "bf16" in kernel else fp8  # bf16 kernels: bf16 peak
+        if "fp32" in kernel:  # CUDA-core fp32 kernels: torch's fp32 matmul rate of the same run
+            rate_ceil = ceil.get("fp32_tflops", 0) * 1e12
         t_fl = flops / rate_ceil * 1e6 if rate_ceil else 0
         floor, bound = (t_mem, "mem") if t_mem >= t_fl else (t_fl, "flop")
         rate = f"{flops / us * 1e-6:.0f} TF" if bound == "flop" else f"{nbytes / us * 1e-6:.2f} TB/s"

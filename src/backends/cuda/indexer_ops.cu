@@ -1,13 +1,14 @@
 // The CUDA backend's V4.1 indexer ops (scores, candidate blocks, top-k, row lookup), in
-// cpu_deepseek_ops.cpp's operation order; the selections run cpu::torch_topk's algorithms
-// (torch_topk_device.h) with one thread per token, so ties break exactly as on the CPU. Simple, not
-// yet tuned.
+// cpu_deepseek_ops.cpp's operation order. The top-k is kernels/index_topk.h (radix select, the CPU's
+// tie breaking replayed); the candidate blocks run cpu::torch_topk's algorithm (torch_topk_device.h)
+// with one thread per token, so ties break exactly as on the CPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/cuda/kernels/index_topk.h"
 #include "backends/cuda/torch_topk_device.h"
 
 namespace deepinfer::cuda {
@@ -45,6 +46,118 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
   scores[t * ld + w] = bf16_round(acc);
 }
 
+// index_scores at dim 128 (V4.1's indexer): CTA = (token, 64 keys), 8 warps. The token's q (32 heads
+// at a time) and the 64 key rows are staged in shared memory; a group of 8 lanes computes an 8 heads x 8
+// keys tile, lane j the partial sum j of cpu::dot's order (channels c = j, j+8, ..) for all 64 pairs,
+// then a reduce-scatter over the group (xor 4, 1, 2) adds the partials as dot8 does,
+// ((0+4)+(1+5))+((2+6)+(3+7)), so the scores stay bit for bit the CPU's. The 8 partials of a lane are
+// 16 contiguous floats (a row is stored channel-permuted, 20 floats per partial: conflict-free 16-byte
+// reads). One thread per key then sums the heads' terms in head order.
+constexpr int kScDim = 128, kScKeys = 64, kScHeads = 32, kScThreads = 256, kScRow = 8 * 20;
+constexpr size_t kScSmem = sizeof(float) * ((kScHeads + kScKeys) * kScRow + kScHeads * (kScKeys + 1));
+
+__device__ __forceinline__ int sc_pos(int c) { return (c & 7) * 20 + (c >> 3); }
+
+__global__ void __launch_bounds__(kScThreads) index_scores_d128_kernel(
+    const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const float* __restrict__ keys,
+    const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
+    const int32_t* __restrict__ visible, int64_t ld, float* scores) {
+  extern __shared__ float4 sc_smem[];
+  float* sq = reinterpret_cast<float*>(sc_smem);  // [32 heads][kScRow]
+  float* sk = sq + kScHeads * kScRow;              // [64 keys][kScRow]
+  float (*terms)[kScKeys + 1] = reinterpret_cast<float (*)[kScKeys + 1]>(sk + kScKeys * kScRow);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 3, j = lane & 7;
+  const int64_t t = blockIdx.x, w0 = static_cast<int64_t>(blockIdx.y) * kScKeys;
+  const int64_t vw = visible[t] < width[t] ? visible[t] : width[t];
+  const int64_t nvalid = (vw < ld ? vw : ld) - w0;
+  if (tid < kScKeys && w0 + tid < ld && tid >= nvalid) scores[t * ld + w0 + tid] = -kInf;
+  if (nvalid <= 0) return;
+  // Keys: warp w stages rows w, w + 8, ..; a lane takes 4 channels (one 16-byte load).
+  for (int r = warp; r < kScKeys; r += 8) {
+    float4 v = make_float4(0, 0, 0, 0);
+    if (r < nvalid) v = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
+    float* d = sk + r * kScRow;
+    d[sc_pos(4 * lane)] = v.x, d[sc_pos(4 * lane + 1)] = v.y, d[sc_pos(4 * lane + 2)] = v.z, d[sc_pos(4 * lane + 3)] = v.w;
+  }
+  // Warp w: heads 8 (w % 4) .. + 7 of the chunk; keys (w / 4) * 32 + g + 4 c', c' = 0..7 (rows of the 4
+  // groups of a warp 1 apart: their reads fall in different banks).
+  const int hb = 8 * (warp & 3), kb = (warp >> 2) * 32 + g;
+  float acc = 0;  // thread tid < 64: the head sum of key tid
+  for (int64_t h0 = 0; h0 < heads; h0 += kScHeads) {
+    __syncthreads();  // sq / terms of the previous chunk consumed
+    for (int r = warp; r < kScHeads; r += 8) {
+      float4 v = make_float4(0, 0, 0, 0);
+      if (h0 + r < heads) v = reinterpret_cast<const float4*>(q + (t * heads + h0 + r) * kScDim)[lane];
+      float* d = sq + r * kScRow;
+      d[sc_pos(4 * lane)] = v.x, d[sc_pos(4 * lane + 1)] = v.y, d[sc_pos(4 * lane + 2)] = v.z, d[sc_pos(4 * lane + 3)] = v.w;
+    }
+    __syncthreads();
+    float s[8][8];
+#pragma unroll
+    for (int a = 0; a < 8; ++a)
+#pragma unroll
+      for (int b = 0; b < 8; ++b) s[a][b] = 0;
+#pragma unroll
+    for (int i4 = 0; i4 < 16; i4 += 4) {  // channels j + 8 i, i ascending: the FMA order of partial j
+      float4 qa[8], kv[8];
+#pragma unroll
+      for (int a = 0; a < 8; ++a) qa[a] = *reinterpret_cast<const float4*>(sq + (hb + a) * kScRow + j * 20 + i4);
+#pragma unroll
+      for (int b = 0; b < 8; ++b) kv[b] = *reinterpret_cast<const float4*>(sk + (kb + 4 * b) * kScRow + j * 20 + i4);
+#pragma unroll
+      for (int a = 0; a < 8; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          s[a][b] = __fmaf_rn(qa[a].x, kv[b].x, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].y, kv[b].y, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].z, kv[b].z, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].w, kv[b].w, s[a][b]);
+        }
+    }
+    // Reduce-scatter of the 64 pairs over the group's 8 lanes. Step xor 4 keeps the heads a with bit 2
+    // equal to lane bit 2, xor 1 the keys b with bit 2 equal to lane bit 0, xor 2 the keys with bit 1
+    // equal to lane bit 1: lane j ends with heads {a : a>>2 == j>>2} x keys {b : b>>1 == (j&1)*2 + (j>>1&1)}.
+    const bool l2 = j & 4, l0 = j & 1, l1 = j & 2;
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        const float send = l2 ? s[a][b] : s[a + 4][b];
+        const float got = __shfl_xor_sync(0xffffffffu, send, 4);
+        s[a][b] = __fadd_rn(l2 ? s[a + 4][b] : s[a][b], got);  // now: head a + 4 * l2
+      }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const float send = l0 ? s[a][b] : s[a][b + 4];
+        const float got = __shfl_xor_sync(0xffffffffu, send, 1);
+        s[a][b] = __fadd_rn(l0 ? s[a][b + 4] : s[a][b], got);  // key b + 4 * l0
+      }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const float send = l1 ? s[a][b] : s[a][b + 2];
+        const float got = __shfl_xor_sync(0xffffffffu, send, 2);
+        s[a][b] = __fadd_rn(l1 ? s[a][b + 2] : s[a][b], got);  // key b + 2 * l1 + 4 * l0
+      }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int h = hb + a + 4 * l2, kk = kb + 4 * (b + 2 * l1 + 4 * l0);
+        float r = bf16_round(s[a][b]);
+        r = r < 0.0f ? 0.0f : r;  // std::max(r, 0.0f)
+        terms[h][kk] = h0 + h < heads ? bf16_round(__fmul_rn(r, weight[t * heads + h0 + h])) : 0.0f;
+      }
+    __syncthreads();
+    if (tid < kScKeys)
+      for (int h = 0; h < kScHeads && h0 + h < heads; ++h) acc = __fadd_rn(acc, terms[h][tid]);
+  }
+  if (tid < nvalid && tid < kScKeys) scores[t * ld + w0 + tid] = bf16_round(acc);
+}
+
 // One thread per token; mask is zeroed before. q: a row of ceil(ld / bs) (block maximum, block) pairs.
 __global__ void candidate_mask_kernel(const float* __restrict__ scores, int64_t tokens, int64_t ld,
                                       const int32_t* __restrict__ width, const int32_t* __restrict__ clen,
@@ -70,27 +183,6 @@ __global__ void candidate_mask_kernel(const float* __restrict__ scores, int64_t 
   }
 }
 
-// One thread per token of this chunk: the masked row as (score, column) pairs, the top m, then the
-// chosen columns in ascending order (marked in `chosen`, zeroed before, and read back in column order).
-__global__ void index_select_kernel(const float* __restrict__ scores, const uint8_t* __restrict__ mask,
-                                    int64_t tokens, int64_t ld, const int32_t* __restrict__ ranked,
-                                    const int32_t* __restrict__ visible, const int32_t* __restrict__ topk, int64_t K,
-                                    int32_t* sel, Elem* q_all, uint8_t* chosen_all) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (t >= tokens) return;
-  const int64_t r = ranked[t], m = min(static_cast<int64_t>(topk[t]), r);
-  Elem* q = q_all + t * ld;
-  uint8_t* chosen = chosen_all + t * ld;
-  for (int64_t w = 0; w < r; ++w) q[w] = {mask && !mask[t * ld + w] ? -kInf : scores[t * ld + w], static_cast<int32_t>(w)};
-  topk::torch_topk(q, r, m, false);
-  for (int64_t j = 0; j < m; ++j) chosen[q[j].i] = 1;
-  int32_t* out = sel + t * K;
-  int64_t j = 0;
-  for (int64_t w = 0; w < r && j < m; ++w)
-    if (chosen[w]) out[j++] = w < visible[t] ? static_cast<int32_t>(w) : -1;
-  for (; j < K; ++j) out[j] = -1;
-}
-
 __global__ void lookup_rows_kernel(const int32_t* __restrict__ in, int64_t tokens, int64_t k,
                                    const int32_t* __restrict__ table, const int32_t* __restrict__ begin, int32_t* out,
                                    int64_t out_ld) {
@@ -112,6 +204,16 @@ void CudaBackend::index_scores(const float* q, const float* weight, int64_t toke
               "index_scores");
   if (tokens == 0 || ld == 0) return;
   impl_->bind();
+  if (dim == kScDim && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(keys) & 15) == 0) {
+    check_sizes((ld + kScKeys - 1) / kScKeys <= 65535, "index_scores");
+    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + kScKeys - 1) / kScKeys));
+    check_cuda(cudaFuncSetAttribute(index_scores_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kScSmem)), "cudaFuncSetAttribute(index_scores_d128_kernel)");
+    index_scores_d128_kernel<<<grid, kScThreads, kScSmem, impl_->stream>>>(q, weight, heads, keys, key_rows, key_begin,
+                                                                     width, visible, ld, scores);
+    check_launch("index_scores_d128_kernel");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + threads - 1) / threads));
   index_scores_kernel<<<grid, threads, 0, impl_->stream>>>(q, weight, heads, dim, keys, key_rows, key_begin, width,
                                                            visible, ld, scores);
@@ -135,23 +237,13 @@ void CudaBackend::candidate_mask(const float* scores, int64_t tokens, int64_t ld
 void CudaBackend::index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld,
                                const int32_t* ranked, const int32_t* visible, const int32_t* topk, int64_t K,
                                int32_t* sel) {
-  check_sizes(tokens >= 0 && ld >= 0 && K >= 0 && ld <= INT32_MAX, "index_select");
+  check_sizes(tokens >= 0 && ld >= 0 && K >= 0 && ld <= INT32_MAX / 2, "index_select");
   if (tokens == 0 || K == 0) return;
   impl_->bind();
-  // Per token: ld (score, column) pairs and ld flags; chunks of tokens keep the workspace <= 256 MiB.
-  const size_t per_token = static_cast<size_t>(std::max<int64_t>(ld, 1)) * (sizeof(Elem) + 1);
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (256u << 20) / per_token));
-  char* ws = static_cast<char*>(impl_->workspace(chunk * per_token));
-  Elem* q = reinterpret_cast<Elem*>(ws);
-  uint8_t* chosen = reinterpret_cast<uint8_t*>(ws + chunk * ld * sizeof(Elem));
-  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
-    const int64_t nt = std::min(chunk, tokens - t0);
-    if (ld) check_cuda(cudaMemsetAsync(chosen, 0, static_cast<size_t>(nt * ld), impl_->stream), "index_select (zero)");
-    index_select_kernel<<<grid_for(nt, 64), 64, 0, impl_->stream>>>(
-        scores + t0 * ld, mask ? mask + t0 * ld : nullptr, nt, ld, ranked + t0, visible + t0, topk + t0, K,
-        sel + t0 * K, q, chosen);
-    check_launch("index_select_kernel");
-  }
+  IndexTopkArgs a;
+  a.scores = scores, a.mask = mask, a.ld = ld, a.ranked = ranked, a.visible = visible, a.topk = topk;
+  a.tokens = tokens, a.K = K, a.sel = sel;
+  index_topk(a, impl_->workspace(index_topk_workspace_bytes(tokens, ld, K)), impl_->stream);
 }
 
 void CudaBackend::lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,
