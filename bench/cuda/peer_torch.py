@@ -72,7 +72,9 @@ def main():
     if INDEXER_ONLY:
         a32, b32 = torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")
         print(f"CEIL|fp32_tflops|{2 * 8192**3 / time_us(lambda i: a32 @ b32, 1) * 1e-6:.1f}")
-        del a32, b32
+        a16, b16 = a32.bfloat16(), b32.bfloat16()
+        print(f"CEIL|bf16_tflops|{2 * 8192**3 / time_us(lambda i: a16 @ b16, 1) * 1e-6:.1f}")
+        del a32, b32, a16, b16
         topk_peers()
         score_peers()
         return attention_peers()

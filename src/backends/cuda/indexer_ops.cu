@@ -58,7 +58,7 @@ constexpr size_t kScSmem = sizeof(float) * ((kScHeads + kScKeys) * kScRow + kScH
 
 __device__ __forceinline__ int sc_pos(int c) { return (c & 7) * 20 + (c >> 3); }
 
-__global__ void __launch_bounds__(kScThreads) index_scores_d128_kernel(
+__global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
     const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const float* __restrict__ keys,
     const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
     const int32_t* __restrict__ visible, int64_t ld, float* scores) {
@@ -99,20 +99,20 @@ __global__ void __launch_bounds__(kScThreads) index_scores_d128_kernel(
       for (int b = 0; b < 8; ++b) s[a][b] = 0;
 #pragma unroll
     for (int i4 = 0; i4 < 16; i4 += 4) {  // channels j + 8 i, i ascending: the FMA order of partial j
-      float4 qa[8], kv[8];
+      float4 qa[8];
 #pragma unroll
       for (int a = 0; a < 8; ++a) qa[a] = *reinterpret_cast<const float4*>(sq + (hb + a) * kScRow + j * 20 + i4);
 #pragma unroll
-      for (int b = 0; b < 8; ++b) kv[b] = *reinterpret_cast<const float4*>(sk + (kb + 4 * b) * kScRow + j * 20 + i4);
+      for (int b = 0; b < 8; ++b) {
+        const float4 kv = *reinterpret_cast<const float4*>(sk + (kb + 4 * b) * kScRow + j * 20 + i4);
 #pragma unroll
-      for (int a = 0; a < 8; ++a)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-          s[a][b] = __fmaf_rn(qa[a].x, kv[b].x, s[a][b]);
-          s[a][b] = __fmaf_rn(qa[a].y, kv[b].y, s[a][b]);
-          s[a][b] = __fmaf_rn(qa[a].z, kv[b].z, s[a][b]);
-          s[a][b] = __fmaf_rn(qa[a].w, kv[b].w, s[a][b]);
+        for (int a = 0; a < 8; ++a) {
+          s[a][b] = __fmaf_rn(qa[a].x, kv.x, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].y, kv.y, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].z, kv.z, s[a][b]);
+          s[a][b] = __fmaf_rn(qa[a].w, kv.w, s[a][b]);
         }
+      }
     }
     // Reduce-scatter of the 64 pairs over the group's 8 lanes. Step xor 4 keeps the heads a with bit 2
     // equal to lane bit 2, xor 1 the keys b with bit 2 equal to lane bit 0, xor 2 the keys with bit 1

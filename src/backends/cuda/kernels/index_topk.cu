@@ -94,7 +94,7 @@ struct Shared {
   int hist[256];
   int scan[4 * 32];
   int digit, kk, cnt, lnext;
-  float root;
+  uint32_t root;
 };
 
 // The m-th largest key of the row (radix select, 8 bits a pass); *need = how many of the keys equal
@@ -114,6 +114,7 @@ __device__ uint32_t radix_select(const Row& row, int n, int m, Shared& sh, int* 
       for (int u = 0; u < kPer; ++u) {
         const uint32_t k = order_key(v[u]);
         const int bin = w0 + u < n && (k & pmask) == prefix ? static_cast<int>((k >> shift) & 255u) : 256;
+        if (!__any_sync(kFull, bin < 256)) continue;  // later passes: most columns left the prefix
         const unsigned peers = __match_any_sync(kFull, bin);  // one atomic per distinct bin in the warp
         if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[bin], __popc(peers));
       }
@@ -154,42 +155,79 @@ __device__ uint32_t radix_select(const Row& row, int n, int m, Shared& sh, int* 
 
 __device__ __forceinline__ void set_bit(uint32_t* bits, int w) { atomicOr(&bits[w >> 5], 1u << (w & 31)); }
 
+// libstdc++'s adjust_heap + push_heap (as pop_heap and make_heap call them) on a heap of keys, as one
+// top-down pass: the hole descends the path of smaller children (ties: the right one, as
+// `comp(right, left) ? left : right`) while that child is not above the value, the children moving up;
+// the same writes as the library's descent to a leaf and climb back, since keys rise along the path.
+// Node x lives at k[x + 1] / ix[x + 1], so a node's two children are one aligned 8-byte load.
+__device__ void sift_down(uint32_t* k, int32_t* ix, int hole, int len, uint32_t vk, int32_t vi) {
+  while (true) {
+    const int right = 2 * hole + 2;
+    int c;
+    uint32_t ck;
+    if (right < len) {
+      const uint2 kk = *reinterpret_cast<const uint2*>(k + right);  // nodes right - 1, right
+      const bool left = kk.y > kk.x;
+      c = left ? right - 1 : right;
+      ck = left ? kk.x : kk.y;
+    } else if (right - 1 < len) {
+      c = right - 1;
+      ck = k[right];
+    } else {
+      break;
+    }
+    if (ck > vk) break;
+    k[hole + 1] = ck;
+    ix[hole + 1] = ix[c + 1];
+    hole = c;
+  }
+  k[hole + 1] = vk;
+  ix[hole + 1] = vi;
+}
+
 // partial_sort's heap_select over the row, replayed in shared memory: per tile, every thread keeps its
 // columns above the heap root (the root only rises, so a column not above it now stays out) as
 // candidates in column order, and one thread replays those insertions. Marks the chosen columns whose
-// key is T.
-__device__ void replay_heap_select(const Row& row, int n, int m, uint32_t T, Elem* f, Elem* cand, Shared& sh,
-                                   uint32_t* bits) {
+// key is T. hk / hix: m + 1 entries each.
+__device__ void replay_heap_select(const Row& row, int n, int m, uint32_t T, uint32_t* hk, int32_t* hix, uint2* cand,
+                                   Shared& sh, uint32_t* bits) {
   const int tid = threadIdx.x;
-  for (int j = tid; j < m; j += kThreads) f[j] = {row.value(j), j};
+  for (int j = tid; j < m; j += kThreads) hk[j + 1] = order_key(row.value(j)), hix[j + 1] = j;
   __syncthreads();
   if (tid == 0) {
-    topk::make_heap(f, m);
-    sh.root = f[0].v;
+    if (m >= 2)
+      for (int parent = (m - 2) / 2; parent >= 0; --parent) sift_down(hk, hix, parent, m, hk[parent + 1], hix[parent + 1]);
+    sh.root = hk[1];
   }
   __syncthreads();
   for (int base = m; base < n; base += kTile) {
     const int w0 = base + tid * kPer;
     float v[kPer];
     row.load16(w0, n, v);
-    const Elem root{sh.root, 0};
+    const uint32_t root = sh.root;
     int c[1] = {0}, total[1];
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) c[0] += w0 + u < n && topk::before(Elem{v[u], 0}, root);
+    for (int u = 0; u < kPer; ++u) c[0] += w0 + u < n && order_key(v[u]) > root;
     block_scan<1>(c, total, sh.scan);
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
-      if (w0 + u < n && topk::before(Elem{v[u], 0}, root)) cand[c[0]++] = {v[u], w0 + u};
+      if (w0 + u < n && order_key(v[u]) > root) cand[c[0]++] = make_uint2(order_key(v[u]), w0 + u);
     __syncthreads();
     if (tid == 0) {
-      for (int j = 0; j < total[0]; ++j)
-        if (topk::before(cand[j], f[0])) topk::adjust_heap(f, 0, m, cand[j]);  // pop_heap: y sifts in
-      sh.root = f[0].v;
+      uint32_t r = hk[1];
+      for (int j = 0; j < total[0]; ++j) {
+        const uint2 y = cand[j];
+        if (y.x > r) {  // pop_heap: the root leaves, y sifts in
+          sift_down(hk, hix, 0, m, y.x, static_cast<int32_t>(y.y));
+          r = hk[1];
+        }
+      }
+      sh.root = r;
     }
     __syncthreads();
   }
   for (int j = tid; j < m; j += kThreads)
-    if (order_key(f[j].v) == T) set_bit(bits, f[j].i);
+    if (hk[j + 1] == T) set_bit(bits, hix[j + 1]);
 }
 
 // nth_element(q, q + m - 1, q + n) replayed by the CTA on q[0, n) = (value, column). Each Hoare
@@ -282,9 +320,11 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
                                                               int* ws_tbl) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
-  Elem* cand = reinterpret_cast<Elem*>(smem + sizeof(Shared));
-  Elem* heap = cand + kTile;
-  uint32_t* bits = reinterpret_cast<uint32_t*>(heap + a.K);
+  Elem* cand = reinterpret_cast<Elem*>(smem + sizeof(Shared));  // heap candidates, or a short row's pairs
+  const int64_t hstride = (a.K + 3) & ~int64_t{1};  // heap keys / columns, 1-based, 8-byte aligned
+  uint32_t* hk = reinterpret_cast<uint32_t*>(cand + kTile);
+  int32_t* hix = reinterpret_cast<int32_t*>(hk + hstride);
+  uint32_t* bits = reinterpret_cast<uint32_t*>(hix + hstride);
   const int tid = threadIdx.x;
   Elem* q = ws_q + blockIdx.x * intro_cap;
   int* ltbl = ws_tbl + 2 * blockIdx.x * intro_cap;
@@ -302,11 +342,12 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
       for (int i = tid; i < (n + 31) / 32; i += kThreads) bits[i] = 0;
       __syncthreads();
       if (static_cast<int64_t>(m) * 64 <= n) {
-        replay_heap_select(row, n, m, T, heap, cand, sh, bits);
+        replay_heap_select(row, n, m, T, hk, hix, reinterpret_cast<uint2*>(cand), sh, bits);
       } else {
-        for (int j = tid; j < n; j += kThreads) q[j] = {row.value(j), j};
+        Elem* qr = n <= kTile ? cand : q;  // in shared memory when it fits
+        for (int j = tid; j < n; j += kThreads) qr[j] = {row.value(j), j};
         __syncthreads();
-        replay_nth_element(n, m, T, q, ltbl, rtbl, sh, bits);
+        replay_nth_element(n, m, T, qr, ltbl, rtbl, sh, bits);
       }
       __syncthreads();
     }
@@ -355,7 +396,8 @@ void index_topk(const IndexTopkArgs& a, void* workspace, void* stream) {
   check(a.tokens >= 0 && a.ld >= 0 && a.K >= 0 && a.ld <= INT32_MAX / 2, "index_topk: invalid sizes");
   if (a.tokens == 0 || a.K == 0) return;
   const int64_t grid = grid_for_rows(a.tokens), cap = intro_cap(a.ld, a.K);
-  const size_t smem = sizeof(Shared) + (kTile + a.K) * sizeof(Elem) + (a.ld + 31) / 32 * sizeof(uint32_t);
+  const size_t smem = sizeof(Shared) + kTile * sizeof(Elem) + 2 * ((a.K + 3) & ~int64_t{1}) * sizeof(uint32_t) +
+                      (a.ld + 31) / 32 * sizeof(uint32_t);
   int dev = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
