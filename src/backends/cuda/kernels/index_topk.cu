@@ -90,7 +90,7 @@ __device__ void block_scan(int (&v)[N], int (&tot)[N], int* sc) {
   __syncthreads();
 }
 
-struct Shared {
+struct alignas(16) Shared {
   int hist[256];
   int scan[4 * 32];
   int digit, kk, cnt, lnext;
