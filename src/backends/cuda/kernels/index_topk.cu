@@ -165,20 +165,24 @@ __device__ void sift_down(uint32_t* k, int32_t* ix, int hole, int len, uint32_t 
     const int right = 2 * hole + 2;
     int c;
     uint32_t ck;
+    int32_t ci;
     if (right < len) {
       const uint2 kk = *reinterpret_cast<const uint2*>(k + right);  // nodes right - 1, right
+      const int2 ii = *reinterpret_cast<const int2*>(ix + right);   // their columns, loaded alongside
       const bool left = kk.y > kk.x;
       c = left ? right - 1 : right;
       ck = left ? kk.x : kk.y;
+      ci = left ? ii.x : ii.y;
     } else if (right - 1 < len) {
       c = right - 1;
       ck = k[right];
+      ci = ix[right];
     } else {
       break;
     }
     if (ck > vk) break;
     k[hole + 1] = ck;
-    ix[hole + 1] = ix[c + 1];
+    ix[hole + 1] = ci;
     hole = c;
   }
   k[hole + 1] = vk;
