@@ -304,8 +304,9 @@ int main(int argc, char** argv) {
     const Sel sels[] = {{1, 8192}, {64, 8192}, {256, 8192}, {4096, 8192}, {1, 32768}, {64, 32768},
                         {1, 262144}, {64, 262144}};
     const int64_t K = 512;
-    for (const bool bf16 : {false, true})
+    for (const int variant : {0, 1, 2})  // fp32 scores; bf16 scores; bf16 scores, lowest-column ties
       for (const Sel& c : sels) {
+        const bool bf16 = variant > 0;
         std::vector<float> h(c.t * c.n);
         uint64_t x = 0x853c49e6748fea9bull + c.t * 7 + c.n;
         for (auto& v : h) {  // |normal-ish| * 3 from the sum of 4 uniforms
@@ -332,12 +333,14 @@ int main(int argc, char** argv) {
           deepinfer::cuda::IndexTopkArgs a;
           a.scores = sc, a.ld = c.n, a.ranked = meta, a.visible = meta + c.t, a.topk = meta + 2 * c.t;
           a.tokens = c.t, a.K = K, a.sel = sel;
+          if (variant == 2) a.ties = deepinfer::cuda::TopkTies::kLowestColumn;
           deepinfer::cuda::index_topk(a, ws, s);
         };
         char shape[64];
         std::snprintf(shape, sizeof shape, "t%lld n%lld k512", static_cast<long long>(c.t), static_cast<long long>(c.n));
-        row(bf16 ? "index_topk bf16 scores (ties)" : "index_topk fp32 scores", shape, s, call,
-            c.n >= 32768 && bf16 ? 5 : reps, 4.0 * c.t * c.n + 4.0 * c.t * K, 0);
+        const char* names[] = {"index_topk fp32 scores", "index_topk bf16 scores (ties, CPU order)",
+                               "index_topk bf16 scores (ties, lowest column)"};
+        row(names[variant], shape, s, call, c.n >= 32768 && variant == 1 ? 5 : reps, 4.0 * c.t * c.n + 4.0 * c.t * K, 0);
         cudaFree(sc), cudaFree(meta), cudaFree(sel), cudaFree(ws);
       }
   }

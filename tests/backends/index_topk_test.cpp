@@ -5,6 +5,7 @@
 // above), -inf from the mask and NaN, visible < ranked, topk > ranked and 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -45,9 +46,36 @@ class IndexTopkTest : public ktest::KernelTest {
     return v;
   }
 
-  // tokens rows of width ld; row t ranks n_t columns and takes topk_t; compares CUDA with the CPU.
+  // index_select's result with ties broken by the lowest column (TopkTies::kLowestColumn).
+  static void lowest_column_reference(const std::vector<float>& scores, const std::vector<uint8_t>* mask, int64_t ld,
+                                      const std::vector<int32_t>& ranked, const std::vector<int32_t>& visible,
+                                      const std::vector<int32_t>& topk, int64_t K, std::vector<int32_t>& out) {
+    const int64_t T = static_cast<int64_t>(ranked.size());
+    out.assign(T * K, -1);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t n = ranked[t], m = std::min<int64_t>(topk[t], n);
+      std::vector<std::pair<float, int32_t>> q;
+      for (int64_t w = 0; w < n; ++w)
+        q.push_back({mask && !(*mask)[t * ld + w] ? -std::numeric_limits<float>::infinity() : scores[t * ld + w],
+                     static_cast<int32_t>(w)});
+      auto before = [](const std::pair<float, int32_t>& x, const std::pair<float, int32_t>& y) {
+        const bool xn = std::isnan(x.first), yn = std::isnan(y.first);
+        if (xn != yn) return xn;
+        if (!xn && x.first != y.first) return x.first > y.first;
+        return x.second < y.second;
+      };
+      std::sort(q.begin(), q.end(), before);
+      std::vector<int32_t> cols;
+      for (int64_t j = 0; j < m; ++j) cols.push_back(q[j].second);
+      std::sort(cols.begin(), cols.end());
+      for (int64_t j = 0; j < m; ++j) out[t * K + j] = cols[j] < visible[t] ? cols[j] : -1;
+    }
+  }
+
+  // tokens rows of width ld; row t ranks n_t columns and takes topk_t; compares CUDA with the CPU (or,
+  // lowest = true, with lowest_column_reference).
   void check_rows(int64_t ld, int64_t K, const std::vector<int32_t>& ranked, const std::vector<int32_t>& topk,
-                  Dist d, bool with_mask, const std::string& what) {
+                  Dist d, bool with_mask, const std::string& what, bool lowest = false) {
     const int64_t T = static_cast<int64_t>(ranked.size());
     std::vector<float> scores;
     for (int64_t t = 0; t < T; ++t) {
@@ -59,8 +87,11 @@ class IndexTopkTest : public ktest::KernelTest {
     std::vector<int32_t> visible(T);
     for (int64_t t = 0; t < T; ++t) visible[t] = t % 2 ? ranked[t] : static_cast<int32_t>(rng_() % (ranked[t] + 1));
     std::vector<int32_t> ref(T * K);
-    ops::cpu_backend().index_select(scores.data(), with_mask ? mask.data() : nullptr, T, ld, ranked.data(),
-                                    visible.data(), topk.data(), K, ref.data());
+    if (lowest)
+      lowest_column_reference(scores, with_mask ? &mask : nullptr, ld, ranked, visible, topk, K, ref);
+    else
+      ops::cpu_backend().index_select(scores.data(), with_mask ? mask.data() : nullptr, T, ld, ranked.data(),
+                                      visible.data(), topk.data(), K, ref.data());
     DevBuf<float> ds(scores);
     DevBuf<uint8_t> dm(mask);
     DevBuf<int32_t> dr(ranked), dv(visible), dk(topk), dsel(T * K);
@@ -68,6 +99,7 @@ class IndexTopkTest : public ktest::KernelTest {
     cuda::IndexTopkArgs a;
     a.scores = ds.get(), a.mask = with_mask ? dm.get() : nullptr, a.ld = ld;
     a.ranked = dr.get(), a.visible = dv.get(), a.topk = dk.get(), a.tokens = T, a.K = K, a.sel = dsel.get();
+    a.ties = lowest ? cuda::TopkTies::kLowestColumn : cuda::TopkTies::kCpuTorch;
     cuda::index_topk(a, ws.get(), nullptr);
     const auto got = dsel.host();
     int64_t bad_rows = 0;
@@ -117,6 +149,21 @@ TEST_F(IndexTopkTest, MatchesCpuOnOddShapes) {
       check_rows(ld, K, ranked, topk, d, true, "odd dist " + std::to_string(static_cast<int>(d)));
     }
   }
+}
+
+// The relaxed tie order (lowest column first) against a sort-based reference.
+TEST_F(IndexTopkTest, LowestColumnTies) {
+  const int64_t K = 512;
+  for (const int64_t ld : {int64_t{613}, int64_t{8192}, int64_t{40000}})
+    for (const Dist d : {Dist::kFp32, Dist::kBf16, Dist::kLevels, Dist::kMaskedNan}) {
+      std::vector<int32_t> ranked, topk;
+      for (int t = 0; t < 6; ++t) {
+        ranked.push_back(static_cast<int32_t>(t == 0 ? ld : rng_() % (ld + 1)));
+        topk.push_back(static_cast<int32_t>(t == 5 ? rng_() % (K + 1) : K));
+      }
+      check_rows(ld, K, ranked, topk, d, d == Dist::kMaskedNan, "lowest dist " + std::to_string(static_cast<int>(d)),
+                 true);
+    }
 }
 
 }  // namespace

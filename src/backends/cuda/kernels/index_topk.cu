@@ -25,6 +25,7 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 }
 
 constexpr int kPer = 16, kTile = kThreads * kPer;  // a thread's run of columns in a tile; a tile
+constexpr int kSerialTail = 256;  // nth_element ranges this short are finished by one thread
 
 struct Row {
   const float* s;
@@ -244,8 +245,24 @@ __device__ void replay_nth_element(int n, int m, uint32_t T, Elem* q, int* ltbl,
   int F = 0, L = n, depth = 2 * static_cast<int>(topk::floor_log2(n));
   int lo_set = 0, hi_set = m;  // afterwards the chosen ties are the T-valued q[lo_set, hi_set)
   while (true) {
-    if (L - F <= 3) {
-      if (tid == 0) topk::insertion_sort(q + F, q + L);
+    if (L - F <= kSerialTail) {  // a short range: the library's loop itself, on one thread
+      if (tid == 0) {
+        Elem *first = q + F, *last = q + L;
+        bool fallback = false;
+        while (last - first > 3) {
+          if (depth == 0) {
+            topk::heap_select(first, q + nth + 1, last);
+            topk::swap(*first, q[nth]);
+            fallback = true;
+            break;
+          }
+          --depth;
+          Elem* cut = topk::unguarded_partition_pivot(first, last);
+          if (cut <= q + nth) first = cut;
+          else last = cut;
+        }
+        if (!fallback) topk::insertion_sort(first, last);
+      }
       break;
     }
     if (depth == 0) {  // introselect's fallback
@@ -341,8 +358,8 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
     if (m <= 0) continue;
     int need, eq;
     const uint32_t T = radix_select(row, n, m, sh, &need, &eq);
-    const bool all_ties = need == eq;
-    if (!all_ties) {
+    const bool all_ties = need == eq, lowest = a.ties == TopkTies::kLowestColumn;
+    if (!all_ties && !lowest) {
       for (int i = tid; i < (n + 31) / 32; i += kThreads) bits[i] = 0;
       __syncthreads();
       if (static_cast<int64_t>(m) * 64 <= n) {
@@ -356,17 +373,25 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
       __syncthreads();
     }
     // Chosen columns in ascending order, a tile at a time: each thread's run, offset by a prefix sum.
-    int done = 0;
+    int done = 0, eq_done = 0;
     for (int base = 0; base < n; base += kTile) {
       const int w0 = base + tid * kPer;
       float v[kPer];
       row.load16(w0, n, v);
-      unsigned pick = 0;
+      unsigned pick = 0, eqm = 0;
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int w = w0 + u;
         const uint32_t k = order_key(v[u]);
-        if (w < n && (k > T || (k == T && (all_ties || ((bits[w >> 5] >> (w & 31)) & 1u))))) pick |= 1u << u;
+        if (w < n && k == T) eqm |= 1u << u;
+        if (w < n && (k > T || (k == T && (all_ties || lowest || ((bits[w >> 5] >> (w & 31)) & 1u))))) pick |= 1u << u;
+      }
+      if (lowest && !all_ties) {  // the first `need` columns equal to T, in column order
+        int e[1] = {__popc(eqm)}, etot[1];
+        block_scan<1>(e, etot, sh.scan);
+        for (unsigned x = eqm; x; x &= x - 1)
+          if (eq_done + e[0]++ >= need) pick &= ~(x & -x);
+        eq_done += etot[0];
       }
       int off[1] = {__popc(pick)}, total[1];
       block_scan<1>(off, total, sh.scan);

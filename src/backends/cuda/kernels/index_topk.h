@@ -20,6 +20,11 @@
 
 namespace deepinfer::cuda {
 
+// How values equal to the m-th one are chosen when only some of them fit: kCpuTorch is the contract of
+// ops::Backend::index_select (the CPU's order, replayed); kLowestColumn takes the lowest columns, which
+// the radix select gives at no cost (an option for a relaxed contract: see docs/kernels.md).
+enum class TopkTies { kCpuTorch, kLowestColumn };
+
 struct IndexTopkArgs {
   const float* scores = nullptr;  // [tokens, ld]
   const uint8_t* mask = nullptr;  // [tokens, ld] or null
@@ -29,6 +34,7 @@ struct IndexTopkArgs {
   const int32_t* topk = nullptr;  // [tokens]
   int64_t tokens = 0, K = 0;
   int32_t* sel = nullptr;  // [tokens, K]
+  TopkTies ties = TopkTies::kCpuTorch;
 };
 
 // Device workspace for index_topk (the introselect's rows, one per resident CTA).
