@@ -1,5 +1,6 @@
 // index_topk (index_topk.h): radix select, then an exact replay of the CPU's tie breaking when a tie
 // straddles the m-th value.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 namespace deepinfer::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
 using topk::Elem;
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
@@ -25,7 +27,6 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 }
 
 constexpr int kPer = 16, kTile = kThreads * kPer;  // a thread's run of columns in a tile; a tile
-constexpr int kSerialTail = 256;  // nth_element ranges this short are finished by one thread
 
 struct Row {
   const float* s;
@@ -93,22 +94,30 @@ __device__ void block_scan(int (&v)[N], int (&tot)[N], int* sc) {
 
 struct alignas(16) Shared {
   int hist[256];
+  int hist_all[256];  // a cluster's histograms summed
   int scan[4 * 32];
   int digit, kk, cnt, lnext;
   uint32_t root;
+  int cgt, ceq;  // this CTA's slice: keys above T, keys equal to T
 };
 
 // The m-th largest key of the row (radix select, 8 bits a pass); *need = how many of the keys equal
-// to it the selection takes, *eq = how many there are.
-__device__ uint32_t radix_select(const Row& row, int n, int m, Shared& sh, int* need, int* eq) {
+// to it the selection takes, *eq = how many there are. A cluster of CTAs shares a row: each counts its
+// slice [lo, hi), and every CTA sums the cluster's histograms through distributed shared memory (so all
+// make the same choice).
+__device__ uint32_t radix_select(const Row& row, int lo, int hi, int m, Shared& sh, int* need, int* eq) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = static_cast<int>(cluster.num_blocks());
   uint32_t prefix = 0, pmask = 0;
   int kk = m;
   for (int shift = 24; shift >= 0; shift -= 8) {
+    if (ranks > 1) cluster.sync();  // the others are done reading this CTA's last histogram
     for (int i = tid; i < 256; i += kThreads) sh.hist[i] = 0;
     __syncthreads();
-    for (int base = 0; base < n; base += kTile) {
+    for (int base = lo; base < hi; base += kTile) {
       const int w0 = base + tid * kPer;
+      const int n = hi;
       float v[kPer];
       row.load16(w0, n, v);
 #pragma unroll
@@ -120,11 +129,21 @@ __device__ uint32_t radix_select(const Row& row, int n, int m, Shared& sh, int* 
         if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[bin], __popc(peers));
       }
     }
+    int* hist = sh.hist;
+    if (ranks > 1) {
+      cluster.sync();
+      for (int i = tid; i < 256; i += kThreads) {
+        int sum = 0;
+        for (int r = 0; r < ranks; ++r) sum += cluster.map_shared_rank(sh.hist, r)[i];
+        sh.hist_all[i] = sum;
+      }
+      hist = sh.hist_all;
+    }
     __syncthreads();
     if (warp == 0) {  // lane l: bins 255-8l .. 248-8l; the bin where the count from the top reaches kk
       int c[8], local = 0;
 #pragma unroll
-      for (int b = 0; b < 8; ++b) local += c[b] = sh.hist[255 - (lane * 8 + b)];
+      for (int b = 0; b < 8; ++b) local += c[b] = hist[255 - (lane * 8 + b)];
       int incl = local;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -245,24 +264,8 @@ __device__ void replay_nth_element(int n, int m, uint32_t T, Elem* q, int* ltbl,
   int F = 0, L = n, depth = 2 * static_cast<int>(topk::floor_log2(n));
   int lo_set = 0, hi_set = m;  // afterwards the chosen ties are the T-valued q[lo_set, hi_set)
   while (true) {
-    if (L - F <= kSerialTail) {  // a short range: the library's loop itself, on one thread
-      if (tid == 0) {
-        Elem *first = q + F, *last = q + L;
-        bool fallback = false;
-        while (last - first > 3) {
-          if (depth == 0) {
-            topk::heap_select(first, q + nth + 1, last);
-            topk::swap(*first, q[nth]);
-            fallback = true;
-            break;
-          }
-          --depth;
-          Elem* cut = topk::unguarded_partition_pivot(first, last);
-          if (cut <= q + nth) first = cut;
-          else last = cut;
-        }
-        if (!fallback) topk::insertion_sort(first, last);
-      }
+    if (L - F <= 3) {
+      if (tid == 0) topk::insertion_sort(q + F, q + L);
       break;
     }
     if (depth == 0) {  // introselect's fallback
@@ -350,15 +353,52 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
   Elem* q = ws_q + blockIdx.x * intro_cap;
   int* ltbl = ws_tbl + 2 * blockIdx.x * intro_cap;
   int* rtbl = ltbl + intro_cap;
-  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int64_t cid = blockIdx.x / ranks, clusters = gridDim.x / ranks;
+  for (int64_t t = cid; t < a.tokens; t += clusters) {
     const Row row{a.scores + t * a.ld, a.mask ? a.mask + t * a.ld : nullptr};
     const int n = a.ranked[t], m = min(a.topk[t], n), vis = a.visible[t];
     int32_t* out = a.sel + t * a.K;
-    for (int j = max(m, 0) + tid; j < a.K; j += kThreads) out[j] = -1;
+    if (rank == 0)
+      for (int j = max(m, 0) + tid; j < a.K; j += kThreads) out[j] = -1;
     if (m <= 0) continue;
+    // This CTA's slice of the row (a multiple of 16 columns wide).
+    const int slice = (n + ranks * kPer - 1) / (ranks * kPer) * kPer;
+    int lo = min(n, rank * slice), hi = min(n, lo + slice);
     int need, eq;
-    const uint32_t T = radix_select(row, n, m, sh, &need, &eq);
+    const uint32_t T = radix_select(row, lo, hi, m, sh, &need, &eq);
     const bool all_ties = need == eq, lowest = a.ties == TopkTies::kLowestColumn;
+    int done = 0, eq_done = 0;  // chosen columns and columns equal to T before this slice
+    if (ranks > 1) {
+      if (!all_ties && !lowest) {  // the replay below runs on the whole row, in CTA 0
+        lo = 0, hi = rank == 0 ? n : 0;
+        cluster.sync();  // (the last histogram reads are done)
+      } else {
+        int c[2] = {0, 0}, tot[2];
+        for (int base = lo; base < hi; base += kTile) {
+          const int w0 = base + tid * kPer;
+          float v[kPer];
+          row.load16(w0, hi, v);
+#pragma unroll
+          for (int u = 0; u < kPer; ++u) {
+            const uint32_t k = order_key(v[u]);
+            c[0] += w0 + u < hi && k > T;
+            c[1] += w0 + u < hi && k == T;
+          }
+        }
+        block_scan<2>(c, tot, sh.scan);
+        if (tid == 0) sh.cgt = tot[0], sh.ceq = tot[1];
+        cluster.sync();
+        for (int r = 0; r < rank; ++r) {
+          const int g = *cluster.map_shared_rank(&sh.cgt, r), e = *cluster.map_shared_rank(&sh.ceq, r);
+          done += g + max(0, min(e, need - eq_done));
+          eq_done += e;
+        }
+        cluster.sync();  // every CTA has read the counts
+      }
+    }
+    if (hi <= lo) continue;
     if (!all_ties && !lowest) {
       for (int i = tid; i < (n + 31) / 32; i += kThreads) bits[i] = 0;
       __syncthreads();
@@ -373,18 +413,17 @@ __global__ void __launch_bounds__(kThreads) index_topk_kernel(IndexTopkArgs a, i
       __syncthreads();
     }
     // Chosen columns in ascending order, a tile at a time: each thread's run, offset by a prefix sum.
-    int done = 0, eq_done = 0;
-    for (int base = 0; base < n; base += kTile) {
+    for (int base = lo; base < hi; base += kTile) {
       const int w0 = base + tid * kPer;
       float v[kPer];
-      row.load16(w0, n, v);
+      row.load16(w0, hi, v);
       unsigned pick = 0, eqm = 0;
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int w = w0 + u;
         const uint32_t k = order_key(v[u]);
-        if (w < n && k == T) eqm |= 1u << u;
-        if (w < n && (k > T || (k == T && (all_ties || lowest || ((bits[w >> 5] >> (w & 31)) & 1u))))) pick |= 1u << u;
+        if (w < hi && k == T) eqm |= 1u << u;
+        if (w < hi && (k > T || (k == T && (all_ties || lowest || ((bits[w >> 5] >> (w & 31)) & 1u))))) pick |= 1u << u;
       }
       if (lowest && !all_ties) {  // the first `need` columns equal to T, in column order
         int e[1] = {__popc(eqm)}, etot[1];
@@ -412,19 +451,32 @@ int device_sms() {
   return std::max(sms, 1);
 }
 
-int64_t grid_for_rows(int64_t tokens) { return std::max<int64_t>(1, std::min<int64_t>(tokens, 2 * device_sms())); }
+// Rows per launch and CTAs per row: few long rows are split over a cluster of up to 8 CTAs (one row's
+// radix passes spread over 8 SMs); otherwise one CTA a row, at most two CTAs per SM in the grid.
+struct Shape {
+  int ranks;
+  int64_t grid;
+};
+Shape launch_shape(int64_t tokens, int64_t ld) {
+  const int64_t ctas = 2 * device_sms();
+  int ranks = 1;
+  if (ld >= 16384)
+    while (ranks < 8 && tokens * ranks * 2 <= ctas) ranks *= 2;
+  return {ranks, std::max<int64_t>(1, std::min<int64_t>(tokens, ctas / ranks)) * ranks};
+}
 int64_t intro_cap(int64_t ld, int64_t K) { return std::max<int64_t>(1, std::min(ld, 64 * K)); }
 
 }  // namespace
 
 size_t index_topk_workspace_bytes(int64_t tokens, int64_t ld, int64_t K) {
-  return static_cast<size_t>(grid_for_rows(tokens) * intro_cap(ld, K)) * (sizeof(Elem) + 2 * sizeof(int));
+  return static_cast<size_t>(launch_shape(tokens, ld).grid * intro_cap(ld, K)) * (sizeof(Elem) + 2 * sizeof(int));
 }
 
 void index_topk(const IndexTopkArgs& a, void* workspace, void* stream) {
   check(a.tokens >= 0 && a.ld >= 0 && a.K >= 0 && a.ld <= INT32_MAX / 2, "index_topk: invalid sizes");
   if (a.tokens == 0 || a.K == 0) return;
-  const int64_t grid = grid_for_rows(a.tokens), cap = intro_cap(a.ld, a.K);
+  const Shape shape = launch_shape(a.tokens, a.ld);
+  const int64_t grid = shape.grid, cap = intro_cap(a.ld, a.K);
   const size_t smem = sizeof(Shared) + kTile * sizeof(Elem) + 2 * ((a.K + 3) & ~int64_t{1}) * sizeof(uint32_t) +
                       (a.ld + 31) / 32 * sizeof(uint32_t);
   int dev = 0, optin = 0;
@@ -435,7 +487,17 @@ void index_topk(const IndexTopkArgs& a, void* workspace, void* stream) {
   if (smem > 48 * 1024) cudaFuncSetAttribute(index_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   Elem* q = static_cast<Elem*>(workspace);
   int* tbl = reinterpret_cast<int*>(q + grid * cap);
-  index_topk_kernel<<<static_cast<unsigned>(grid), kThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, cap, q, tbl);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(shape.ranks), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, index_topk_kernel, a, cap, q, tbl);
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "index_topk launch: ", cudaGetErrorString(e));
 }
