@@ -337,10 +337,12 @@ int main(int argc, char** argv) {
           deepinfer::cuda::index_topk(a, ws, s);
         };
         char shape[64];
-        std::snprintf(shape, sizeof shape, "t%lld n%lld k512", static_cast<long long>(c.t), static_cast<long long>(c.n));
+        std::snprintf(shape, sizeof shape, "t%lld n%lld k512", static_cast<long long>(c.t),
+                      static_cast<long long>(c.n));
         const char* names[] = {"index_topk fp32 scores", "index_topk bf16 scores (ties, CPU order)",
                                "index_topk bf16 scores (ties, lowest column)"};
-        row(names[variant], shape, s, call, c.n >= 32768 && variant == 1 ? 5 : reps, 4.0 * c.t * c.n + 4.0 * c.t * K, 0);
+        row(names[variant], shape, s, call, c.n >= 32768 && variant == 1 ? 5 : reps, 4.0 * c.t * c.n + 4.0 * c.t * K,
+            0);
         cudaFree(sc), cudaFree(meta), cudaFree(sel), cudaFree(ws);
       }
   }

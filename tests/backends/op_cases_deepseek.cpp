@@ -119,20 +119,23 @@ std::vector<OpCase> deepseek_op_cases() {
                  }
                }});
   // bf16 roundings of fp32 dots: a fused multiply-add elsewhere can flip one.
+  // dim 128 is the CUDA backend's tiled kernel (V4.1's indexer), dim 64 its generic one (the tiny models').
   c.push_back({"index_scores", "index_scores", 1e-2, [](OpRun& r) {
-                 const int64_t tokens = 12, heads = 16, dim = 128, nkeys = 300, ld = 260;
-                 std::vector<int32_t> key_rows(nkeys * 2), key_begin(tokens), width(tokens), visible(tokens);
-                 for (auto& k : key_rows) k = r.below(nkeys);
-                 for (int64_t t = 0; t < tokens; ++t) {  // runs of tokens over one sequence's keys; widths 0, ld, 77
-                   const int64_t seq = t / 4;
-                   key_begin[t] = static_cast<int32_t>(seq * 100);
-                   width[t] = seq == 0 ? 0 : seq == 1 ? static_cast<int32_t>(ld) : 77;
-                   visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
+                 for (const int64_t dim : {int64_t{128}, int64_t{64}}) {
+                   const int64_t tokens = 12, heads = dim == 128 ? 16 : 8, nkeys = 300, ld = 260;
+                   std::vector<int32_t> key_rows(nkeys * 2), key_begin(tokens), width(tokens), visible(tokens);
+                   for (auto& k : key_rows) k = r.below(nkeys);
+                   for (int64_t t = 0; t < tokens; ++t) {  // runs of tokens over one sequence's keys; widths 0, ld, 77
+                     const int64_t seq = t / 4;
+                     key_begin[t] = static_cast<int32_t>(seq * 100);
+                     width[t] = seq == 0 ? 0 : seq == 1 ? static_cast<int32_t>(ld) : 77;
+                     visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
+                   }
+                   r.backend().index_scores(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
+                                            tokens, heads, dim, r.in(r.uniform(nkeys * dim)), r.in(key_rows),
+                                            r.in(key_begin), r.in(width), r.in(visible), ld,
+                                            r.out<float>(label("scores d", dim), tokens * ld));
                  }
-                 r.backend().index_scores(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
-                                          tokens, heads, dim, r.in(r.uniform(nkeys * dim)), r.in(key_rows),
-                                          r.in(key_begin), r.in(width), r.in(visible), ld,
-                                          r.out<float>("scores", tokens * ld));
                }});
   c.push_back({"candidate_mask,index_select", "candidate_mask_index_select", 0, [](OpRun& r) {
                  for (int64_t ld : {70, 600, 4096}) {

@@ -57,6 +57,10 @@ constexpr int kScDim = 128, kScKeys = 64, kScHeads = 32, kScThreads = 256, kScRo
 constexpr size_t kScSmem = sizeof(float) * ((kScHeads + kScKeys) * kScRow + kScHeads * (kScKeys + 1));
 
 __device__ __forceinline__ int sc_pos(int c) { return (c & 7) * 20 + (c >> 3); }
+// Channels 4 l .. 4 l + 3 of a row into its permuted shared-memory copy.
+__device__ __forceinline__ void sc_store(float* d, int l, float4 v) {
+  d[sc_pos(4 * l)] = v.x, d[sc_pos(4 * l + 1)] = v.y, d[sc_pos(4 * l + 2)] = v.z, d[sc_pos(4 * l + 3)] = v.w;
+}
 
 __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
     const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const float* __restrict__ keys,
@@ -75,9 +79,9 @@ __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
   // Keys: warp w stages rows w, w + 8, ..; a lane takes 4 channels (one 16-byte load).
   for (int r = warp; r < kScKeys; r += 8) {
     float4 v = make_float4(0, 0, 0, 0);
-    if (r < nvalid) v = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
-    float* d = sk + r * kScRow;
-    d[sc_pos(4 * lane)] = v.x, d[sc_pos(4 * lane + 1)] = v.y, d[sc_pos(4 * lane + 2)] = v.z, d[sc_pos(4 * lane + 3)] = v.w;
+    if (r < nvalid)
+      v = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
+    sc_store(sk + r * kScRow, lane, v);
   }
   // Warp w: heads 8 (w % 4) .. + 7 of the chunk; keys (w / 4) * 32 + g + 4 c', c' = 0..7 (rows of the 4
   // groups of a warp 1 apart: their reads fall in different banks).
@@ -88,8 +92,7 @@ __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
     for (int r = warp; r < kScHeads; r += 8) {
       float4 v = make_float4(0, 0, 0, 0);
       if (h0 + r < heads) v = reinterpret_cast<const float4*>(q + (t * heads + h0 + r) * kScDim)[lane];
-      float* d = sq + r * kScRow;
-      d[sc_pos(4 * lane)] = v.x, d[sc_pos(4 * lane + 1)] = v.y, d[sc_pos(4 * lane + 2)] = v.z, d[sc_pos(4 * lane + 3)] = v.w;
+      sc_store(sq + r * kScRow, lane, v);
     }
     __syncthreads();
     float s[8][8];

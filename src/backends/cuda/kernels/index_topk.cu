@@ -220,7 +220,8 @@ __device__ void replay_heap_select(const Row& row, int n, int m, uint32_t T, uin
   __syncthreads();
   if (tid == 0) {
     if (m >= 2)
-      for (int parent = (m - 2) / 2; parent >= 0; --parent) sift_down(hk, hix, parent, m, hk[parent + 1], hix[parent + 1]);
+      for (int parent = (m - 2) / 2; parent >= 0; --parent)
+        sift_down(hk, hix, parent, m, hk[parent + 1], hix[parent + 1]);
     sh.root = hk[1];
   }
   __syncthreads();
