@@ -116,14 +116,20 @@ void dispatch_weights(Communicator& comm, const DispatchPlan& plan, const float*
   for (size_t i = 0; i < n_recv; ++i) expert_weights[plan.expert_row[i]] = recv[i];
 }
 
-void combine_rows(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden, float* rows) {
-  const size_t n_send = plan.expert_row.size(), n_back = plan.send_pair.size(), H = hidden;
+void return_rows(Communicator& comm, const DispatchPlan& plan, const void* expert_rows, size_t row_bytes, void* rows) {
+  const size_t n_send = plan.expert_row.size(), n_back = plan.send_pair.size();
   // The way back: slot-major -> source-major, the reverse all-to-all, then each row to its pair.
-  std::vector<float> send(n_send * H), back(n_back * H);
-  for (size_t i = 0; i < n_send; ++i) std::copy_n(expert_out + plan.expert_row[i] * H, H, send.data() + i * H);
-  all_to_all_rows(comm, send.data(), plan.recv_rows, back.data(), plan.send_rows, H * sizeof(float));
-  std::fill_n(rows, plan.num_tokens * plan.topk * H, 0.0f);
-  for (size_t i = 0; i < n_back; ++i) std::copy_n(back.data() + i * H, H, rows + plan.send_pair[i] * H);
+  std::vector<std::byte> send(n_send * row_bytes), back(n_back * row_bytes);
+  const auto* src = static_cast<const std::byte*>(expert_rows);
+  for (size_t i = 0; i < n_send; ++i) std::memcpy(send.data() + i * row_bytes, src + plan.expert_row[i] * row_bytes, row_bytes);
+  all_to_all_rows(comm, send.data(), plan.recv_rows, back.data(), plan.send_rows, row_bytes);
+  auto* dst = static_cast<std::byte*>(rows);
+  std::memset(dst, 0, plan.num_tokens * plan.topk * row_bytes);
+  for (size_t i = 0; i < n_back; ++i) std::memcpy(dst + plan.send_pair[i] * row_bytes, back.data() + i * row_bytes, row_bytes);
+}
+
+void combine_rows(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden, float* rows) {
+  return_rows(comm, plan, expert_out, hidden * sizeof(float), rows);
 }
 
 void combine(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden,

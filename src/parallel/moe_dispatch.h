@@ -51,8 +51,11 @@ void dispatch(Communicator& comm, const DispatchPlan& plan, const void* x, size_
 // routing weight, for experts that scale inside (V4.1 does, before w2). Collective as dispatch.
 void dispatch_weights(Communicator& comm, const DispatchPlan& plan, const float* topk_weights, float* expert_weights);
 
-// expert_out: [plan.num_received()][hidden], slot-major, as dispatch laid it out. Returns each
-// (token, k)'s row to its rank: rows [num_tokens][topk][hidden], zeros where not routed.
+// expert_rows: [plan.num_received()][row_bytes], slot-major, as dispatch laid it out. Returns each
+// (token, k)'s row to its rank: rows [num_tokens][topk][row_bytes], zero bytes where not routed.
+// Any row format (bf16 for the model's combine, as DeepEP sends it).
+void return_rows(Communicator& comm, const DispatchPlan& plan, const void* expert_rows, size_t row_bytes, void* rows);
+// return_rows for fp32 rows of `hidden` values.
 void combine_rows(Communicator& comm, const DispatchPlan& plan, const float* expert_out, int64_t hidden, float* rows);
 
 // out[t] = 0 + w[t, k] * y[t, k] + ... over t's routed k by ascending logical expert (w = 1 when
