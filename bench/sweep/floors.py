@@ -66,8 +66,41 @@ def model_work(model_dir: Path) -> dict:
     return {"dense": dense, "head": head, "routed": routed, "experts": E, "topk": k}
 
 
+def config_work(model_dir: Path) -> dict:
+    """model_work for a V4.1 folder with no weights (load_format=dummy): the parameter counts from config.json,
+    by the released tensor shapes (spec §7.2), with the bytes each takes in the released formats."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    t = cfg.get("text_config", cfg)
+    D, H, hd, ql = t["hidden_size"], t["num_attention_heads"], t["head_dim"], t["q_lora_rank"]
+    og, ol, I, E = t["o_groups"], t["o_lora_rank"], t["moe_intermediate_size"], t["n_routed_experts"]
+    ih, idim, hc = t["index_n_heads"], t["index_head_dim"], t.get("hc_mult", 4)
+    ratios, L = t["compress_ratios"], t["num_hidden_layers"]
+    index_src, engram = set(t.get("index_source_layer_ids", [])), set(t.get("engram_layer_ids", []))
+    dense = dense16 = 0  # FP8 and BF16 projections
+    for l in range(L):
+        dense += ql * D + H * hd * ql + hd * D + og * ol * (H * hd // og) + D * og * ol  # wq_a, wq_b, wkv, wo_a, wo_b
+        if ratios[l] > 0:
+            dense16 += hd * D * (2 if ratios[l] > 1 else 1)  # compressor wkv (+ wgate)
+        if l in index_src:
+            dense += ih * idim * ql  # indexer wq_b
+            dense16 += ih * D + idim * hd  # weights_proj, wk
+        dense += 3 * I * D  # shared expert
+        if l in engram:
+            dense += (hc + 1) * D * (t["engram_n_heads"] * (t["engram_max_ngram_size"] - 1)) * t["engram_head_dim"]
+    return {"dense": dense, "dense16": dense16, "head": t["vocab_size"] * D, "routed": L * E * 3 * I * D, "experts": E,
+            "topk": t["num_experts_per_tok"],
+            # bytes as released: FP8 (1 byte), MXFP4 experts (half a byte), a bf16 head
+            "bytes": {"dense": 1.0, "dense16": 2.0, "routed": 0.5, "head": 2.0}}
+
+
+def gpu_rates() -> dict:
+    """The H200's ceilings: dense FP8 tensor-core peak (datasheet, 1979 TFLOP/s) and the device copy bandwidth
+    measured on these machines (4.3 TB/s counting reads and writes; /work/.library KINDS.md, 2026-11-04)."""
+    return {"flops_per_s": 1979e12, "bytes_per_s": 4.3e12}
+
+
 def flops_per_token(work: dict, with_head: bool = True) -> float:
-    return 2.0 * (work["dense"] + (work["head"] if with_head else 0) + work["routed"] * work["topk"] / work["experts"])
+    return 2.0 * (work["dense"] + work.get("dense16", 0) + (work["head"] if with_head else 0) + work["routed"] * work["topk"] / work["experts"])
 
 
 def prefill_floor_s(work: dict, rates: dict, tokens: int) -> float:
@@ -76,7 +109,9 @@ def prefill_floor_s(work: dict, rates: dict, tokens: int) -> float:
 
 
 def decode_step_floor_s(work: dict, rates: dict, batch: int, bytes_per_weight: int = 4) -> float:
-    """One decode step of `batch` sequences: weights read once (the CPU backend holds fp32), or the arithmetic."""
+    """One decode step of `batch` sequences: weights read once (the CPU backend holds fp32; work["bytes"], where
+    given, the released formats), or the arithmetic."""
     touched = min(1.0, batch * work["topk"] / work["experts"])
-    weight_bytes = bytes_per_weight * (work["dense"] + work["head"] + work["routed"] * touched)
+    b = work.get("bytes", {"dense": bytes_per_weight, "routed": bytes_per_weight, "head": bytes_per_weight})
+    weight_bytes = b["dense"] * work["dense"] + b.get("dense16", 0) * work.get("dense16", 0) + b["head"] * work["head"] + b["routed"] * work["routed"] * touched
     return max(weight_bytes / rates["bytes_per_s"], batch * flops_per_token(work) / rates["flops_per_s"])

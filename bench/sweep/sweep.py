@@ -113,6 +113,9 @@ def main(argv=None) -> int:
     p.add_argument("--decode-prompt", type=int, default=32, help="prompt tokens of each decoding request")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="figures and sweep.json go here")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (floors: the host's measured rates, or the H200's)")
+    p.add_argument("--load-format", default="auto", help="auto, or dummy: random weights from config.json alone "
+                   "(e.g. a folder of `deepinfer make-demo-model DIR --flash-layers N`)")
     args = p.parse_args(argv)
 
     from deepinfer import LLM
@@ -124,11 +127,15 @@ def main(argv=None) -> int:
         args.model = os.path.join(tmp.name, "demo")
         if cli_main(["make-demo-model", args.model]) != 0:
             return 1
-    device = "cpu"  # the engine runs the models on the CPU backend today
-    rates = floors.machine_rates()
-    work = floors.model_work(Path(args.model))
-    llm = LLM(args.model, max_num_seqs=max(args.batch_sizes), max_model_len=max(args.prefill_lengths) + 64,
-              max_num_batched_tokens=max(2048, max(args.prefill_lengths)))
+    device = args.device
+    gpu = device.startswith("cuda")
+    rates = floors.gpu_rates() if gpu else floors.machine_rates()
+    model_dir = Path(args.model)
+    work = floors.model_work(model_dir) if any(model_dir.glob("*.safetensors")) else floors.config_work(model_dir)
+    t0 = time.perf_counter()
+    llm = LLM(args.model, device=device, load_format=args.load_format, max_num_seqs=max(args.batch_sizes),
+              max_model_len=max(args.prefill_lengths) + 64, max_num_batched_tokens=max(2048, max(args.prefill_lengths)))
+    print(f"loaded {args.model} ({args.load_format}) on {device} in {time.perf_counter() - t0:.1f} s")
     vocab = llm._engine.vocab_size()
     rng = random.Random(0)
     pre = prefill(llm, args.prefill_lengths, args.reps, vocab, rng)
@@ -140,8 +147,9 @@ def main(argv=None) -> int:
         step = floors.decode_step_floor_s(work, rates, r["batch"])
         r["floor_tokens_per_s"], r["floor_tokens_per_s_per_user"] = r["batch"] / step, 1 / step
 
-    print(f"machine: {rates['flops_per_s'] / 1e9:.1f} GFLOP/s (numpy float32 GEMM), "
-          f"{rates['bytes_per_s'] / 1e9:.1f} GB/s (numpy copy); model: {floors.flops_per_token(work) / 1e6:.1f} MFLOP/token")
+    how = "H200: FP8 tensor-core peak, measured copy" if gpu else "numpy float32 GEMM, numpy copy"
+    print(f"machine: {rates['flops_per_s'] / 1e9:.1f} GFLOP/s, {rates['bytes_per_s'] / 1e9:.1f} GB/s ({how}); "
+          f"model: {floors.flops_per_token(work) / 1e6:.1f} MFLOP/token")
     print("\n| prefill tokens | measured s | floor s | tokens/s | floor tokens/s | floor/measured |\n|---|---|---|---|---|---|")
     for r in pre:
         print(f"| {r['prompt_tokens']} | {r['seconds']:.4f} | {r['floor_seconds']:.4f} | {r['tokens_per_s']:.0f} | "

@@ -36,6 +36,7 @@ struct EngineConfig {
   std::string model;                      // local folder or Hugging Face repo id
   std::string tokenizer;                  // default: the model folder
   std::string device;                     // "cpu", "cuda", "cuda:N"; default: DEEPINFER_DEVICE
+  std::string load_format;                // "auto" (the checkpoint) or "dummy" (random weights, V4.1); default: DEEPINFER_LOAD_FORMAT
   int max_num_seqs = 0;                   // 0: DEEPINFER_MAX_NUM_SEQS
   int max_num_batched_tokens = 0;         // 0: DEEPINFER_MAX_NUM_BATCHED_TOKENS
   int64_t max_model_len = 0;              // 0: the model's max_position_embeddings

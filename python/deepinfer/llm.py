@@ -84,7 +84,8 @@ class LLM:
     max_logprobs (most logprobs a request may ask for, default 20 as vLLM), seed,
     speculative (DSpark drafting with lossless verification, V4.1 checkpoints: True, a draft count K, or
     {"num_draft_tokens": K, "schedule": "confidence" | "fixed"}; default: on when
-    DEEPINFER_ENABLE_MTP_VARLEN=1; see speculative_config()).
+    DEEPINFER_ENABLE_MTP_VARLEN=1; see speculative_config()), load_format ("auto", or "dummy": random
+    weights in the released formats from config.json alone, for benchmarks; default DEEPINFER_LOAD_FORMAT).
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
@@ -94,7 +95,7 @@ class LLM:
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
                  num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
                  allow_long_max_model_len: bool = False,
-                 speculative: Union[bool, int, dict, None] = None,
+                 speculative: Union[bool, int, dict, None] = None, load_format: Optional[str] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -104,7 +105,7 @@ class LLM:
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
                       allow_long_max_model_len=allow_long_max_model_len,
-                      speculative=speculative_config(speculative))
+                      speculative=speculative_config(speculative), load_format=load_format)
         if not isinstance(model, str):
             raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})

@@ -35,6 +35,11 @@ class DeviceMemory {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the device
   virtual void zero(void* dst, size_t bytes) = 0;
+  // Free and total bytes of the device's memory; false where unknown (host memory).
+  virtual bool memory_info(size_t* free_bytes, size_t* total_bytes) const {
+    (void)free_bytes, (void)total_bytes;
+    return false;
+  }
 };
 
 // Host memory as a DeviceMemory (the device of host-side arenas).

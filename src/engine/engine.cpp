@@ -110,6 +110,7 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
                   options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
                  states_),
       worker_(std::make_unique<Worker>(options_.async_scheduling && !options_.speculative)) {
+  if (options_.batch_invariant) model_->set_batch_invariant(true);
   init_speculation();
 }
 

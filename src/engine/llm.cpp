@@ -108,7 +108,7 @@ LLM::LLM(EngineConfig config) {
   nlohmann::json cfg = read_json(fs::path(model_dir_) / "config.json");
   if (!cfg.is_object()) cfg = nlohmann::json::object();
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
-  auto model = model::load_causal_lm(model_dir_, config.device);
+  auto model = model::load_causal_lm(model_dir_, config.device, config.load_format);
   model::check_servable(model_dir_);
   const int64_t context_length = model::checkpoint_context_length(model_dir_);
 #else

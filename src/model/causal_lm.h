@@ -77,6 +77,8 @@ class CausalLM {
   virtual int64_t state_blocks_for(int64_t tokens) const = 0;
   // Where the state arena must live (the model's device; null: host memory).
   virtual DeviceMemory* state_memory() const { return nullptr; }
+  // Batch-invariant kernels on the model's backend (for every model on that device).
+  virtual void set_batch_invariant(bool on) { (void)on; }
 };
 
 // Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])

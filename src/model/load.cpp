@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "model/deepseek_v4/v4_model.h"
@@ -29,10 +30,16 @@ std::string model_type_of(const std::string& dir) {
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::string& device) {
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::string& device,
+                                         const std::string& load_format) {
   const std::string type = model_type_of(dir);
   V41Options options = V41Options::from_env();
   options.device = Device::resolve(device);
+  const std::string format = load_format.empty() ? env_string("DEEPINFER_LOAD_FORMAT") : load_format;
+  check(format.empty() || format == "auto" || format == "dummy", "load_format = '", format,
+        "': not supported (auto: the checkpoint; dummy: random weights)");
+  options.dummy_weights = format == "dummy";
+  check(!options.dummy_weights || type == "deepseek_v41", dir, ": load_format = dummy is for DeepSeek-V4.1 configs");
   if (type == "deepseek_v4") {
     check(options.device.is_cpu(), dir, ": DeepSeek-V4 runs on the CPU only in this build (device ", options.device.str(),
           " asked); V4.1 runs on CUDA");

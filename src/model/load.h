@@ -9,7 +9,9 @@ namespace deepinfer::model {
 
 // Dispatches on config.json's model_type (deepseek_v4). Errors name the folder and the problem.
 // device: "cpu", "cuda", "cuda:N", or empty for DEEPINFER_DEVICE (V4 runs on the CPU only).
-std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, const std::string& device = "");
+// load_format: "auto" (the checkpoint), "dummy" (random weights, V4.1 only); empty: DEEPINFER_LOAD_FORMAT.
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, const std::string& device = "",
+                                         const std::string& load_format = "");
 
 // The context the checkpoint was trained for: max_position_embeddings wherever the released layout
 // keeps it (V4: the root; V4.1: text_config), validated with the rest of the config.

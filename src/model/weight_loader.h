@@ -20,6 +20,7 @@ struct StoredMatrix {
   ops::WeightType type = ops::WeightType::kF32;
   std::vector<float> f32;          // kF32
   const uint8_t* bytes = nullptr;  // kFp8Block: [n, k]; kMxfp4: [n, k / 2]
+  std::vector<uint8_t> owned;      // the bytes when they are not in a memory map (dummy weights)
   std::vector<float> scale;
   int64_t n = 0, k = 0, block = 0;
   size_t byte_count() const { return type == ops::WeightType::kMxfp4 ? n * k / 2 : n * k; }
@@ -28,11 +29,27 @@ struct StoredMatrix {
   }
 };
 
+// load_format="dummy": random weights in the released formats instead of a checkpoint, for
+// benchmarks of shapes no checkpoint here has (vLLM's --load-format dummy). Projections are FP8 e4m3
+// with UE8M0 scales per fp8 block (codes of magnitude <= 1.875, scale ~ 1 / sqrt(k)); names with
+// `fp4_infix` (the routed experts) are MXFP4, those with a `float_infixes` entry float; norm weights are 1; other float tensors uniform in
+// +-1/sqrt(last dim). Deterministic in (seed, name), generated in parallel on the host.
+struct DummyWeights {
+  uint64_t seed = 0;
+  std::string fp4_infix = ".ffn.experts.";  // empty: no MXFP4
+  // Projections the release stores as BF16 (spec §7.2's precision map): float matrices here.
+  std::vector<std::string> float_infixes = {".compressor.", ".indexer.wk", ".indexer.weights_proj", ".markov_head.",
+                                            ".confidence_head."};
+};
+
 class WeightLoader {
  public:
   // translate: released name -> the name in this checkpoint (identity for released checkpoints).
   WeightLoader(const io::Checkpoint& ckpt, int64_t fp8_block_n, int64_t fp8_block_k,
                std::function<std::string(const std::string&)> translate);
+  // Dummy weights (no checkpoint): every name asked for exists.
+  WeightLoader(DummyWeights dummy, int64_t fp8_block);
+  bool dummy() const { return ckpt_ == nullptr; }
 
   bool has(const std::string& name) const;
   // A [n, k] matrix `<base>.weight`, dequantized when stored as FP8 or MXFP4.
@@ -43,11 +60,16 @@ class WeightLoader {
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
   // An integer tensor (I32/I64) of the given shape, e.g. tid2eid.
   std::vector<int32_t> ints(const std::string& name, const std::vector<int64_t>& shape) const;
-  const io::Checkpoint& checkpoint() const { return ckpt_; }
+  // Raw bytes of a tensor of `dtype` and `shape` read in place (memory-mapped tables such as Engram's):
+  // a pointer into the checkpoint, or (dummy) random bytes that `keep` owns.
+  const uint8_t* raw(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                     std::vector<std::vector<uint8_t>>& keep) const;
   std::string resolve(const std::string& name) const { return translate_(name); }
+  const io::Checkpoint& checkpoint() const;  // throws for dummy weights
 
  private:
-  const io::Checkpoint& ckpt_;
+  const io::Checkpoint* ckpt_ = nullptr;
+  DummyWeights dummy_;
   int64_t block_n_, block_k_;
   std::function<std::string(const std::string&)> translate_;
 };
@@ -58,5 +80,8 @@ class WeightLoader {
 // letting the process be killed halfway through loading.
 void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped = {},
                           int64_t available_bytes = 0);
+// A backend that keeps weights stored (FP8 / FP4 bytes as they are, float tensors as fp32): throws a clear
+// Error naming the bytes needed and free when the weights outside `mapped` cannot fit on `mem`'s device.
+void check_fits_on_device(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped, const DeviceMemory& mem);
 
 }  // namespace deepinfer::model

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/device.h"
 
@@ -23,14 +24,22 @@ enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
 // A weight in its stored format, in a backend's memory (spec §3.1, §5.1). kF32: float [n, k];
 // kFp8Block: e4m3 [n, k] with a scale per block x block ([ceil(n/block), ceil(k/block)]); kMxfp4: e2m1
 // pairs [n, k/2] (low nibble = even k) with a scale per 1 x 32 ([n, k/32]). Scales are fp32 (the
-// checkpoints' UE8M0 bytes widened, or fp32 where a checkpoint stores them so).
+// checkpoints' UE8M0 bytes widened, or fp32 where a checkpoint stores them so). scale_ue8m0, when set,
+// holds the same scales as UE8M0 bytes in the tensor-core GEMM's layout (gemm_scale_bytes), which a
+// backend uses for its fast path; it is null when a scale is not a power of two.
 enum class WeightType : int32_t { kF32 = 0, kFp8Block = 1, kMxfp4 = 2 };
 struct QWeight {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
   const float* scale = nullptr;
   int64_t n = 0, k = 0, block = 0;
+  const uint8_t* scale_ue8m0 = nullptr;
 };
+
+// w's scales as UE8M0 bytes in the layout of the tensor-core GEMM (backends/cuda/kernels/fp8_gemm.h):
+// FP8 blocks [ceil(n / block), k / block] row-major; MXFP4 K-block-major [k / 32, n]. Empty when w has no
+// scales or a scale is not a power of two 2^-127 .. 2^127 (w.scale is host memory here).
+std::vector<uint8_t> gemm_scale_bytes(const QWeight& w);
 
 // The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
@@ -106,11 +115,16 @@ class Backend : public DeviceMemory {
                                        float scale, int64_t block, float* out) = 0;
 
   // The reference's quantized linear (act_quant + block-scaled GEMM): x FP8-quantized as
-  // fake_quant_fp8(x, act_block), times the dequantized weight in linear_kblocked's order (K blocks of
-  // 32): y [m, n]. x is not changed.
+  // fake_quant_fp8(x, act_block), times the dequantized weight, summed per K block of 32 and the
+  // blocks in order: y [m, n], rounded to bf16 (the reference GEMM's output dtype). The CPU sums a block
+  // in linear_kblocked's order; tensor cores sum it their own way (a few fp32 ulps), the rest is the
+  // same. x is not changed.
   virtual void linear_quant(const float* x, int64_t m, const QWeight& w, int64_t act_block, float* y) = 0;
   // The format this backend keeps a weight stored as `stored` in (the CPU dequantizes at load).
   virtual WeightType weight_format(WeightType stored) const { return stored; }
+  // On: every op gives a row the same bits whatever the batch size (kernels whose reduction order
+  // depends on m take a fixed one). The CPU reference always is.
+  virtual void set_batch_invariant(bool on) { (void)on; }
 
   // --- data movement (indices are backend memory like the data) ---
   // Row gather/scatter: dst row (dst_idx ? dst_idx[i] : i) = src row (src_idx ? src_idx[i] : i) for

@@ -165,6 +165,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   c.model = model;
   get(d, "tokenizer", c.tokenizer, "LLM");
   get(d, "device", c.device, "LLM");
+  get(d, "load_format", c.load_format, "LLM");
   get(d, "max_num_seqs", c.max_num_seqs, "LLM");
   get(d, "max_num_batched_tokens", c.max_num_batched_tokens, "LLM");
   get(d, "max_model_len", c.max_model_len, "LLM");

@@ -97,6 +97,30 @@ std::vector<OpCase> core_op_cases() {
                                             r.out<float>(name, m * n));
                  }
                }});
+  // The same with the scales as UE8M0 bytes too (QWeight::scale_ue8m0): backends may take their tensor
+  // cores, which sum a K block of 32 in their own order (a few fp32 ulps), so the bf16 output differs by
+  // at most one bf16 ulp (2^-8 relative) where a sum lands across a rounding boundary. A wrong scale,
+  // layout or tile gives errors of order 1.
+  c.push_back({"linear_quant", "linear_quant_ue8m0", 4e-3, [](OpRun& r) {
+                 using WT = ops::WeightType;
+                 for (auto [type, block, m, k, n] : {std::tuple{WT::kFp8Block, 32L, 1L, 512L, 256L},
+                                                     std::tuple{WT::kFp8Block, 32L, 70L, 256L, 96L},
+                                                     std::tuple{WT::kFp8Block, 128L, 9L, 384L, 200L},
+                                                     std::tuple{WT::kMxfp4, 32L, 5L, 256L, 256L},
+                                                     std::tuple{WT::kMxfp4, 32L, 130L, 512L, 128L}}) {
+                   const bool fp4 = type == WT::kMxfp4;
+                   std::vector<uint8_t> bytes(fp4 ? n * k / 2 : n * k);
+                   for (auto& b : bytes) b = static_cast<uint8_t>(r.rng()() & (fp4 ? 0xff : 0xfe));  // no NaN codes
+                   std::vector<float> scale(fp4 ? n * k / 32 : ((n + block - 1) / block) * (k / block));
+                   for (auto& v : scale) v = std::ldexp(1.0f, r.below(7) - 3);
+                   ops::QWeight host{type, bytes.data(), scale.data(), n, k, block};
+                   const std::vector<uint8_t> s8 = ops::gemm_scale_bytes(host);
+                   ops::QWeight w{type, r.in(bytes), r.in(scale), n, k, block, r.in(s8)};
+                   const std::string name = label("type ", static_cast<int>(type)) + label(" block ", block) +
+                                            shape({m, k, n});
+                   r.backend().linear_quant(r.in(r.uniform(m * k, -2, 2)), m, w, block, r.out<float>(name, m * n));
+                 }
+               }});
   c.push_back({"rms_norm", "rms_norm", 0,  // bitwise: cpu::dot's order on every backend
                [](OpRun& r) {
                  for (auto [rows, dim, weighted, in_place] : {std::tuple{5L, 4096L, true, false},

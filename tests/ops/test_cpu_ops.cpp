@@ -29,8 +29,8 @@ TEST(CpuOps, LinearMatchesDoublePrecision) {
 }
 
 // linear_quant on a stored FP8 (block 32) or MXFP4 weight: each element the stored value times its
-// scale, activations FP8-quantized first, K blocks of 32 -> bitwise fake_quant_fp8 + linear_kblocked on
-// the dequantized weight written out by hand here.
+// scale, activations FP8-quantized first, K blocks of 32, bf16 out -> bitwise fake_quant_fp8 +
+// linear_kblocked + round_bf16 on the dequantized weight written out by hand here.
 TEST(CpuOps, LinearQuantOnStoredWeights) {
   const int64_t m = 5, k = 96, n = 40;
   auto x = randn(m * k, 5);
@@ -54,6 +54,7 @@ TEST(CpuOps, LinearQuantOnStoredWeights) {
     std::vector<float> xq = x, want(m * n), got(m * n, NAN), got_f32(m * n, NAN);
     be().fake_quant_fp8(xq.data(), m, k, 32);
     be().linear_kblocked(xq.data(), m, k, cs.dense.data(), n, 32, want.data());
+    be().round_bf16(want.data(), m * n);
     be().linear_quant(x.data(), m, cs.w, 32, got.data());
     const ops::QWeight dense{ops::WeightType::kF32, cs.dense.data(), nullptr, n, k, 0};
     be().linear_quant(x.data(), m, dense, 32, got_f32.data());
@@ -64,6 +65,22 @@ TEST(CpuOps, LinearQuantOnStoredWeights) {
     EXPECT_EQ(deq, cs.dense);
   }
   EXPECT_EQ(be().weight_format(ops::WeightType::kFp8Block), ops::WeightType::kF32);  // the CPU dequantizes at load
+}
+
+// gemm_scale_bytes: FP8 block scales row-major as bytes (2^e -> e + 127), MXFP4 scales transposed to
+// K-block-major, and nothing when a scale is not a power of two (the GEMM cannot take it).
+TEST(CpuOps, GemmScaleBytesLayouts) {
+  std::vector<float> s8 = {0.5f, 2.0f, 0.25f, 1.0f, 4.0f, std::ldexp(1.0f, -127)};  // [2, 3]
+  const ops::QWeight fp8{ops::WeightType::kFp8Block, nullptr, s8.data(), 40, 96, 32};
+  EXPECT_EQ(ops::gemm_scale_bytes(fp8), (std::vector<uint8_t>{126, 128, 125, 127, 129, 0}));
+  std::vector<float> s4 = {1.0f, 2.0f, 4.0f, 8.0f, 0.5f, 0.25f};  // [n 2, k/32 3]
+  const ops::QWeight fp4{ops::WeightType::kMxfp4, nullptr, s4.data(), 2, 96, 32};
+  EXPECT_EQ(ops::gemm_scale_bytes(fp4), (std::vector<uint8_t>{127, 130, 128, 126, 129, 125}));
+  s8[3] = 0.75f;
+  EXPECT_TRUE(ops::gemm_scale_bytes(fp8).empty());
+  s8[3] = 0.0f;
+  EXPECT_TRUE(ops::gemm_scale_bytes(fp8).empty());
+  EXPECT_TRUE(ops::gemm_scale_bytes({ops::WeightType::kF32, nullptr, nullptr, 2, 2, 0}).empty());
 }
 
 TEST(CpuOps, SparseAttentionWithSink) {

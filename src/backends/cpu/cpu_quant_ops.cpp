@@ -1,6 +1,7 @@
 // The CPU backend's quantized linear: the reference's act_quant + block-scaled GEMM on dequantized
 // weights. The CPU keeps weights dequantized (weight_format: kF32); a stored-format QWeight is
 // dequantized for the call.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -40,15 +41,36 @@ void dequantize(const ops::QWeight& w, float* out) {
 }
 
 void CpuBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {
-  std::vector<float> xq(x, x + m * w.k), wf;
+  thread_local std::vector<float> xq, wf;  // reused: no allocation per call once warm
+  xq.assign(x, x + m * w.k);
   fake_quant_fp8(xq.data(), m, w.k, act_block);
   const float* wd = static_cast<const float*>(w.data);
-  if (w.type != ops::WeightType::kF32) {
+  if (w.type != ops::WeightType::kF32) {  // a stored weight (tests; the model's are dequantized at load)
     wf.resize(w.n * w.k);
     dequantize(w, wf.data());
     wd = wf.data();
   }
   linear_kblocked(xq.data(), m, w.k, wd, w.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
+  round_bf16(y, m * w.n);
 }
 
 }  // namespace deepinfer::cpu
+
+namespace deepinfer::ops {
+
+std::vector<uint8_t> gemm_scale_bytes(const QWeight& w) {
+  if (w.type == WeightType::kF32 || !w.scale) return {};
+  const bool fp4 = w.type == WeightType::kMxfp4;
+  const int64_t rows = fp4 ? w.n : (w.n + w.block - 1) / w.block, cols = fp4 ? w.k / 32 : (w.k + w.block - 1) / w.block;
+  std::vector<uint8_t> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float s = w.scale[r * cols + c];
+      int e = 0;
+      if (!(s > 0) || std::frexp(s, &e) != 0.5f || e - 1 < -127 || e - 1 > 127) return {};  // s = 2^(e-1)
+      out[fp4 ? c * rows + r : r * cols + c] = static_cast<uint8_t>(e - 1 + 127);
+    }
+  return out;
+}
+
+}  // namespace deepinfer::ops

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/linear_f32.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -681,6 +682,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // fp32 math only: the default mode never takes TF32 for CUBLAS_COMPUTE_32F (only _FAST_TF32 or
   // CUBLAS_TF32_TENSOR_OP_MATH would), so linear() stays a true fp32 GEMM.
   check_cublas(cublasSetMathMode(impl_->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  impl_->batch_invariant = env_bool("DEEPINFER_BATCH_INVARIANT");
 }
 
 CudaBackend::~CudaBackend() {

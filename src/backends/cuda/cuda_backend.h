@@ -35,6 +35,7 @@ class CudaBackend final : public ops::Backend {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
+  bool memory_info(size_t* free_bytes, size_t* total_bytes) const override;  // cudaMemGetInfo
 
   // fp32 GEMM in the CPU reference's summation order for every m (linear_f32.cu): bitwise equal to
   // the CPU backend and batch invariant. set_linear_gemv(false) takes cuBLAS instead (benchmarks).
@@ -66,6 +67,7 @@ class CudaBackend final : public ops::Backend {
   void round_bf16(float* x, int64_t n) override;
   // Weights stay stored (FP8 / MXFP4); the call dequantizes into scratch (quant_linear.cu).
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
+  void set_batch_invariant(bool on) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                float* out) override;

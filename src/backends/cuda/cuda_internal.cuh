@@ -46,6 +46,7 @@ struct CudaBackend::Impl {
   int max_smem_optin = 48 * 1024;
   int attention_kernel = CudaBackend::kAttnAuto;
   bool linear_gemv = true;
+  bool batch_invariant = false;  // fixed reduction orders (fp8_gemm never splits K)
   void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
   size_t scratch_bytes = 0;
 

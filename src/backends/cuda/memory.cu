@@ -115,6 +115,12 @@ void CudaBackend::zero(void* dst, size_t bytes) {
   check_cuda(cudaMemsetAsync(dst, 0, bytes, impl_->stream), "zero");
 }
 
+bool CudaBackend::memory_info(size_t* free_bytes, size_t* total_bytes) const {
+  impl_->bind();
+  check_cuda(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+  return true;
+}
+
 void CudaBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                             const int32_t* dst_idx) {
   check_sizes(n >= 0 && width >= 0 && n <= INT32_MAX, "copy_rows");

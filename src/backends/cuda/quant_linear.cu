@@ -1,8 +1,12 @@
-// CudaBackend::linear_quant: weights stay in their stored format on the device (FP8 e4m3 blocks, MXFP4);
-// a call dequantizes the weight into scratch and runs the CPU reference's order (fake_quant_fp8 of a
-// copy of x, then linear_kblocked), so the result is bitwise the CPU's. The tensor-core FP8 GEMM
-// (kernels/fp8_gemm.h) replaces this behind the same op once its numerics are matched to the goldens.
+// CudaBackend::linear_quant: weights stay in their stored format on the device (FP8 e4m3 blocks, MXFP4).
+// Fast path: the activations are quantized to e4m3 with UE8M0 scales per 1 x act_block
+// (fp8_quantize_act, bit-identical to fake_quant_fp8) and the tensor-core block-scaled GEMM
+// (kernels/fp8_gemm.h) writes bf16, widened into y. It needs the weight's scales as UE8M0 bytes
+// (QWeight::scale_ue8m0), k % 128 == 0, act_block equal to the weight's block (32 or 128; MXFP4: 32) and
+// n even (MXFP4: n % 128 == 0). Anything else (small test models, fp32 scales) takes the exact path:
+// the weight dequantized into scratch and the CPU reference's order, bitwise the CPU's.
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/cuda/kernels/fp8_gemm.h"
 #include "ops/ops.h"
 
 namespace deepinfer::cuda {
@@ -26,6 +30,19 @@ __global__ void dequant_mxfp4_kernel(const uint8_t* __restrict__ q, const float*
   out[2 * e + 1] = __fmul_rn(e2m1_to_float_d(q[e] >> 4), s);
 }
 
+__global__ void widen_bf16_kernel(const uint16_t* __restrict__ in, int64_t n, float* __restrict__ out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) out[e] = __uint_as_float(static_cast<uint32_t>(in[e]) << 16);
+}
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+bool tensor_core_path(const ops::QWeight& w, int64_t act_block) {
+  const bool fp4 = w.type == ops::WeightType::kMxfp4;
+  return w.scale_ue8m0 && w.k % 128 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+         (fp4 ? act_block == 32 && w.n % 128 == 0 : w.block == act_block && (w.block == 32 || w.block == 128) && w.n % 2 == 0);
+}
+
 }  // namespace
 
 void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {
@@ -35,6 +52,29 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   const bool stored = w.type != ops::WeightType::kF32;
   check(!stored || w.block > 0, "cuda linear_quant: a stored weight needs its scale block");
   check(w.type != ops::WeightType::kMxfp4 || w.k % 32 == 0, "cuda linear_quant: MXFP4 needs k % 32 == 0");
+  if (stored && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const bool fp4 = w.type == ops::WeightType::kMxfp4;
+    const int blk = fp4 ? 32 : static_cast<int>(w.block);
+    const int64_t ld_as = static_cast<int64_t>(round_up(m, 16));
+    const size_t qbytes = round_up(m * w.k, 256), sbytes = round_up((w.k / blk) * ld_as, 256),
+                 ybytes = round_up(m * w.n * 2, 256),
+                 gbytes = fp4 ? 0 : fp8_gemm_workspace_bytes(m, w.n, w.k, blk, impl_->batch_invariant);
+    auto* ws = static_cast<uint8_t*>(impl_->workspace(qbytes + sbytes + ybytes + gbytes));
+    uint8_t *aq = ws, *as = ws + qbytes;
+    auto* yb = reinterpret_cast<uint16_t*>(ws + qbytes + sbytes);
+    fp8_quantize_act(x, w.k, m, w.k, blk, aq, w.k, as, ld_as, impl_->stream);
+    Fp8GemmArgs a;
+    a.a = aq, a.lda = w.k, a.a_scale = as, a.ld_as = ld_as;
+    a.w = static_cast<const uint8_t*>(w.data), a.ldw = fp4 ? w.k / 2 : w.k;
+    a.w_scale = w.scale_ue8m0, a.ld_ws = fp4 ? w.n : w.k / blk;
+    a.y = yb, a.ldy = w.n, a.m = m, a.n = w.n, a.k = w.k, a.blk = blk;
+    a.wfmt = fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8Block;
+    a.batch_invariant = impl_->batch_invariant;
+    fp8_gemm(a, gbytes ? ws + qbytes + sbytes + ybytes : nullptr, impl_->stream);
+    widen_bf16_kernel<<<grid_for(m * w.n, 256), 256, 0, impl_->stream>>>(yb, m * w.n, y);
+    check_launch("widen_bf16_kernel");
+    return;
+  }
   const size_t xbytes = static_cast<size_t>(m * w.k) * sizeof(float);
   const size_t wbytes = stored ? static_cast<size_t>(w.n * w.k) * sizeof(float) : 0;
   char* ws = static_cast<char*>(impl_->workspace((xbytes + 255) / 256 * 256 + wbytes));
@@ -55,6 +95,9 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   check_cuda(cudaMemcpyAsync(xq, x, xbytes, cudaMemcpyDeviceToDevice, impl_->stream), "cudaMemcpyAsync (linear_quant)");
   fake_quant_fp8(xq, m, w.k, act_block);
   linear_kblocked(xq, m, w.k, wf, w.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
+  round_bf16(y, m * w.n);
 }
+
+void CudaBackend::set_batch_invariant(bool on) { impl_->batch_invariant = on; }
 
 }  // namespace deepinfer::cuda

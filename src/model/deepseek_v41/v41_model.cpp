@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <span>
 
 #include "backends/cpu/cpu_backend.h"
@@ -82,7 +83,9 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
   if (L.quant && be.weight_format(m.type) == m.type) {  // kept as stored
     L.w = {upload_buffer(be, m.bytes, m.byte_count()), 0};
     L.scale = to_param(be, m.scale);
-    L.q = {m.type, L.w.buf.data(), L.scale.data(), n, k, m.block};
+    const std::vector<uint8_t> s8 = ops::gemm_scale_bytes(m.view());
+    if (!s8.empty()) L.scale_ue8m0 = upload_buffer(be, s8.data(), s8.size());
+    L.q = {m.type, L.w.buf.data(), L.scale.data(), n, k, m.block, static_cast<const uint8_t*>(L.scale_ue8m0.data())};
     return L;
   }
   if (m.type != ops::WeightType::kF32) {
@@ -94,8 +97,8 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
   return L;
 }
 
-void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, io::Checkpoint& ck, int64_t l,
-                V41Block& B) {
+void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, std::vector<std::vector<uint8_t>>& keep,
+                int64_t l, V41Block& B) {
   auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(mem, w.floats(name, shape)); };
   const bool mtp = l >= c.n_layers;
   const std::string p = mtp ? "mtp." + std::to_string(l - c.n_layers) + "." : "layers." + std::to_string(l) + ".";
@@ -148,8 +151,8 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, io
     const int64_t rows = c.engram_num_embeddings[ei];
     check(ehd % 32 == 0, "engram_head_dim must be a multiple of 32");
     // The table stays memory-mapped (the release's are ~92 GiB each) and is read row by row.
-    B.e_table = ck.get(p + "engram.embed.weight", DType::F8_E4M3, {rows, ehd}).data;
-    B.e_scale = ck.get(p + "engram.embed.scale", DType::F8_E8M0, {rows, ehd / 32}).data;
+    B.e_table = w.raw(p + "engram.embed.weight", DType::F8_E4M3, {rows, ehd}, keep);
+    B.e_scale = w.raw(p + "engram.embed.scale", DType::F8_E8M0, {rows, ehd / 32}, keep);
     B.e_rows = rows;
     B.e_wkv = load_linear(mem, w, p + "engram.wkv", (hc + 1) * D, cols * ehd);
     std::vector<float> q = w.floats(p + "engram.q_weight", {hc, D}), k = w.floats(p + "engram.k_weight", {hc, D});
@@ -198,15 +201,22 @@ void V41Model::set_options(const V41Options& o) {
 std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Options& options) {
   V41Config c = V41Config::from_file(dir + "/config.json");
   auto m = std::make_unique<V41Model>(c, ops::backend_for(options.device), options);
-  m->ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open(dir));
-  check_fits_in_memory(*m->ckpt_, {"engram.embed."});  // Engram tables stay memory-mapped
-  WeightLoader w(*m->ckpt_, c.fp8_block, c.fp8_block, [](const std::string& n) { return n; });
+  std::optional<WeightLoader> loader;
+  if (options.dummy_weights) {
+    loader.emplace(DummyWeights{}, c.fp8_block);
+  } else {
+    m->ckpt_ = std::make_unique<io::Checkpoint>(io::Checkpoint::open(dir));
+    if (options.device.is_cpu()) check_fits_in_memory(*m->ckpt_, {"engram.embed."});  // Engram tables stay mapped
+    else check_fits_on_device(*m->ckpt_, {"engram.embed."}, m->be_);
+    loader.emplace(*m->ckpt_, c.fp8_block, c.fp8_block, [](const std::string& n) { return n; });
+  }
+  const WeightLoader& w = *loader;
   m->embed_ = to_param(m->be_, w.floats("embed.weight", {c.vocab_size, c.dim}));
   m->head_ = to_param(m->be_, w.floats("head.weight", {c.vocab_size, c.dim}));
   m->norm_ = to_param(m->be_, w.floats("norm.weight", {c.dim}));
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
-  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, *m->ckpt_, l, m->blocks_[l]);
+  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, m->dummy_tables_, l, m->blocks_[l]);
   // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
   const std::string tok_path = dir + "/tokenizer.json";
@@ -243,11 +253,12 @@ std::vector<float> V41Model::host(const float* p, int64_t n) const {
 }
 
 void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16) {
-  if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per fp8_block) then the block-scaled GEMM
+  if (W.quant) {  // act_quant (FP8 e4m3, UE8M0 per fp8_block) then the block-scaled GEMM: bf16 out
+    check(to_bf16, "v41: a quantized projection's output is bf16 (the reference GEMM's dtype)");
     be_.linear_quant(x, m, W.q, c_.fp8_block, y);
-  } else {
-    be_.linear(x, m, W.k, W.w.data(), W.n, y);
+    return;
   }
+  be_.linear(x, m, W.k, W.w.data(), W.n, y);
   if (to_bf16) be_.round_bf16(y, m * W.n);
 }
 

@@ -37,6 +37,7 @@ struct Param {
 // with `scale` (the GPU), or fp32 values (the CPU, and every plain linear); q is what the ops read.
 struct V41Linear {
   Param w, scale;
+  Buffer scale_ue8m0;  // the scales in the tensor-core GEMM's layout (ops::gemm_scale_bytes), when stored
   ops::QWeight q;
   int64_t n = 0, k = 0;
   bool quant = false;
@@ -100,6 +101,8 @@ struct V41Options {
 
   // Where the model runs (weights, state arena, activations).
   Device device;
+  // load_format="dummy": random weights in the released formats (DummyWeights), no checkpoint read.
+  bool dummy_weights = false;
 
   static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
 };
@@ -128,6 +131,7 @@ class V41Model final : public CausalLM {
   // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
   int64_t state_blocks_for(int64_t tokens) const override;
   DeviceMemory* state_memory() const override { return &be_; }
+  void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
@@ -192,6 +196,7 @@ class V41Model final : public CausalLM {
   V41Options o_;
   int64_t image_token_ = -1, rollback_ = 0;
   std::unique_ptr<io::Checkpoint> ckpt_;
+  std::vector<std::vector<uint8_t>> dummy_tables_;  // host tables of dummy weights (Engram)
   Param embed_, head_, norm_;
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;

@@ -471,7 +471,7 @@ int sm_count() {
 // decode swaps and takes the narrowest N tile holding the rows; when the tiles fill fewer than one wave
 // (one or two CTAs per SM), K is split (>= 4 stages of 128 per split) up to one wave. Grouped calls
 // never split (their tile count is only known on the device).
-Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped, bool w4) {
+Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped, bool w4, bool invariant) {
   Plan pl{};
   pl.swap = rows <= 64;
   pl.bn = !pl.swap ? 128 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
@@ -479,7 +479,7 @@ Plan plan_for(int64_t rows, int64_t n, int64_t k, bool grouped, bool w4) {
   const int64_t tiles = ((rows_p + kBM - 1) / kBM) * ((rows_q + pl.bn - 1) / pl.bn);
   const int64_t kt = k / kBK;
   const int64_t slots = sm_count() * (pl.bn == 16 && !w4 ? 2 : 1);
-  pl.splits = grouped ? 1 : static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
+  pl.splits = grouped || invariant ? 1 : static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kt / 4, slots / tiles)));
   return pl;
 }
 
@@ -534,8 +534,8 @@ int64_t plan_rows(const Fp8GemmArgs& a) { return a.groups > 0 ? std::max<int64_t
 
 }  // namespace
 
-size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk) {
-  const Plan pl = plan_for(m, n, k, false, false);
+size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk, bool batch_invariant) {
+  const Plan pl = plan_for(m, n, k, false, false, batch_invariant);
   return pl.splits > 1 ? static_cast<size_t>(pl.splits) * m * n * sizeof(float) : 0;
 }
 
@@ -559,7 +559,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
-  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4);
+  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),
         " bytes");

@@ -54,10 +54,13 @@ struct Fp8GemmArgs {
   int groups = 0;
   const int* group_offsets = nullptr;
   int64_t max_group_rows = 0;
+  // Batch invariant: K is never split, so a row's result depends on (n, k) and its own inputs only,
+  // not on m (the split count otherwise grows as m shrinks, and fp32 addition is not associative).
+  bool batch_invariant = false;
 };
 
 // Bytes of device workspace fp8_gemm needs for this shape (0 when it runs unsplit; grouped never splits).
-size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk);
+size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk, bool batch_invariant = false);
 // Enqueues the GEMM on `stream` (a cudaStream_t); `workspace` holds fp8_gemm_workspace_bytes bytes.
 void fp8_gemm(const Fp8GemmArgs& args, void* workspace, void* stream);
 
@@ -65,7 +68,10 @@ void fp8_gemm(const Fp8GemmArgs& args, void* workspace, void* stream);
 // and scales [k / blk, m] UE8M0 (row stride ld_s), per 1 x blk block: amax floored at 1e-4,
 // s = 2^ceil(log2(amax / 448)), q = e4m3(clamp(x / s, +-448)), RNE; bit-identical to the CPU backend's
 // fake_quant_fp8. k % blk == 0, blk 32 or 128, ldx % 8 == 0, ldq % 8 == 0, 16-byte aligned x and q.
+// The fp32 overload takes the model's fp32 activations (the same values when they hold bf16s).
 void fp8_quantize_act(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, int blk, uint8_t* q, int64_t ldq,
+                      uint8_t* scale, int64_t ld_s, void* stream);
+void fp8_quantize_act(const float* x, int64_t ldx, int64_t m, int64_t k, int blk, uint8_t* q, int64_t ldq,
                       uint8_t* scale, int64_t ld_s, void* stream);
 
 }  // namespace deepinfer::cuda

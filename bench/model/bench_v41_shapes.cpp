@@ -1,0 +1,99 @@
+// The V4.1 forward at a model's own shapes (e.g. DeepSeek-V4.1-Flash cut to N layers with dummy weights:
+// `deepinfer make-demo-model DIR --flash-layers N`, then load_format=dummy), on DEEPINFER_DEVICE: the
+// time of one prefill of P tokens (one sequence), and of one decode step of B sequences (32-token
+// prompts, greedy), best of 3 each after a warm-up. Prints one JSON object per row; the floors are
+// bench/sweep/report_shapes.py's (this binary only measures). A benchmark, not a test.
+//   bench_v41_shapes MODEL_DIR [auto|dummy] [batch sizes=1,8,32,128] [prefill lengths=128,1024,4096] [steps=4]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v41/v41_model.h"
+
+namespace {
+
+using namespace deepinfer;
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> csv(const char* s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');)
+    if (!x.empty()) v.push_back(std::atoll(x.c_str()));
+  return v;
+}
+
+int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>((s * 7919 + i * 104729 + 1000) % std::min<int64_t>(vocab, 100000)); }
+
+// Prefills `seqs` sequences with `prompt` tokens each (one forward), then times `steps` decode steps.
+// Returns {prefill seconds, best decode step seconds}.
+std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps) {
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  model::ForwardBatch b;
+  b.seq_start = {0};
+  for (int64_t s = 0; s < seqs; ++s) {
+    st.push_back(m.new_sequence());
+    for (int64_t i = 0; i < prompt; ++i) b.token_ids.push_back(token(s, i, m.vocab_size()));
+    b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+    b.states.push_back(st[s].get());
+  }
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  m.forward(b, logits);
+  const double prefill = std::chrono::duration<double>(Clock::now() - t0).count();
+  double best = 1e30;
+  const int64_t V = m.vocab_size();
+  for (int64_t step = 0; step < steps; ++step) {
+    b.token_ids.clear();
+    b.seq_start = {0};
+    b.logit_rows.clear();
+    for (int64_t s = 0; s < seqs; ++s) {
+      const float* row = logits.data() + s * V;
+      b.token_ids.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+      b.seq_start.push_back(static_cast<int32_t>(s + 1));
+      b.logit_rows.push_back(static_cast<int32_t>(s));
+    }
+    t0 = Clock::now();
+    m.forward(b, logits);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return {prefill, best};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_v41_shapes MODEL_DIR [auto|dummy] [batches=1,8,32,128] [prefills=128,1024,4096] [steps=4]\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  model::V41Options o = model::V41Options::from_env();
+  o.dummy_weights = argc > 2 && std::string(argv[2]) == "dummy";
+  const auto batches = csv(argc > 3 ? argv[3] : "1,8,32,128"), prefills = csv(argc > 4 ? argv[4] : "128,1024,4096");
+  const int64_t steps = argc > 5 ? std::atoll(argv[5]) : 4;
+  auto t0 = Clock::now();
+  auto m = model::V41Model::load(dir, o);
+  std::printf("{\"load_seconds\": %.2f, \"device\": \"%s\", \"layers\": %lld, \"dim\": %lld}\n",
+              std::chrono::duration<double>(Clock::now() - t0).count(), o.device.str().c_str(),
+              static_cast<long long>(m->config().n_layers), static_cast<long long>(m->config().dim));
+  std::fflush(stdout);
+  run(*m, 1, 16, 1);  // warm-up: workspaces, kernels' first launches
+  for (int64_t p : prefills) {
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) best = std::min(best, run(*m, 1, p, 0).first);
+    std::printf("{\"prefill_tokens\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(p), best);
+    std::fflush(stdout);
+  }
+  for (int64_t bs : batches) {
+    const double step = run(*m, bs, 32, std::max<int64_t>(steps, 1)).second;
+    std::printf("{\"decode_batch\": %lld, \"step_seconds\": %.6f}\n", static_cast<long long>(bs), step);
+    std::fflush(stdout);
+  }
+}

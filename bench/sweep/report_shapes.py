@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Floors beside bench_v41_shapes' measurements: the markdown table docs/performance.md records.
+
+  report_shapes.py MODEL_DIR RESULTS.jsonl [--device cuda|cpu]
+
+Floors (floors.py): prefill = the FP8 GEMM FLOPs of the prompt at the FP8 tensor-core peak (attention over
+the context left out); a decode step = its weight bytes in the released formats at the measured copy
+bandwidth (routed experts counted by the share B tokens x top-k can touch), or its FLOPs, whichever is
+larger. On the CPU the host's measured numpy rates instead.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import floors  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", type=Path)
+    p.add_argument("results", type=Path)
+    p.add_argument("--device", default="cuda")
+    a = p.parse_args()
+    rows = [json.loads(line) for line in a.results.read_text().splitlines() if line.startswith("{")]
+    work = floors.model_work(a.model) if any(a.model.glob("*.safetensors")) else floors.config_work(a.model)
+    rates = floors.gpu_rates() if a.device.startswith("cuda") else floors.machine_rates()
+    head = rows[0] if rows and "load_seconds" in rows[0] else {}
+    print(f"model {a.model} ({head.get('layers', '?')} layers, dim {head.get('dim', '?')}), loaded in "
+          f"{head.get('load_seconds', '?')} s; {floors.flops_per_token(work) / 1e9:.2f} GFLOP/token; rates "
+          f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s, {rates['bytes_per_s'] / 1e12:.2f} TB/s")
+    print("\n| prefill tokens | measured ms | floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
+    for r in rows:
+        if "prefill_tokens" in r:
+            f = floors.prefill_floor_s(work, rates, r["prefill_tokens"])
+            print(f"| {r['prefill_tokens']} | {1e3 * r['seconds']:.2f} | {1e3 * f:.3f} | "
+                  f"{r['prefill_tokens'] / r['seconds']:.0f} | {f / r['seconds']:.2%} |")
+    print("\n| decode batch | step ms | floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
+    for r in rows:
+        if "decode_batch" in r:
+            f = floors.decode_step_floor_s(work, rates, r["decode_batch"])
+            print(f"| {r['decode_batch']} | {1e3 * r['step_seconds']:.2f} | {1e3 * f:.3f} | "
+                  f"{r['decode_batch'] / r['step_seconds']:.0f} | {f / r['step_seconds']:.2%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
