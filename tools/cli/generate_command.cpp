@@ -21,7 +21,7 @@ namespace {
 const char* kUsage =
     "usage: deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
     "                          [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
-    "                          [--device cpu|cuda|cuda:N] [--image FILE ...]\n"
+    "                          [--device cpu|cuda|cuda:N] [--load-format auto|dummy] [--image FILE ...]\n"
     "  --image: an image for the last --prompt, one per image placeholder token in it (V4.1 with a\n"
     "  vision tower: PNG, JPEG or WebP).\n"
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
@@ -105,6 +105,7 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--seed") params.seed = number([](auto& s) { return std::stoull(s); });
     else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
     else if (a == "--device") config.device = v;
+    else if (a == "--load-format") config.load_format = v;
     else if (a == "--image") {  // the next image of the last prompt (one per image placeholder, in order)
       check(!prompts.empty(), "--image ", v, ": give the --prompt it belongs to first");
       prompts.back().images.push_back(vision::read_image_bytes(v));

