@@ -537,6 +537,12 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
       draft_next(landed);
     }
   }
+  if (!inflight_) states_.recycle();  // idle: states released by the last step give their blocks back now
+  update_stats([&](EngineStats& st) {
+    st.state_blocks_reserved = states_.used_blocks();
+    st.state_blocks_allocated = states_.pool_blocks();
+    st.live_states = states_.num_states();
+  });
   collect(outs, include_unfinished);
   return outs;
 }
