@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 MISSING = object()
-HOSTILE = [0, -1, 2 ** 31, 1e9, 2.5, -1e300, "x", None, True, [], {}, MISSING]
+HOSTILE = [0, -1, 2 ** 31, 2.5, "x", None, MISSING]
 
 
 def worker():
@@ -51,11 +51,13 @@ def cases(cfg, only):
                 continue
             if only and k not in only:
                 continue
+            if not path and "text_config" in cfg and k != "model_type":
+                continue  # the root's scalars of a V4.1 folder: text_config holds the model's fields
             for h in HOSTILE:
                 yield p, h
             if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
                 for i in range(len(v)):
-                    for h in (-1, 10 ** 6, 0.5, "x"):
+                    for h in (-1, 10 ** 6):
                         yield p + [i], h
     yield from walk(cfg, [])
 
