@@ -2,7 +2,8 @@
 """Soak with hostile traffic (issue 17): N requests from several client threads into one engine while the
 main thread steps it. The mix: good requests (token-id and text prompts, long prompts that prefill in
 chunks, seeded sampling, logprobs, penalties, stops, n=2, structured output), malformed ones (each must
-be refused at submission with its error type) and good ones aborted at a random moment.
+be refused at submission with its error type), good ones aborted at a random moment, and requests with a
+schema no other request has (the grammar cache must stay bounded).
 
 Checked: every good request's output (token ids, text, finish reason, of each of its n sequences)
 equals the output of the same request run alone in a quiet engine; an aborted one ends "abort" with a
@@ -134,10 +135,10 @@ def main():
     plan = []
     for k in range(a.requests):
         x = r.random()
-        kind = "bad" if x < 0.2 else "abort" if x < 0.3 else "good"
+        kind = "bad" if x < 0.2 else "abort" if x < 0.3 else "fresh" if x < 0.35 else "good"
         plan.append((f"r{k}", kind, r.randrange(len(MALFORMED) if kind == "bad" else len(templates))))
     warm = min(200, a.requests // 10)
-    good, aborted, failures = {}, set(), []
+    good, aborted, fresh, failures = {}, set(), set(), []
     refused = {}
     lock = threading.Lock()
 
@@ -160,6 +161,13 @@ def main():
                         failures.append(f"{rid} ({what}): raised {type(e).__name__} ({e}), not {err.__name__}")
                         continue
                     failures.append(f"{rid} ({what}): accepted")
+                    continue
+                if kind == "fresh":  # a schema no other request has: compiled, then evicted from the cache
+                    schema = {"type": "object", "properties": {rid: {"type": "string"}}, "required": [rid]}
+                    with lock:
+                        fresh.add(rid)
+                    eng.add_request(rid, "x", SamplingParams(max_tokens=2, so_args={"schema_type": "json_schema",
+                                                                                   "schema": schema}))
                     continue
                 _, prompt, params = templates[idx]
                 with lock:
@@ -226,6 +234,10 @@ def main():
                 mismatched.append((rid, templates[idx][0], got, want))
         elif got != want:
             mismatched.append((rid, templates[idx][0], got, want))
+    for rid in fresh:
+        o = finished.get(rid)
+        if o is None or o.error or o.outputs[0].finish_reason not in ("length", "stop"):
+            failures.append(f"{rid} (fresh schema): {'never finished' if o is None else o.error or o.outputs[0].finish_reason}")
     bad_ids = {rid for rid, kind, _ in plan if kind == "bad"}
     if bad_ids & set(finished):
         failures.append(f"{len(bad_ids & set(finished))} refused requests produced outputs")
@@ -247,7 +259,7 @@ def main():
         kinds[k] = kinds.get(k, 0) + 1
     report = dict(requests=a.requests, threads=a.threads, templates=a.templates, seed=a.seed,
                   num_state_blocks=a.num_state_blocks, batch_invariant=a.batch_invariant, good=len(good) - len(aborted), aborted=len(aborted),
-                  aborted_before_the_end=n_aborted_early, refused=sum(refused.values()),
+                  aborted_before_the_end=n_aborted_early, fresh_schemas=len(fresh), refused=sum(refused.values()),
                   refused_kinds=len(refused), good_kinds=kinds, mismatched=len(mismatched), failures=len(failures),
                   preemptions=stats["preemptions"], steps=stats["steps"], forward_tokens=stats["forward_tokens"],
                   rss_start_mib=round(rss_start, 1), rss_end_mib=round(rss_end, 1),
