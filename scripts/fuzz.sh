@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-all=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_json_schema fuzz_regex fuzz_ebnf fuzz_chat fuzz_image)
+all=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_text fuzz_json_schema fuzz_regex fuzz_ebnf fuzz_chat
+     fuzz_image fuzz_request)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

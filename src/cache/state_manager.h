@@ -21,6 +21,8 @@ class StateManager {
   int64_t total_blocks() const { return total_blocks_; }
   int64_t free_blocks() const { return total_blocks_ <= 0 ? INT64_MAX : total_blocks_ - used_blocks_; }
   int64_t used_blocks() const { return used_blocks_; }
+  int64_t pool_blocks() const { return pool_->used(); }  // blocks the pool has handed out (retiring states too)
+  int64_t num_states() const { return static_cast<int64_t>(seqs_.size()); }
   int64_t blocks_for(int64_t tokens) const { return model_.state_blocks_for(tokens); }
   bool can_ever_hold(int64_t tokens) const { return total_blocks_ <= 0 || blocks_for(tokens) <= total_blocks_; }
 

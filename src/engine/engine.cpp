@@ -539,6 +539,19 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
     }
   }
   collect(outs, include_unfinished);
+  // Every request has finished: a forward launched ahead for them (async scheduling) serves no one.
+  // Wait for it and drop it, so that the idle engine holds no state and no request until its next step.
+  if (inflight_ && !has_unfinished()) {
+    worker_->wait();
+    inflight_.reset();
+    retired_.clear();
+  }
+  if (!inflight_) states_.recycle();  // states released by this step give their blocks back now
+  update_stats([&](EngineStats& st) {
+    st.state_blocks_reserved = states_.used_blocks();
+    st.state_blocks_allocated = states_.pool_blocks();
+    st.live_states = states_.num_states();
+  });
   return outs;
 }
 

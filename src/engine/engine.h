@@ -61,6 +61,10 @@ struct EngineStats {
   int64_t draft_tokens_verified = 0;      // speculative: over all steps
   int64_t draft_tokens_accepted = 0;
   int64_t last_verify_budget = 0;         // draft tokens the last step verified
+  // State held after the last step (all three return to 0 when the engine is idle: nothing leaks).
+  int64_t state_blocks_reserved = 0;      // blocks the scheduler reserved for live sequences
+  int64_t state_blocks_allocated = 0;     // blocks the pool has handed out
+  int64_t live_states = 0;                // sequences holding a state
 };
 
 class Engine {

@@ -1,5 +1,6 @@
 #include "engine/grammar.h"
 
+#include <list>
 #include <mutex>
 #include <unordered_map>
 
@@ -37,8 +38,18 @@ class Compiler : public GrammarCompiler {
   std::shared_ptr<GrammarState> make(const std::string& so_args) override {
     std::lock_guard<std::mutex> lock(mu_);  // requests may be added from several threads
     auto it = cache_.find(so_args);
-    if (it == cache_.end()) it = cache_.emplace(so_args, compile_args(so_args)).first;
-    return std::make_shared<MatcherState>(it->second);
+    if (it != cache_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second);
+      return std::make_shared<MatcherState>(it->second->second);
+    }
+    auto g = compile_args(so_args);
+    recent_.emplace_front(so_args, g);
+    cache_[so_args] = recent_.begin();
+    if (recent_.size() > kCacheSize) {  // live requests keep their grammar through their own pointer
+      cache_.erase(recent_.back().first);
+      recent_.pop_back();
+    }
+    return std::make_shared<MatcherState>(std::move(g));
   }
 
  private:
@@ -58,7 +69,12 @@ class Compiler : public GrammarCompiler {
   }
   structured::TokenVocab vocab_;
   std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const structured::CompiledGrammar>> cache_;
+  // The grammars of the most recently used so_args, newest first. Bounded: each holds token masks
+  // (about 1 MiB at a 129k vocabulary), so a stream of distinct schemas must not grow memory forever.
+  static constexpr size_t kCacheSize = 32;
+  using Entry = std::pair<std::string, std::shared_ptr<const structured::CompiledGrammar>>;
+  std::list<Entry> recent_;
+  std::unordered_map<std::string, std::list<Entry>::iterator> cache_;
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The public LLM: resolves and loads the model and tokenizer, then drives the engine.
 #include "deepinfer/llm.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -66,13 +68,27 @@ nlohmann::json read_json(const fs::path& p) {
   return j.is_discarded() ? nlohmann::json::object() : j;
 }
 
-std::vector<int32_t> eos_ids_of(const nlohmann::json& j) {
+// The checkpoint's EOS ids, read where the model's config loader reads (and checks) them: a V4.1
+// folder's text_config when it has them, else the root. Never converted silently: a value that is
+// not a token id (2.5, "1", 2^32 + 1) is an error naming the file.
+std::vector<int32_t> eos_ids_of(const nlohmann::json& cfg) {
+  const nlohmann::json* j = &cfg;
+  auto text = cfg.find("text_config");
+  if (text != cfg.end() && text->is_object() && text->contains("eos_token_id")) j = &*text;
   std::vector<int32_t> out;
-  if (!j.contains("eos_token_id")) return out;
-  const auto& e = j["eos_token_id"];
-  if (e.is_number_integer()) out.push_back(e.get<int32_t>());
-  if (e.is_array())
-    for (auto& v : e) if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  auto e = j->find("eos_token_id");
+  if (e == j->end() || e->is_null()) return out;
+  auto one = [&](const nlohmann::json& v) {
+    const double d = v.is_number() ? v.get<double>() : -1.0;
+    check(d >= 0 && d <= std::numeric_limits<int32_t>::max() && d == std::floor(d),
+          "config.json: eos_token_id must be a token id or a list of token ids, got ", v.dump());
+    out.push_back(static_cast<int32_t>(d));
+  };
+  if (e->is_array()) {
+    for (auto& v : *e) one(v);
+  } else {
+    one(*e);
+  }
   return out;
 }
 
@@ -89,7 +105,6 @@ std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> mod
           " (config.json); positions past it were never trained. Pass allow_long_max_model_len=True to run anyway");
   }
   if (o.eos_token_ids.empty()) o.eos_token_ids = eos_ids_of(model_config);
-  if (o.eos_token_ids.empty() && model_config.contains("text_config")) o.eos_token_ids = eos_ids_of(model_config["text_config"]);
   for (int32_t e : o.eos_token_ids)
     check(e >= 0 && e < model->vocab_size(), "eos_token_ids: ", e, " is outside the vocabulary [0, ", model->vocab_size(), ")");
   if (o.num_state_blocks <= 0) {

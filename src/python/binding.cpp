@@ -297,6 +297,9 @@ PYBIND11_MODULE(_core, m) {
         d["draft_tokens_verified"] = s.draft_tokens_verified;
         d["draft_tokens_accepted"] = s.draft_tokens_accepted;
         d["last_verify_budget"] = s.last_verify_budget;
+        d["state_blocks_reserved"] = s.state_blocks_reserved;
+        d["state_blocks_allocated"] = s.state_blocks_allocated;
+        d["live_states"] = s.live_states;
         return d;
       })
       .def("options", [](LLM& llm) {

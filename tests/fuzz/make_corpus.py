@@ -2,6 +2,7 @@
 are committed. libFuzzer grows its own copies from these (scripts/fuzz.sh)."""
 import json
 import pathlib
+import random
 import struct
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -86,6 +87,22 @@ def main():
     ]
     for i, c in enumerate(convs):
         put("chat", f"c{i}", json.dumps(c, ensure_ascii=False))
+
+    texts = ["Hello world", "  leading spaces and\ttabs\n\n", "naïve café 日本語 🙂", "<｜User｜>hi<｜Assistant｜>",
+             "x" * 300, "\u200b\u00a0\ufeff", "12345 + 67890 = ?", "</think>{\"a\": [1, 2]}"]
+    for i, t in enumerate(texts):
+        put("tokenizer_text", f"t{i}", t)
+    put("tokenizer_text", "invalid_utf8", b"ab\xff\xc3(\xe2\x82")
+
+    # fuzz_request reads a stream of choices (tests/fuzz/fuzz_request.cpp): prompt kind and length,
+    # tokens, a bit set of the fields to set, then each field's value.
+    rng = random.Random(17)
+    put("request", "defaults", bytes([1, 3, 10, 20, 30]) + bytes(4))
+    for i in range(8):
+        put("request", f"random{i}", bytes(rng.randrange(256) for _ in range(rng.randrange(16, 160))))
+    so = struct.pack("<I", (1 << 20) | (1 << 22) | (1 << 8) | (1 << 1))
+    put("request", "structured", bytes([1, 2, 4, 5]) + so + bytes([9, 7, 2]) + bytes([7, 2, 40]) +
+        bytes([40]) + b'{"type": "object", "properties": {"a": {"type": "string"}}}')
 
     # small images of every decoded kind (written by tests/data/vision/make_images.py)
     for name in ("gray8.png", "palette.png", "rgba.png", "interlaced.png", "gray16.png", "photo.jpg",

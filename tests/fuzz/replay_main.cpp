@@ -3,6 +3,7 @@
 // the process like under libFuzzer; the count of runs is printed.
 //   fuzz_X [--seconds S] CORPUS_DIR_OR_FILE...
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,11 +21,19 @@ namespace {
 const std::string* current = nullptr;  // the input being run, saved when it takes the process down
 
 void save_crash() {
+  std::fprintf(stderr, "fuzz: an exception other than deepinfer::Error escaped\n");
+  std::abort();
+}
+
+// A target that aborts (a failed property, an escaped exception, a sanitizer report with
+// abort_on_error): save the input, then die of the same signal.
+extern "C" void on_signal(int sig) {
+  std::signal(sig, SIG_DFL);
   if (current) {
     std::ofstream("fuzz-crash.bin", std::ios::binary) << *current;
-    std::fprintf(stderr, "fuzz: the crashing input is in fuzz-crash.bin (%zu bytes)\n", current->size());
+    std::fprintf(stderr, "fuzz: signal %d; the input is in fuzz-crash.bin (%zu bytes)\n", sig, current->size());
   }
-  std::abort();
+  std::raise(sig);
 }
 
 void run(const std::string& s) {
@@ -51,6 +60,7 @@ int main(int argc, char** argv) {
   }
   if (corpus.empty()) corpus.push_back("");
   std::set_terminate(save_crash);  // an exception other than deepinfer::Error escaped
+  std::signal(SIGABRT, on_signal);  // faults stay with the sanitizers' handlers, which end in abort
   long runs = 0;
   for (auto& c : corpus) run(c), ++runs;
   std::mt19937_64 rng(17);

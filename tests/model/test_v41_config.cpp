@@ -51,6 +51,9 @@ TEST(V41ConfigValidation, CrashingValuesAreRefused) {
   expect_refused(with("dspark_block_size", 0), "text_config.dspark_block_size", "0");
   expect_refused(with("o_groups", 0), "text_config.o_groups", "0");
   expect_refused(with("/quantization_config/weight_block_size", {0, 0}), "quantization_config.weight_block_size", "0");
+  // Absent with a candidate source layer: the default 0 divided the positions (SIGFPE; scripts/config_probe.py).
+  expect_refused(with("candidate_block_size", json()), "text_config.candidate_block_size", "absent");
+  expect_refused(with("candidate_topk_blocks", json()), "text_config.candidate_topk_blocks", "absent");
 }
 
 // Values that were accepted without effect or check, or loaded and then failed every request.

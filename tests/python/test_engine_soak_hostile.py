@@ -98,6 +98,8 @@ def test_hostile_soak_loses_nothing_and_changes_no_output():
             assert rid in aborted and got.token_ids == want[:len(got.token_ids)], rid
         else:
             assert got.finish_reason == "length" and got.token_ids == want, rid
-    # Still serving, nothing left behind.
+    # Still serving, nothing left behind: no request, no sequence state, no state block.
     assert not llm._engine.has_unfinished()
+    st = llm.stats()
+    assert (st["state_blocks_reserved"], st["state_blocks_allocated"], st["live_states"]) == (0, 0, 0), st
     assert llm.generate({"prompt_token_ids": [1, 2, 3]}, SamplingParams(max_tokens=3), use_tqdm=False)[0].finished

@@ -87,6 +87,19 @@ def test_quantization_and_layout_errors_name_file_and_field(demo_model, tmp_path
         LLM(str(arr))
 
 
+def test_eos_comes_from_where_the_model_config_reads_it(demo_model, tmp_path):
+    """A V4.1 folder: text_config's eos_token_id (the one the loader checks), never a root value
+    converted through int32 (2**32 + 1 used to become token 1 silently)."""
+    def root_eos(cfg):
+        cfg["eos_token_id"] = 2 ** 32 + 1
+    assert LLM(variant(demo_model, tmp_path, "e1", root_eos))._engine.options()["eos_token_ids"] == [1]
+    def only_root(cfg):
+        cfg["eos_token_id"] = 2 ** 32 + 1
+        del cfg["text_config"]["eos_token_id"]
+    with pytest.raises(ValueError, match="eos_token_id = 4294967297"):
+        LLM(variant(demo_model, tmp_path, "e2", only_root))
+
+
 def test_unknown_fields_are_ignored(demo_model, tmp_path):
     def edit(cfg):
         cfg["text_config"]["a_future_field"] = {"anything": [1, 2]}
@@ -228,6 +241,25 @@ def test_schema_ref_cycles_and_depth_are_refused_with_the_reason(demo):
         demo.generate("x", so(deep), use_tqdm=False)
     tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
     assert demo.generate("x", so(tree), use_tqdm=False)[0].outputs[0].finish_reason in ("length", "stop")
+
+
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_distinct_schemas_do_not_grow_memory_without_end(demo):
+    """Compiled grammars are cached for reuse, but boundedly: each holds ~1 MiB of token masks at the
+    demo's 129k vocabulary, and before the bound 200 distinct schemas grew the process by 190 MiB."""
+    def so(i):
+        schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 8}}, "required": [f"k{i}"]}
+        return SamplingParams(max_tokens=1, so_args={"schema_type": "json_schema", "schema": schema})
+    demo.generate(["x"] * 40, [so(i) for i in range(40)], use_tqdm=False)  # the cache is full
+    before = rss_mib()
+    demo.generate(["x"] * 80, [so(100 + i) for i in range(80)], use_tqdm=False)
+    assert rss_mib() - before < 30, (before, rss_mib())
 
 
 def test_lone_surrogates_are_value_errors(demo):

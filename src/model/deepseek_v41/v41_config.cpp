@@ -113,8 +113,9 @@ V41Config V41Config::parse(const json& root) {
   c.index_topk = t.integer("index_topk", indexed ? 1 : 0, kMaxPositions, indexed ? std::nullopt : std::optional<int64_t>(0));
   c.candidate_source_layer = t.integer(K("candidate_source_layer", "candidate_source_layer_id"), -1, c.n_layers - 1, -1);
   const bool candidates = c.candidate_source_layer >= 0;
-  c.candidate_topk_blocks = t.integer("candidate_topk_blocks", candidates ? 1 : 0, kMaxPositions, 0);
-  c.candidate_block_size = t.integer("candidate_block_size", candidates ? 1 : 0, kMaxPositions, 0);
+  const std::optional<int64_t> unless_candidates = candidates ? std::nullopt : std::optional<int64_t>(0);
+  c.candidate_topk_blocks = t.integer("candidate_topk_blocks", candidates ? 1 : 0, kMaxPositions, unless_candidates);
+  c.candidate_block_size = t.integer("candidate_block_size", candidates ? 1 : 0, kMaxPositions, unless_candidates);
   c.hc_mult = t.integer("hc_mult", 1, 16, 4);
   c.hc_sinkhorn_iters = t.integer("hc_sinkhorn_iters", 1, 1000, 20);
   c.hc_eps = t.real("hc_eps", 0, 1, 1e-6, true);
