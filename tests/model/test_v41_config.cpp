@@ -54,6 +54,8 @@ TEST(V41ConfigValidation, CrashingValuesAreRefused) {
   // Absent with a candidate source layer: the default 0 divided the positions (SIGFPE; scripts/config_probe.py).
   expect_refused(with("candidate_block_size", json()), "text_config.candidate_block_size", "absent");
   expect_refused(with("candidate_topk_blocks", json()), "text_config.candidate_topk_blocks", "absent");
+  // No DSpark head but its target layers listed: the forward wrote their hidden states to no buffer.
+  EXPECT_TRUE(V41Config::from_json(with("num_nextn_predict_layers", 0)).dspark_target_layer_ids.empty());
 }
 
 // Values that were accepted without effect or check, or loaded and then failed every request.

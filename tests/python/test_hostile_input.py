@@ -70,6 +70,14 @@ def test_bad_text_config_values_are_refused_at_load(demo_model, tmp_path, key, v
     assert "config.json" in msg and f"text_config.{key}" in msg and needle in msg, msg
 
 
+def test_a_folder_without_its_draft_head_still_serves(demo_model, tmp_path):
+    """num_nextn_predict_layers: 0 beside the DSpark fields (found by scripts/config_probe.py: SIGSEGV
+    in the forward, which collected hidden states for the head's target layers into no buffer)."""
+    llm = LLM(variant(demo_model, tmp_path, "nodraft", text_config("num_nextn_predict_layers", 0)))
+    out = llm.generate({"prompt_token_ids": list(range(5, 45))}, SamplingParams(max_tokens=3), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 3
+
+
 def test_quantization_and_layout_errors_name_file_and_field(demo_model, tmp_path):
     def block(cfg):
         cfg["quantization_config"]["weight_block_size"] = [0, 0]

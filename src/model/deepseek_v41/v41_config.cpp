@@ -140,6 +140,8 @@ V41Config V41Config::parse(const json& root) {
   c.dspark_target_layer_ids = t.integers("dspark_target_layer_ids", 0, c.n_layers - 1, c.n_layers, std::vector<int64_t>{});
   if (dspark && c.dspark_target_layer_ids.empty())
     t.bad("dspark_target_layer_ids", "must list at least one layer when num_nextn_predict_layers > 0");
+  // No draft head: its targets name nothing (the forward sized no buffer for them; SIGSEGV before).
+  if (!dspark) c.dspark_target_layer_ids.clear();
   c.dspark_markov_rank = t.integer("dspark_markov_rank", 1, kMaxDim, 256);
   c.dspark_n_routed_experts = t.integer("dspark_n_routed_experts", 0, kMaxExperts, 0);
   c.dspark_n_activated_experts = t.integer(K("dspark_n_activated_experts", "dspark_num_experts_per_tok"), 0,
