@@ -20,9 +20,11 @@ from .protocol import APIError, bad, get, sampling_params, structured_args
 
 
 def build_app(engine: AsyncEngine, model_name: str, chat_format: Optional[str],
-              api_key: Optional[str] = None) -> FastAPI:
+              api_key: Optional[str] = None, allowed_local_media_path: Optional[str] = None) -> FastAPI:
+    """allowed_local_media_path: a folder whose image files chat messages may name (file paths or
+    file:// URLs in image_url parts); without it only data: URLs are accepted."""
     app = FastAPI(title="DeepInfer", docs_url=None, redoc_url=None)
-    server = _Server(engine, model_name, chat_format)
+    server = _Server(engine, model_name, chat_format, allowed_local_media_path)
     app.state.server = server
 
     @app.middleware("http")
@@ -93,8 +95,10 @@ def _sse(obj) -> str:
 
 
 class _Server:
-    def __init__(self, engine: AsyncEngine, model_name: str, chat_format: Optional[str]) -> None:
+    def __init__(self, engine: AsyncEngine, model_name: str, chat_format: Optional[str],
+                 media_root: Optional[str] = None) -> None:
         self.engine, self.model_name, self.chat_format = engine, model_name, chat_format
+        self.media_root = media_root
         self.metrics = Metrics(engine)
         self.created = int(time.time())
         self.waiting = 0
@@ -276,7 +280,10 @@ class _Server:
         self._check_model(body)
         if self.chat_format is None:
             raise bad("this model has no DeepSeek chat format (no tokenizer): use /v1/completions")
-        req = chat.build(body, self.chat_format)
+        core = self.engine.llm._engine
+        encode = lambda msgs, tools, thinking, effort: core.chat_prompt(  # noqa: E731
+            msgs, tools, thinking, effort, True, False, self.media_root is not None, self.media_root or "")
+        req = chat.build(body, self.chat_format, encode)
         so = structured_args(body)
         if req.forced_regex is not None:
             if so is not None:
@@ -293,7 +300,7 @@ class _Server:
         include_usage = bool((get(body, "stream_options", (dict,), {}) or {}).get("include_usage"))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name}
-        ids, queue = self._start([{"prompt": req.prompt}], params)
+        ids, queue = self._start([{"prompt_token_ids": req.prompt_token_ids, "images": req.images}], params)
         gen = self._outputs(ids, queue, request, stream)
 
         def finish_reason(c: dict, parsed: dict) -> str:

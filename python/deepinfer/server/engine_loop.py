@@ -36,7 +36,8 @@ class AsyncEngine:
 
     def add(self, request_id: str, prompt: dict, params: SamplingParams,
             queue: Optional[asyncio.Queue] = None) -> asyncio.Queue:
-        """Queues a request; its raw outputs (cumulative dicts) arrive on the queue (a new one, or
+        """Queues a request (prompt: {"prompt": text} or {"prompt_token_ids": [...]}, with "images": the
+        image files of its placeholders); its raw outputs (cumulative dicts) arrive on the queue (a new one, or
         the one given, shared by several requests), the last one with finished=True. Raises
         ValueError for a request the engine refuses."""
         queue = queue if queue is not None else asyncio.Queue()
@@ -47,7 +48,7 @@ class AsyncEngine:
         try:
             text = prompt.get("prompt", "") or ""
             ids = [int(t) for t in prompt.get("prompt_token_ids", [])]
-            self._core.add_request(text, ids, params._to_core(), request_id)
+            self._core.add_request(text, ids, params._to_core(), request_id, prompt.get("images", []))
         except BaseException:
             with self._lock:
                 self._streams.pop(request_id, None)
