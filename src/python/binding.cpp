@@ -238,7 +238,9 @@ PYBIND11_MODULE(_core, m) {
              }
              std::string rid;
              convert(request_id, "request_id", rid);
-             return llm.engine().add_request(p, params_from_dict(params), rid);
+             const SamplingParams sp = params_from_dict(params);
+             py::gil_scoped_release release;  // image prompts run the vision tower here
+             return llm.engine().add_request(p, sp, rid);
            },
            py::arg("text"), py::arg("token_ids"), py::arg("params"), py::arg("request_id") = "",
            py::arg("images") = std::vector<py::bytes>{})

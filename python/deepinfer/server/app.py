@@ -113,20 +113,28 @@ class _Server:
             raise APIError(404, f"the model '{name}' does not exist (this server has '{self.model_name}')",
                            "model", code="model_not_found")
 
-    def _start(self, prompts: list[dict], params) -> tuple[list[str], asyncio.Queue]:
-        """Adds one engine request per prompt (all or none: a refused one is a 400)."""
+    async def _start(self, prompts: list[dict], params) -> tuple[list[str], asyncio.Queue]:
+        """Adds one engine request per prompt (all or none: a refused one is a 400). Prompts with images
+        are added off the event loop (the vision tower runs then)."""
         base = uuid.uuid4().hex
         queue: asyncio.Queue = asyncio.Queue()
         ids = [f"{base}-{i}" for i in range(len(prompts))]
         added: list[str] = []
         try:
             for rid, prompt in zip(ids, prompts):
-                self.engine.add(rid, prompt, params, queue)
+                if prompt.get("images"):
+                    await self.engine.add_off_loop(rid, prompt, params, queue)
+                else:
+                    self.engine.add(rid, prompt, params, queue)
                 added.append(rid)
         except ValueError as e:
             for rid in added:
                 self.engine.abort(rid)
             raise bad(str(e)) from None
+        except asyncio.CancelledError:  # the client went away while an image was encoded
+            for rid in added:
+                self.engine.abort(rid)
+            raise
         return ids, queue
 
     async def _outputs(self, ids: list[str], queue: asyncio.Queue, request: Request,
@@ -225,7 +233,7 @@ class _Server:
         include_usage = bool((get(body, "stream_options", (dict,), {}) or {}).get("include_usage"))
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": cid, "object": "text_completion", "created": created, "model": self.model_name}
-        ids, queue = self._start(prompts, params)
+        ids, queue = await self._start(prompts, params)
         gen = self._outputs(ids, queue, request, stream)
 
         if not stream:
@@ -300,7 +308,7 @@ class _Server:
         include_usage = bool((get(body, "stream_options", (dict,), {}) or {}).get("include_usage"))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name}
-        ids, queue = self._start([{"prompt_token_ids": req.prompt_token_ids, "images": req.images}], params)
+        ids, queue = await self._start([{"prompt_token_ids": req.prompt_token_ids, "images": req.images}], params)
         gen = self._outputs(ids, queue, request, stream)
 
         def finish_reason(c: dict, parsed: dict) -> str:
