@@ -67,9 +67,18 @@ struct ChatToolCall {
   std::string arguments;                  // JSON text of an object (OpenAI style)
 };
 
+// One OpenAI content part: text, or an image (the file's bytes; V4.1 user messages).
+struct ChatContentPart {
+  std::string text;
+  std::vector<uint8_t> image;             // PNG / JPEG / WebP bytes; non-empty: this part is an image
+};
+
 struct ChatMessage {
   std::string role;                       // system, user, assistant, tool (V4: developer too)
   std::string content;
+  // The content as parts instead (when non-empty, content is unused): V4.1 joins them with "\n\n", each
+  // image as its placeholder; V4 concatenates text parts.
+  std::vector<ChatContentPart> parts;
   std::string reasoning_content;          // assistant: its thinking
   std::vector<ChatToolCall> tool_calls;   // assistant
   std::string tool_call_id;               // tool: the call this result answers
@@ -83,10 +92,22 @@ struct ChatOptions {
   bool special_tokens_in_content = false; // true: "<｜User｜>" typed in a message is that token (trusted input)
 };
 
+// Where image_url parts may take images from.
+struct ChatImageSources {
+  bool local_files = true;                // image_url as a file path or file:// URL (off: data: URLs only)
+  std::string local_root;                 // non-empty: only files inside this folder
+  size_t max_image_bytes = 20u << 20;     // per image file (20 MiB, OpenAI's limit)
+};
+
 // OpenAI chat messages (JSON text of a list of {"role", "content", ...}): content as a string, null
-// or a list of {"type": "text", "text": ...} parts; assistant tool_calls ({"id", "type": "function",
-// "function": {"name", "arguments"}}); tool messages' tool_call_id. Throws Error naming the message.
-std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text);
+// or a list of {"type": "text", "text": ...} and {"type": "image_url", "image_url": {"url": ...}} parts
+// (url: "data:image/...;base64,...", a file path or file:// URL; http(s) URLs are refused, nothing is
+// downloaded); assistant tool_calls ({"id", "type": "function", "function": {"name", "arguments"}});
+// tool messages' tool_call_id. Throws Error naming the message and part.
+std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text, const ChatImageSources& images = {});
+
+// The image files of a conversation's parts, in order: the Prompt::images of its chat prompt.
+std::vector<std::vector<uint8_t>> chat_images(const std::vector<ChatMessage>& messages);
 
 // Called after every engine step for each request that changed (outputs are cumulative).
 using StreamCallback = std::function<void(const RequestOutput&)>;

@@ -1,5 +1,29 @@
 """Images of a prompt (vLLM's multi_modal_data) as the encoded file bytes the engine decodes."""
+import base64
+import io
 from typing import Any
+
+
+def png_bytes(image: Any) -> bytes:
+    """A PIL.Image as lossless PNG bytes."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def inline_pil_images(messages: list) -> list:
+    """Chat messages with vLLM's {"type": "image_pil", "image_pil": PIL.Image} parts as image_url parts
+    (PNG data: URLs), so that the messages are JSON; other messages are returned as they are."""
+    out = []
+    for m in messages:
+        parts = m.get("content") if isinstance(m, dict) else None
+        if isinstance(parts, list) and any(isinstance(p, dict) and p.get("type") == "image_pil" for p in parts):
+            parts = [{"type": "image_url", "image_url": {
+                        "url": "data:image/png;base64," + base64.b64encode(png_bytes(p["image_pil"])).decode()}}
+                     if isinstance(p, dict) and p.get("type") == "image_pil" else p for p in parts]
+            m = {**m, "content": parts}
+        out.append(m)
+    return out
 
 
 def image_bytes(mm: Any, i: int) -> list[bytes]:
@@ -18,11 +42,8 @@ def image_bytes(mm: Any, i: int) -> list[bytes]:
         elif isinstance(x, str):
             with open(x, "rb") as f:
                 out.append(f.read())
-        elif hasattr(x, "save"):  # PIL.Image: lossless PNG bytes
-            import io
-            buf = io.BytesIO()
-            x.save(buf, format="PNG")
-            out.append(buf.getvalue())
+        elif hasattr(x, "save"):  # PIL.Image
+            out.append(png_bytes(x))
         else:
             raise TypeError(f"prompt {i}: image {k} must be a PIL.Image, bytes or a file path, "
                             f"got {type(x).__name__}")

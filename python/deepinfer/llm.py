@@ -5,7 +5,7 @@ import json
 import threading
 from typing import Any, Optional, Sequence, Union
 
-from ._images import image_bytes as _image_bytes
+from ._images import image_bytes as _image_bytes, inline_pil_images as _inline_pil_images
 
 from . import _core
 from .engine import LLMEngine
@@ -134,8 +134,10 @@ class LLM:
              chat_template_kwargs: Optional[dict[str, Any]] = None, tools: Optional[list[dict]] = None,
              special_tokens_in_content: bool = False) -> list[RequestOutput]:
         """messages: one conversation (a list of OpenAI messages) or a list of them. content: a string or
-        a list of {"type": "text", "text": ...} parts; assistant messages may carry tool_calls, tool
-        messages a tool_call_id. tools: the OpenAI tool list, rendered in DeepSeek's DSML format.
+        a list of parts: {"type": "text", "text": ...}, {"type": "image_url", "image_url": {"url": U}} with
+        U a "data:image/...;base64," URL, a file path or a file:// URL (http(s) URLs are not downloaded),
+        or {"type": "image_pil", "image_pil": PIL.Image}; each image goes where its part is (V4.1 models
+        with a vision tower). Assistant messages may carry tool_calls, tool messages a tool_call_id. tools: the OpenAI tool list, rendered in DeepSeek's DSML format.
         Special-token strings typed in a message (e.g. "<｜User｜>") stay text unless
         special_tokens_in_content=True (trusted input only).
         chat_template_kwargs: {"thinking": bool} (or "enable_thinking") and {"reasoning_effort": str}."""
@@ -151,12 +153,13 @@ class LLM:
         prompts = []
         for i, conv in enumerate(conversations):
             try:
-                text = json.dumps(list(conv), ensure_ascii=False)
+                text = json.dumps(_inline_pil_images(list(conv)), ensure_ascii=False)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"chat: conversation {i} is not JSON-serializable: {e}") from None
-            ids = self._engine.encode_chat(text, tools_json, thinking, effort, add_generation_prompt,
-                                           bool(special_tokens_in_content))
-            prompts.append({"prompt_token_ids": ids})
+            ids, images = self._engine.chat_prompt(text, tools_json, thinking, effort, add_generation_prompt,
+                                                   bool(special_tokens_in_content))
+            prompts.append({"prompt_token_ids": ids, "multi_modal_data": {"image": images}} if images
+                           else {"prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def encode(self, text: str) -> list[int]:

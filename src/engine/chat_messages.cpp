@@ -1,5 +1,5 @@
-// chat_messages_from_json (declared in deepinfer/llm.h): OpenAI-style chat messages into ChatMessage;
-// encoding_messages: ChatMessage into the chat encoding's Message.
+// chat_messages_from_json and chat_images (declared in deepinfer/llm.h): OpenAI-style chat messages into
+// ChatMessage; encoding_messages: ChatMessage into the chat encoding's Message.
 #include "engine/chat_messages.h"
 
 #include <algorithm>
@@ -13,22 +13,34 @@ namespace {
 
 using nlohmann::json;
 
-std::string text_of(const json& v, const std::string& where) {
-  if (v.is_null()) return "";
-  if (v.is_string()) return v.get<std::string>();
+// A message's content: a string (or null), or OpenAI content parts into parts.
+void read_content(const json& v, const std::string& where, const ChatImageSources& sources, ChatMessage& x) {
+  if (v.is_null()) return;
+  if (v.is_string()) {
+    x.content = v.get<std::string>();
+    return;
+  }
   check(v.is_array(), where, " must be a string, null or a list of content parts, got a JSON ", v.type_name());
-  std::string out;
   for (size_t k = 0; k < v.size(); ++k) {
     const json& part = v[k];
     const std::string at = where + "[" + std::to_string(k) + "]";
     check(part.is_object() && part.contains("type") && part["type"].is_string(), at,
           " must be an object with a string \"type\"");
     const std::string type = part["type"].get<std::string>();
-    check(type == "text", at, ": content part type '", type, "' is not supported (only \"text\")");
-    check(part.contains("text") && part["text"].is_string(), at, ": a text part needs a string \"text\"");
-    out += part["text"].get<std::string>();  // parts join without a separator, as OpenAI's
+    ChatContentPart p;
+    if (type == "text") {
+      check(part.contains("text") && part["text"].is_string(), at, ": a text part needs a string \"text\"");
+      p.text = part["text"].get<std::string>();
+    } else if (type == "image_url" || type == "input_image") {  // Chat Completions' and the Responses API's
+      const json* url = part.contains("image_url") ? &part["image_url"] : nullptr;  // {"url": ...} or the URL
+      if (url && url->is_object()) url = url->contains("url") ? &(*url)["url"] : nullptr;
+      check(url && url->is_string(), at, ": an image_url part needs {\"image_url\": {\"url\": \"data:image/png;base64,...\"}}");
+      p.image = engine::image_from_url(url->get_ref<const std::string&>(), sources, at);
+    } else {
+      fail(at, ": content part type '", type, "' is not supported (\"text\" or \"image_url\")");
+    }
+    x.parts.push_back(std::move(p));
   }
-  return out;
 }
 
 std::string string_field(const json& m, const char* key, const std::string& where) {
@@ -39,7 +51,7 @@ std::string string_field(const json& m, const char* key, const std::string& wher
 
 }  // namespace
 
-std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text) {
+std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text, const ChatImageSources& sources) {
   const json j = json::parse(json_text, nullptr, false);
   check(!j.is_discarded(), "chat: messages are not valid JSON");
   check(j.is_array(), "chat: messages must be a list of {\"role\", \"content\"} objects");
@@ -51,7 +63,7 @@ std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text) {
     check(m.contains("role") && m["role"].is_string(), where, " needs a string \"role\"");
     ChatMessage x;
     x.role = m["role"].get<std::string>();
-    x.content = text_of(m.contains("content") ? m["content"] : json(), where + ".content");
+    read_content(m.contains("content") ? m["content"] : json(), where + ".content", sources, x);
     x.reasoning_content = string_field(m, "reasoning_content", where);
     x.tool_call_id = string_field(m, "tool_call_id", where);
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
@@ -79,15 +91,30 @@ std::vector<ChatMessage> chat_messages_from_json(const std::string& json_text) {
   return out;
 }
 
+std::vector<std::vector<uint8_t>> chat_images(const std::vector<ChatMessage>& messages) {
+  std::vector<std::vector<uint8_t>> out;
+  for (auto& m : messages)
+    for (auto& p : m.parts)
+      if (!p.image.empty()) out.push_back(p.image);
+  return out;
+}
+
 namespace engine {
 
 std::vector<tokenizer::Message> encoding_messages(const std::vector<ChatMessage>& messages,
-                                                  const std::string& tools_json) {
+                                                  const std::string& tools_json, tokenizer::ChatFormat format) {
+  // V4.1 joins content parts with a blank line (DeepSeek's encoder); V4 had no parts: they are concatenated.
+  const std::string sep = format == tokenizer::ChatFormat::kV41 ? "\n\n" : "";
   std::vector<tokenizer::Message> msgs;
   for (auto& m : messages) {
     tokenizer::Message x;
     x.role = m.role;
     x.content = m.content;
+    for (size_t k = 0; k < m.parts.size(); ++k) {
+      if (k) x.content += sep;
+      if (m.parts[k].image.empty()) x.content += m.parts[k].text;
+      else x.image_offsets.push_back(x.content.size());
+    }
     x.reasoning_content = m.reasoning_content;
     x.tool_call_id = m.tool_call_id;
     for (auto& c : m.tool_calls) x.tool_calls.push_back({c.id, c.name, c.arguments});

@@ -45,15 +45,17 @@ class TokenizerCodec : public engine::TextCodec {
   }
 #ifdef DEEPINFER_HAVE_CHAT_ENCODING
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& o) const override {
-    std::vector<tokenizer::Message> msgs = engine::encoding_messages(messages, o.tools);
+    std::vector<tokenizer::Message> msgs = engine::encoding_messages(messages, o.tools, format_);
     tokenizer::ChatOptions opts;
     opts.thinking = o.thinking;
     opts.reasoning_effort = o.reasoning_effort;
     opts.add_generation_prompt = o.add_generation_prompt;
     opts.special_tokens_in_content = o.special_tokens_in_content;
+    opts.image_token_id = image_token_id_;
     return tokenizer::encode_chat(tok_, format_, msgs, opts);  // the rendered text carries BOS and the role tokens
   }
   tokenizer::ChatFormat format_ = tokenizer::ChatFormat::kV4;
+  std::optional<int32_t> image_token_id_;  // config.json's, for image parts
 #endif
 
  private:
@@ -140,6 +142,8 @@ LLM::LLM(EngineConfig config) {
     auto c = std::make_unique<TokenizerCodec>(std::move(tok));
 #ifdef DEEPINFER_HAVE_CHAT_ENCODING
     if (cfg.value("model_type", std::string()) == "deepseek_v41") c->format_ = tokenizer::ChatFormat::kV41;
+    if (cfg.contains("image_token_id") && cfg["image_token_id"].is_number_integer())
+      c->image_token_id_ = cfg["image_token_id"].get<int32_t>();
 #endif
     codec = std::move(c);
   }
@@ -208,7 +212,10 @@ std::vector<RequestOutput> LLM::chat(const std::vector<std::vector<ChatMessage>>
                                      const StreamCallback& on_update) {
   check(engine_->codec() != nullptr, "chat needs a tokenizer, and this model has none");
   std::vector<Prompt> prompts;
-  for (auto& conv : conversations) prompts.push_back(Prompt::from_ids(engine_->codec()->encode_chat(conv, options)));
+  for (auto& conv : conversations) {
+    prompts.push_back(Prompt::from_ids(engine_->codec()->encode_chat(conv, options)));
+    prompts.back().images = chat_images(conv);
+  }
   return generate(prompts, params, on_update);
 }
 

@@ -238,7 +238,9 @@ PYBIND11_MODULE(_core, m) {
              }
              std::string rid;
              convert(request_id, "request_id", rid);
-             return llm.engine().add_request(p, params_from_dict(params), rid);
+             const SamplingParams sp = params_from_dict(params);
+             py::gil_scoped_release release;  // image prompts run the vision tower here
+             return llm.engine().add_request(p, sp, rid);
            },
            py::arg("text"), py::arg("token_ids"), py::arg("params"), py::arg("request_id") = "",
            py::arg("images") = std::vector<py::bytes>{})
@@ -283,6 +285,26 @@ PYBIND11_MODULE(_core, m) {
            py::arg("messages_json"), py::arg("tools_json") = "", py::arg("thinking") = false,
            py::arg("reasoning_effort") = "", py::arg("add_generation_prompt") = true,
            py::arg("special_tokens_in_content") = false)
+      .def("chat_prompt",  // encode_chat with the images of image_url parts: (token ids, [image bytes])
+           [](LLM& llm, const std::string& messages, const std::string& tools, bool thinking,
+              const std::string& reasoning_effort, bool add_generation_prompt, bool special_tokens_in_content,
+              bool local_files, const std::string& local_root) {
+             check(llm.engine().codec(), "chat needs a tokenizer, and this model has none");
+             std::vector<ChatMessage> msgs;
+             std::vector<int32_t> ids;
+             {
+               py::gil_scoped_release release;  // large data: URLs take a while to decode
+               msgs = chat_messages_from_json(messages, {.local_files = local_files, .local_root = local_root});
+               ChatOptions o{thinking, reasoning_effort, add_generation_prompt, tools, special_tokens_in_content};
+               ids = llm.engine().codec()->encode_chat(msgs, o);
+             }
+             py::list images;
+             for (auto& img : chat_images(msgs)) images.append(py::bytes(reinterpret_cast<const char*>(img.data()), img.size()));
+             return py::make_tuple(ids, images);
+           },
+           py::arg("messages_json"), py::arg("tools_json") = "", py::arg("thinking") = false,
+           py::arg("reasoning_effort") = "", py::arg("add_generation_prompt") = true,
+           py::arg("special_tokens_in_content") = false, py::arg("local_files") = true, py::arg("local_root") = "")
       .def("vocab_size", [](LLM& llm) { return llm.engine().model().vocab_size(); })
       .def("max_model_len", [](LLM& llm) { return llm.engine().options().max_model_len; })
       .def("model_dir", &LLM::model_dir)

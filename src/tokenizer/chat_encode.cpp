@@ -2,8 +2,10 @@
 // tokens. Every string that came from a message (content, reasoning, tool calls, tool results, tool
 // schemas) is escaped before rendering: each added-token string in it becomes a private-use mark
 // U+10FFFD + index + ';', which the renderer copies as is; the marks are then encoded as plain text.
+// An image of a message is the mark U+10FFFD + "i;", encoded as the image token id.
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "core/error.h"
 #include "tokenizer/chat_encoding.h"
@@ -14,11 +16,14 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 const std::string kMark = "\xF4\x8F\xBF\xBD";  // U+10FFFD, a private-use noncharacter
+const std::string kImageMark = kMark + "i;";
 
 class Escaper {
  public:
-  explicit Escaper(const Tokenizer& tok) {
-    for (int32_t id = 0; id < static_cast<int32_t>(tok.vocab_size()); ++id)
+  // specials_pass: added-token strings in messages stay special tokens (trusted input); only marks are escaped.
+  Escaper(const Tokenizer& tok, bool specials_pass, std::optional<int32_t> image_token_id)
+      : image_token_id_(image_token_id) {
+    for (int32_t id = 0; id < static_cast<int32_t>(tok.vocab_size()) && !specials_pass; ++id)
       if (tok.is_added(id) && !tok.token_string(id).empty()) add(tok.token_string(id));
     add(kMark);  // a mark typed by the user is escaped like a special token
     for (auto& bucket : by_first_)
@@ -69,6 +74,13 @@ class Escaper {
       if (m == std::string::npos) break;
       const size_t semi = text.find(';', m + kMark.size());
       check(semi != std::string::npos, "chat: internal: unterminated escape mark");
+      if (text.compare(m, kImageMark.size(), kImageMark) == 0) {
+        check(image_token_id_.has_value(), "chat: a message holds an image, but this model has no image token "
+              "(images need a V4.1 model with a vision tower)");
+        out.push_back(*image_token_id_);
+        at = semi + 1;
+        continue;
+      }
       const size_t index = std::stoul(text.substr(m + kMark.size(), semi - m - kMark.size()));
       check(index < spans_.size(), "chat: internal: escape mark out of range");
       const std::vector<int32_t> plain = tok.encode_plain(spans_[index]);
@@ -82,17 +94,22 @@ class Escaper {
   void add(const std::string& t) { by_first_[static_cast<unsigned char>(t[0])].push_back(t); }
   std::array<std::vector<std::string>, 256> by_first_;
   std::vector<std::string> spans_;
+  std::optional<int32_t> image_token_id_;
 };
 
 }  // namespace
 
 std::vector<int32_t> encode_chat(const Tokenizer& tok, ChatFormat format, std::span<const Message> messages,
                                  const ChatOptions& options) {
-  if (options.special_tokens_in_content) return tok.encode(render_chat(format, messages, options), false);
-  Escaper esc(tok);
+  Escaper esc(tok, options.special_tokens_in_content, options.image_token_id);
   std::vector<Message> safe(messages.begin(), messages.end());
-  for (Message& m : safe) {
-    m.content = esc.escape(m.content);
+  for (size_t i = 0; i < safe.size(); ++i) {
+    Message& m = safe[i];
+    std::string content;
+    const std::vector<std::string_view> pieces = content_pieces(format, m, i);
+    for (size_t k = 0; k < pieces.size(); ++k) content += (k ? kImageMark : "") + esc.escape(std::string(pieces[k]));
+    m.content = std::move(content);
+    m.image_offsets.clear();
     m.reasoning_content = esc.escape(m.reasoning_content);
     m.tool_call_id = esc.escape(m.tool_call_id);
     for (ToolCall& c : m.tool_calls) {

@@ -384,15 +384,42 @@ std::string python_json_dumps(const ojson& value) {
 }
 
 std::string render_v4(std::span<const Message> messages, const ChatOptions& options) {
-  return render(kV4, messages, options);
+  return render_chat(ChatFormat::kV4, messages, options);
 }
 
 std::string render_v41(std::span<const Message> messages, const ChatOptions& options) {
-  return render(kV41, messages, options);
+  return render_chat(ChatFormat::kV41, messages, options);
+}
+
+std::vector<std::string_view> content_pieces(ChatFormat format, const Message& m, size_t i) {
+  const std::string_view c = m.content;
+  if (m.image_offsets.empty()) return {c};
+  check(format == ChatFormat::kV41, "chat: the V4 chat format has no images (message ", i, ")");
+  check(m.role == "user", "chat: only user messages may hold images (message ", i, " is '", m.role, "')");
+  std::vector<std::string_view> out;
+  size_t at = 0;
+  for (size_t off : m.image_offsets) {
+    check(off >= at && off <= c.size(), "chat: image offsets of message ", i, " out of order or past its content");
+    out.push_back(c.substr(at, off - at));
+    at = off;
+  }
+  out.push_back(c.substr(at));
+  return out;
 }
 
 std::string render_chat(ChatFormat format, std::span<const Message> messages, const ChatOptions& options) {
-  return format == ChatFormat::kV4 ? render_v4(messages, options) : render_v41(messages, options);
+  if (std::any_of(messages.begin(), messages.end(), [](auto& m) { return !m.image_offsets.empty(); })) {
+    std::vector<Message> placed(messages.begin(), messages.end());  // images as their placeholder text
+    for (size_t i = 0; i < placed.size(); ++i) {
+      std::string c;
+      const std::vector<std::string_view> pieces = content_pieces(format, placed[i], i);
+      for (size_t k = 0; k < pieces.size(); ++k) (k ? c.append(kImagePlaceholder) : c).append(pieces[k]);
+      placed[i].content = std::move(c);
+      placed[i].image_offsets.clear();
+    }
+    return render_chat(format, placed, options);
+  }
+  return render(format == ChatFormat::kV4 ? kV4 : kV41, messages, options);
 }
 
 ChatTokens ChatTokens::from(const Tokenizer& tok) {

@@ -28,6 +28,9 @@ struct Message {
   // "system", "user", "assistant", "tool", "latest_reminder"; "developer" (V4 only).
   std::string role;
   std::string content;
+  // User messages (V4.1): byte offsets into content, ascending, where an image goes. render_chat writes
+  // kImagePlaceholder there, encode_chat the id ChatOptions::image_token_id.
+  std::vector<size_t> image_offsets;
   std::string reasoning_content;       // assistant: the thinking text
   std::vector<ToolCall> tool_calls;    // assistant
   std::string tool_call_id;            // tool: which call this result answers
@@ -48,7 +51,16 @@ struct ChatOptions {
   // encode_chat: special-token strings inside message fields become special tokens (trusted
   // input only). Default: they stay text, so a message cannot forge a role or a turn boundary.
   bool special_tokens_in_content = false;
+  // encode_chat: the id of an image placeholder (the model's image_token_id), for messages with images.
+  std::optional<int32_t> image_token_id;
 };
+
+// V4.1's image placeholder; each one becomes an image span of the model's vision stage.
+inline constexpr std::string_view kImagePlaceholder = "<｜deepseek_image｜>";
+
+// m.content cut at its image offsets (image_offsets.size() + 1 pieces); throws naming message i when
+// the format has no images, the message is not a user message or the offsets are out of order.
+std::vector<std::string_view> content_pieces(ChatFormat format, const Message& m, size_t i);
 
 // The prompt text. Throws deepinfer::Error on messages the format cannot express.
 std::string render_v4(std::span<const Message> messages, const ChatOptions& options = {});

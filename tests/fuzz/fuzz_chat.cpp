@@ -18,12 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   using namespace deepinfer;
   try {
-    const std::vector<tokenizer::Message> msgs = engine::encoding_messages(chat_messages_from_json(text), "");
+    const std::vector<ChatMessage> parsed = chat_messages_from_json(text, {.local_files = false});  // no disk reads
     for (auto format : {tokenizer::ChatFormat::kV4, tokenizer::ChatFormat::kV41}) {
       try {
         tokenizer::ChatOptions o;
         o.thinking = size % 2;
-        (void)tokenizer::encode_chat(fuzz_tokenizer(), format, msgs, o);
+        if (size % 3) o.image_token_id = 5;
+        (void)tokenizer::encode_chat(fuzz_tokenizer(), format, engine::encoding_messages(parsed, "", format), o);
       } catch (const Error&) {
       }
     }

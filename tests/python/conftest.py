@@ -50,13 +50,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def server(demo_model, tmp_path_factory):
-    """`deepinfer serve` of the demo model on a free loopback port (with --api-key API_KEY)."""
+def serve(model: str, log_dir: pathlib.Path, *extra: str):
+    """Runs `deepinfer serve MODEL` (with --api-key API_KEY and extra arguments) on a free loopback
+    port; yields its base URL, stops it afterwards."""
     port = _free_port()
-    cmd = deepinfer_command() + ["serve", demo_model, "--port", str(port), "--api-key", API_KEY,
-                                 "--served-model-name", SERVED_NAME, "--log-level", "warning"]
-    log = tmp_path_factory.mktemp("server") / "server.log"
+    cmd = deepinfer_command() + ["serve", model, "--port", str(port), "--api-key", API_KEY,
+                                 "--served-model-name", SERVED_NAME, "--log-level", "warning", *extra]
+    log = log_dir / "server.log"
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -79,3 +79,9 @@ def server(demo_model, tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(demo_model, tmp_path_factory):
+    """`deepinfer serve` of the demo model on a free loopback port (with --api-key API_KEY)."""
+    yield from serve(demo_model, tmp_path_factory.mktemp("server"))

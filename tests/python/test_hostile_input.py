@@ -284,11 +284,12 @@ def prompt_text(llm, messages, **kw):
 
 
 def test_openai_content_parts_render_as_their_text(demo):
-    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}]
-    plain = [{"role": "user", "content": "Hello there"}]
+    # V4.1 (the demo) joins parts with a blank line, as DeepSeek's encoder; images: test_vision_chat.py
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]}]
+    plain = [{"role": "user", "content": "Hello\n\nthere"}]
     assert prompt_text(demo, parts)[0] == prompt_text(demo, plain)[0]
-    with pytest.raises(ValueError, match="content part type 'image_url' is not supported"):
-        demo.chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], use_tqdm=False)
+    with pytest.raises(ValueError, match="content part type 'video_url' is not supported"):
+        demo.chat([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}], use_tqdm=False)
 
 
 def test_tools_and_assistant_tool_calls_render_in_dsml(demo):

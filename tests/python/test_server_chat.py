@@ -23,21 +23,25 @@ def test_forced_regex_matches_the_rendered_call_and_parses_back(fmt):
     text = _core.render_chat(json.dumps(messages), fmt, False, "", False)
     call = text[text.rindex(chat.calls_marker(fmt)):].removesuffix("<｜end▁of▁sentence｜>")
     assert re.fullmatch(chat.tool_call_regex([TOOL], fmt), call)
-    req = chat.ChatRequest(prompt="", thinking=False, tools=[TOOL], parse_tools=True)
+    req = chat.ChatRequest(prompt_token_ids=[], thinking=False, tools=[TOOL], parse_tools=True)
     parsed = chat.parse(call, req, fmt)
     assert parsed["content"] == "" and [c["function"]["name"] for c in parsed["tool_calls"]] == ["get_weather"]
     assert json.loads(parsed["tool_calls"][0]["function"]["arguments"]) == ARGS
 
 
 def test_stream_splitter_holds_back_markup():
-    req = chat.ChatRequest(prompt="", thinking=True, tools=[TOOL], parse_tools=True)
+    req = chat.ChatRequest(prompt_token_ids=[], thinking=True, tools=[TOOL], parse_tools=True)
     sp = chat.StreamSplitter(req, "v41")
     assert sp.deltas("let me think</thi") == ("let me think", "")
     assert sp.deltas("let me think</think>Sure\n\n<｜DS") == ("", "Sure")
     assert sp.deltas("let me think</think>Sure\n\n<｜DSML｜ calls>\n") == ("", "")
 
 
+def no_encoder(*args):
+    raise AssertionError("a refused request is not encoded")
+
+
 def test_bad_tool_choice_is_a_clear_error():
     with pytest.raises(Exception, match="not in 'tools'"):
         chat.build({"messages": [{"role": "user", "content": "x"}], "tools": [TOOL],
-                    "tool_choice": {"type": "function", "function": {"name": "other"}}}, "v41")
+                    "tool_choice": {"type": "function", "function": {"name": "other"}}}, "v41", no_encoder)

@@ -228,3 +228,18 @@ TEST(ChatJson, PythonDumpsSpacing) {
   auto j = nlohmann::ordered_json::parse(R"({"b": [1, 2.5, true, null], "a": "x\ny\u0001é", "e": {}})");
   EXPECT_EQ(python_json_dumps(j), R"({"b": [1, 2.5, true, null], "a": "x\ny\u0001é", "e": {}})");
 }
+
+TEST(ChatV41, ImagesAtTheirOffsets) {
+  Message m = msg("user", "Before\n\n\n\nafter");
+  m.image_offsets = {8};  // between the two blank lines: where the image part was
+  std::vector<Message> msgs{m};
+  EXPECT_EQ(render_v41(msgs), BOS + U + "Before\n\n<｜deepseek_image｜>\n\nafter" + A + "</think>");
+  msgs[0].image_offsets = {0, 15};
+  EXPECT_EQ(render_v41(msgs), BOS + U + "<｜deepseek_image｜>Before\n\n\n\nafter<｜deepseek_image｜>" + A + "</think>");
+  EXPECT_NE(error_of([&] { render_v4(msgs); }).find("V4 chat format has no images"), std::string::npos);
+  msgs[0].image_offsets = {9, 3};
+  EXPECT_NE(error_of([&] { render_v41(msgs); }).find("out of order"), std::string::npos);
+  msgs = {msg("user", "hi"), assistant("x")};
+  msgs[1].image_offsets = {0};
+  EXPECT_NE(error_of([&] { render_v41(msgs); }).find("only user messages"), std::string::npos);
+}

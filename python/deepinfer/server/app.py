@@ -20,9 +20,11 @@ from .protocol import APIError, bad, get, sampling_params, structured_args
 
 
 def build_app(engine: AsyncEngine, model_name: str, chat_format: Optional[str],
-              api_key: Optional[str] = None) -> FastAPI:
+              api_key: Optional[str] = None, allowed_local_media_path: Optional[str] = None) -> FastAPI:
+    """allowed_local_media_path: a folder whose image files chat messages may name (file paths or
+    file:// URLs in image_url parts); without it only data: URLs are accepted."""
     app = FastAPI(title="DeepInfer", docs_url=None, redoc_url=None)
-    server = _Server(engine, model_name, chat_format)
+    server = _Server(engine, model_name, chat_format, allowed_local_media_path)
     app.state.server = server
 
     @app.middleware("http")
@@ -93,8 +95,10 @@ def _sse(obj) -> str:
 
 
 class _Server:
-    def __init__(self, engine: AsyncEngine, model_name: str, chat_format: Optional[str]) -> None:
+    def __init__(self, engine: AsyncEngine, model_name: str, chat_format: Optional[str],
+                 media_root: Optional[str] = None) -> None:
         self.engine, self.model_name, self.chat_format = engine, model_name, chat_format
+        self.media_root = media_root
         self.metrics = Metrics(engine)
         self.created = int(time.time())
         self.waiting = 0
@@ -109,20 +113,28 @@ class _Server:
             raise APIError(404, f"the model '{name}' does not exist (this server has '{self.model_name}')",
                            "model", code="model_not_found")
 
-    def _start(self, prompts: list[dict], params) -> tuple[list[str], asyncio.Queue]:
-        """Adds one engine request per prompt (all or none: a refused one is a 400)."""
+    async def _start(self, prompts: list[dict], params) -> tuple[list[str], asyncio.Queue]:
+        """Adds one engine request per prompt (all or none: a refused one is a 400). Prompts with images
+        are added off the event loop (the vision tower runs then)."""
         base = uuid.uuid4().hex
         queue: asyncio.Queue = asyncio.Queue()
         ids = [f"{base}-{i}" for i in range(len(prompts))]
         added: list[str] = []
         try:
             for rid, prompt in zip(ids, prompts):
-                self.engine.add(rid, prompt, params, queue)
+                if prompt.get("images"):
+                    await self.engine.add_off_loop(rid, prompt, params, queue)
+                else:
+                    self.engine.add(rid, prompt, params, queue)
                 added.append(rid)
         except ValueError as e:
             for rid in added:
                 self.engine.abort(rid)
             raise bad(str(e)) from None
+        except asyncio.CancelledError:  # the client went away while an image was encoded
+            for rid in added:
+                self.engine.abort(rid)
+            raise
         return ids, queue
 
     async def _outputs(self, ids: list[str], queue: asyncio.Queue, request: Request,
@@ -221,7 +233,7 @@ class _Server:
         include_usage = bool((get(body, "stream_options", (dict,), {}) or {}).get("include_usage"))
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": cid, "object": "text_completion", "created": created, "model": self.model_name}
-        ids, queue = self._start(prompts, params)
+        ids, queue = await self._start(prompts, params)
         gen = self._outputs(ids, queue, request, stream)
 
         if not stream:
@@ -276,7 +288,10 @@ class _Server:
         self._check_model(body)
         if self.chat_format is None:
             raise bad("this model has no DeepSeek chat format (no tokenizer): use /v1/completions")
-        req = chat.build(body, self.chat_format)
+        core = self.engine.llm._engine
+        encode = lambda msgs, tools, thinking, effort: core.chat_prompt(  # noqa: E731
+            msgs, tools, thinking, effort, True, False, self.media_root is not None, self.media_root or "")
+        req = chat.build(body, self.chat_format, encode)
         so = structured_args(body)
         if req.forced_regex is not None:
             if so is not None:
@@ -293,7 +308,7 @@ class _Server:
         include_usage = bool((get(body, "stream_options", (dict,), {}) or {}).get("include_usage"))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name}
-        ids, queue = self._start([{"prompt": req.prompt}], params)
+        ids, queue = await self._start([{"prompt_token_ids": req.prompt_token_ids, "images": req.images}], params)
         gen = self._outputs(ids, queue, request, stream)
 
         def finish_reason(c: dict, parsed: dict) -> str:

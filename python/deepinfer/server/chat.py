@@ -1,15 +1,20 @@
-"""Chat requests: OpenAI messages and tools → the DeepSeek prompt; model text → content, reasoning
-and DSML tool calls; tool_choice "required"/named → a regex that makes the model write a DSML call."""
+"""Chat requests: OpenAI messages (text and image_url parts) and tools → the DeepSeek prompt's token ids
+and images; model text → content, reasoning and DSML tool calls; tool_choice "required"/named → a regex
+that makes the model write a DSML call."""
 from __future__ import annotations
 
 import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .. import _core
 from .protocol import bad, get
+
+# (messages JSON, tools JSON, thinking, reasoning effort) → (prompt token ids, image files): the engine's
+# chat encoding (special-token strings in messages stay text), e.g. Engine.chat_prompt.
+Encoder = Callable[[str, str, bool, str], tuple]
 
 THINK_END = "</think>"
 DSML = "｜DSML｜"
@@ -23,14 +28,15 @@ def calls_marker(fmt: str) -> str:
 
 @dataclass
 class ChatRequest:
-    prompt: str                  # rendered text (special-token strings included)
+    prompt_token_ids: list
     thinking: bool
     tools: list = field(default_factory=list)
     parse_tools: bool = False    # tool_choice is not "none"
     forced_regex: Optional[str] = None
+    images: list = field(default_factory=list)  # the image files of image_url parts, in order
 
 
-def build(body: dict, fmt: str) -> ChatRequest:
+def build(body: dict, fmt: str, encode: Encoder) -> ChatRequest:
     messages = get(body, "messages", (list,))
     if not messages:
         raise bad("'messages' must be a non-empty list", "messages")
@@ -62,17 +68,12 @@ def build(body: dict, fmt: str) -> ChatRequest:
                   "tool_choice")
     if choice != "none" and not tools:
         raise bad("tool_choice needs 'tools'", "tool_choice")
-    msgs = [dict(m) for m in messages]
-    if tools and choice != "none":
-        if msgs[0]["role"] == "system":
-            msgs[0]["tools"] = tools
-        else:
-            msgs.insert(0, {"role": "system", "content": "", "tools": tools})
+    tools_json = json.dumps(tools, ensure_ascii=False) if tools and choice != "none" else ""
     try:
-        prompt = _core.render_chat(json.dumps(msgs), fmt, thinking, str(effort), True)
-    except ValueError as e:
+        ids, images = encode(json.dumps(messages, ensure_ascii=False), tools_json, thinking, str(effort))
+    except ValueError as e:  # bad messages or images: what is wrong, and where
         raise bad(f"messages: {e}", "messages") from None
-    req = ChatRequest(prompt, thinking, tools, parse_tools=bool(tools) and choice != "none")
+    req = ChatRequest(list(ids), thinking, tools, parse_tools=bool(tools) and choice != "none", images=list(images))
     if choice == "required" or named:
         chosen = [t for t in tools if named is None or t["function"]["name"] == named]
         req.forced_regex = tool_call_regex(chosen, fmt)

@@ -24,11 +24,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--state-memory-mb", type=int, help="state budget in MiB (default DEEPINFER_STATE_MEMORY_MB)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--allowed-local-media-path", metavar="DIR",
+                   help="chat image_url parts may name image files inside DIR (default: data: URLs only)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     args = p.parse_args(list(argv))
     if bool(args.model) == bool(args.model_pos):
         p.error("give the model once: deepinfer serve MODEL or --model MODEL")
     args.model = args.model or args.model_pos
+    if args.allowed_local_media_path is not None and not os.path.isdir(args.allowed_local_media_path):
+        p.error(f"--allowed-local-media-path {args.allowed_local_media_path}: not a folder")
     return args
 
 
@@ -62,7 +66,8 @@ def main(argv: Sequence[str]) -> int:
         return 1
     engine = AsyncEngine(llm)
     name = args.served_model_name or args.model
-    app = build_app(engine, name, chat_format(llm.model_dir, llm._engine.has_tokenizer()), api_key=args.api_key)
+    app = build_app(engine, name, chat_format(llm.model_dir, llm._engine.has_tokenizer()), api_key=args.api_key,
+                    allowed_local_media_path=args.allowed_local_media_path)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     finally:

@@ -23,6 +23,7 @@ class AsyncEngine:
         self._core = llm._engine
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._lock = threading.Lock()  # guards _streams and _aborting
+        self._add_lock = threading.Lock()  # add_off_loop: one vision-tower run at a time
         self._aborting: set[str] = set()  # aborted, not yet reported finished
         self._wake = threading.Event()
         self._stop = False
@@ -34,20 +35,42 @@ class AsyncEngine:
         self._thread = threading.Thread(target=self._loop, name="deepinfer-engine", daemon=True)
         self._thread.start()
 
+    async def add_off_loop(self, request_id: str, prompt: dict, params: SamplingParams,
+                           queue: asyncio.Queue) -> None:
+        """add() on a worker thread, for prompts with images: the vision tower runs inside the engine's
+        add_request, and the event loop keeps streaming the other requests meanwhile. One at a time; a
+        cancelled caller still waits for the add, then aborts it, so no request is left unread."""
+        loop = asyncio.get_running_loop()
+        task = loop.run_in_executor(None, self._add_serialized, request_id, prompt, params, queue, loop)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            try:
+                await task
+            except ValueError:
+                raise asyncio.CancelledError from None
+            self.abort(request_id)
+            raise
+
+    def _add_serialized(self, *args) -> None:
+        with self._add_lock:
+            self.add(*args)
+
     def add(self, request_id: str, prompt: dict, params: SamplingParams,
-            queue: Optional[asyncio.Queue] = None) -> asyncio.Queue:
-        """Queues a request; its raw outputs (cumulative dicts) arrive on the queue (a new one, or
+            queue: Optional[asyncio.Queue] = None, loop: Optional[asyncio.AbstractEventLoop] = None) -> asyncio.Queue:
+        """Queues a request (prompt: {"prompt": text} or {"prompt_token_ids": [...]}, with "images": the
+        image files of its placeholders); its raw outputs (cumulative dicts) arrive on the queue (a new one, or
         the one given, shared by several requests), the last one with finished=True. Raises
         ValueError for a request the engine refuses."""
         queue = queue if queue is not None else asyncio.Queue()
         with self._lock:
             if request_id in self._streams:
                 raise ValueError(f"request id '{request_id}' is already running")
-            self._streams[request_id] = (asyncio.get_running_loop(), queue)
+            self._streams[request_id] = (loop or asyncio.get_running_loop(), queue)
         try:
             text = prompt.get("prompt", "") or ""
             ids = [int(t) for t in prompt.get("prompt_token_ids", [])]
-            self._core.add_request(text, ids, params._to_core(), request_id)
+            self._core.add_request(text, ids, params._to_core(), request_id, prompt.get("images", []))
         except BaseException:
             with self._lock:
                 self._streams.pop(request_id, None)
