@@ -36,6 +36,9 @@ for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test paralle
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
+# The goldens twice: with DEEPINFER_FP8_GEMM=exact every op gives the CPU's bits but the transcendentals
+# (the model code on the GPU against the reference), then with the tensor-core GEMM (the default).
+DEEPINFER_FP8_GEMM=exact run test_v41_goldens-cuda-exact "$(find_bin test_v41_goldens)"
 for t in test_v41_goldens test_v41_image_tokens speculation_v41_test test_vision_logits test_vision_engine \
          test_v41_dummy_weights; do
   run "$t-cuda" "$(find_bin $t)"
@@ -45,7 +48,8 @@ done
 DEEPINFER_BATCH_INVARIANT=1 run test_v41_rollback_and_batching-cuda-invariant "$(find_bin test_v41_rollback_and_batching)"
 "$(find_bin test_v41_rollback_and_batching)" >"$out/rollback-cuda-default.log" 2>&1
 echo "rollback/batching bit equality with the default (split-K) plan: exit $? (informative)"
-grep -hE '^\[v41\]' "$out"/test_v41_goldens-cuda.log | head -60
+grep -hE '^\[v41\] .*(prefill|decode|greedy)' "$out"/test_v41_goldens-cuda-exact.log | sed 's/^/exact: /' | head -40
+grep -hE '^\[v41\] .*(prefill|decode|greedy)' "$out"/test_v41_goldens-cuda.log | sed 's/^/tensor: /' | head -40
 if command -v compute-sanitizer >/dev/null; then
   run memcheck-rollback timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$(find_bin test_v41_rollback_and_batching)" --gtest_filter='*Truncate*:*truncate*'

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 
@@ -258,8 +259,9 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
 // `--load-format dummy` runs at the released shapes (spec §1.4): the Flash dims, 384 experts top-6, the
 // layer roles in the released order (2 dense-window layers, ratio-2 layers, ratio-1 layers; the first
 // of each kind a KV source, every 4th ratio-1 layer an index source as in layers 20..36), Engram on
-// layer 1 and one ratio-2 layer, 3 DSpark stages on the last three layers. Engram tables are cut to 4M
-// rows (the released 384M rows are 98 GB each; a lookup reads the same bytes per token either way).
+// layer 1 and one ratio-2 layer, 3 DSpark stages on the last three layers. Engram tables are cut to ~4M
+// rows (engram_vocab_size 166,667 instead of 16M: the released 384M rows are 98 GB each; a lookup reads
+// the same bytes per token either way).
 void write_flash_config(const fs::path& out, int64_t layers, const fs::path& tok_dir, const fs::path& tok_file) {
   check(layers >= 6, "make-demo-model: --flash-layers needs at least 6 layers (got ", layers, ")");
   auto tok = tokenizer::Tokenizer::load(tok_file.string());
@@ -283,11 +285,15 @@ void write_flash_config(const fs::path& out, int64_t layers, const fs::path& tok
       {"compress_rope_theta", 160000.0}, {"kv_source_layer_ids", {2, first1}}, {"index_source_layer_ids", index},
       {"index_n_heads", 32}, {"index_head_dim", 128}, {"index_topk", 512}, {"candidate_source_layer_id", first1},
       {"candidate_topk_blocks", 2048}, {"candidate_block_size", 8}, {"hc_mult", 4}, {"hc_sinkhorn_iters", 20},
-      {"hc_eps", 1e-6}, {"engram_layer_ids", {1, 2 + n2 / 2}}, {"engram_num_embeddings", {4000037, 4000133}},
-      {"engram_max_ngram_size", 4}, {"engram_vocab_size", 16000000}, {"engram_n_heads", 8},
+      {"hc_eps", 1e-6}, {"engram_layer_ids", {1, 2 + n2 / 2}}, {"engram_max_ngram_size", 4},
+      {"engram_vocab_size", 166667}, {"engram_n_heads", 8},
       {"engram_head_dim", 256}, {"num_nextn_predict_layers", 3}, {"dspark_block_size", 5},
       {"dspark_target_layer_ids", {layers - 3, layers - 2, layers - 1}}, {"dspark_markov_rank", 256},
       {"dspark_n_routed_experts", 128}, {"dspark_num_experts_per_tok", 3}};
+  const std::vector<int64_t> primes = model::engram_primes(166667, 8, 4, 2);
+  const auto half = static_cast<std::ptrdiff_t>(primes.size() / 2);
+  text["engram_num_embeddings"] = {std::accumulate(primes.begin(), primes.begin() + half, int64_t{0}),
+                                   std::accumulate(primes.begin() + half, primes.end(), int64_t{0})};
   if (vocab > 128799) text["dspark_noise_token_id"] = 128799;
   if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
   if (tok.bos_id()) text["bos_token_id"] = *tok.bos_id();

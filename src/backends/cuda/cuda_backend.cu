@@ -683,6 +683,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // CUBLAS_TF32_TENSOR_OP_MATH would), so linear() stays a true fp32 GEMM.
   check_cublas(cublasSetMathMode(impl_->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   impl_->batch_invariant = env_bool("DEEPINFER_BATCH_INVARIANT");
+  const std::string gemm = env_string("DEEPINFER_FP8_GEMM");
+  check(gemm == "tensor" || gemm == "exact", "DEEPINFER_FP8_GEMM = '", gemm, "': not tensor or exact");
+  impl_->exact_gemm = gemm == "exact";
 }
 
 CudaBackend::~CudaBackend() {

@@ -4,7 +4,8 @@
 // (kernels/fp8_gemm.h) writes bf16, widened into y. It needs the weight's scales as UE8M0 bytes
 // (QWeight::scale_ue8m0), k % 128 == 0, act_block equal to the weight's block (32 or 128; MXFP4: 32) and
 // n even (MXFP4: n % 128 == 0). Anything else (small test models, fp32 scales) takes the exact path:
-// the weight dequantized into scratch and the CPU reference's order, bitwise the CPU's.
+// the weight dequantized into scratch and the CPU reference's order, bitwise the CPU's; so does every
+// shape under DEEPINFER_FP8_GEMM=exact (verification against the goldens).
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/kernels/fp8_gemm.h"
 #include "ops/ops.h"
@@ -52,7 +53,7 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   const bool stored = w.type != ops::WeightType::kF32;
   check(!stored || w.block > 0, "cuda linear_quant: a stored weight needs its scale block");
   check(w.type != ops::WeightType::kMxfp4 || w.k % 32 == 0, "cuda linear_quant: MXFP4 needs k % 32 == 0");
-  if (stored && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+  if (stored && !impl_->exact_gemm && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     const bool fp4 = w.type == ops::WeightType::kMxfp4;
     const int blk = fp4 ? 32 : static_cast<int>(w.block);
     const int64_t ld_as = static_cast<int64_t>(round_up(m, 16));

@@ -47,6 +47,23 @@ std::vector<int64_t> engram_multipliers(int64_t layer, int64_t vocab, int64_t ma
   return m;
 }
 
+std::vector<int64_t> engram_primes(int64_t vocab_size, int64_t n_heads, int64_t max_ngram, int64_t layers) {
+  std::vector<int64_t> primes;
+  std::set<int64_t> seen;  // distinct across heads, n-gram sizes and layers
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t n = 0; n < max_ngram - 1; ++n) {
+      int64_t current = vocab_size - 1;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        int64_t cand = current + 1;
+        while (!is_prime(cand) || seen.count(cand)) ++cand;
+        seen.insert(cand);
+        current = cand;
+        primes.push_back(cand);
+      }
+    }
+  return primes;
+}
+
 EngramHasher::EngramHasher(const V41Config& c, std::vector<int64_t> token_map, int64_t compressed_size)
     : layer_ids_(c.engram_layer_ids), token_map_(std::move(token_map)), max_ngram_(c.engram_max_ngram_size),
       n_heads_(c.engram_n_heads) {
@@ -55,23 +72,15 @@ EngramHasher::EngramHasher(const V41Config& c, std::vector<int64_t> token_map, i
         " (every hash would be wrong)");
   check(c.engram_pad_id >= 0 && c.engram_pad_id < static_cast<int64_t>(token_map_.size()), "engram: pad id out of range");
   pad_ = token_map_[c.engram_pad_id];
-  std::set<int64_t> seen;
+  primes_ = engram_primes(c.engram_vocab_size, n_heads_, max_ngram_, static_cast<int64_t>(layer_ids_.size()));
+  const int64_t per_layer = (max_ngram_ - 1) * n_heads_;
   for (size_t li = 0; li < layer_ids_.size(); ++li) {
-    int64_t running = 0, sum = 0;
-    for (int64_t n = 0; n < max_ngram_ - 1; ++n) {
-      int64_t current = c.engram_vocab_size - 1;
-      for (int64_t h = 0; h < n_heads_; ++h) {
-        int64_t cand = current + 1;
-        while (!is_prime(cand) || seen.count(cand)) ++cand;
-        seen.insert(cand);
-        current = cand;
-        primes_.push_back(cand);
-        offsets_.push_back(running);
-        running += cand;
-        sum += cand;
-      }
+    int64_t running = 0;
+    for (int64_t i = 0; i < per_layer; ++i) {
+      offsets_.push_back(running);
+      running += primes_[li * per_layer + i];
     }
-    check(sum == c.engram_num_embeddings[li], "engram: the primes of layer ", layer_ids_[li], " sum to ", sum,
+    check(running == c.engram_num_embeddings[li], "engram: the primes of layer ", layer_ids_[li], " sum to ", running,
           " but engram_num_embeddings says ", c.engram_num_embeddings[li]);
     auto m = engram_multipliers(layer_ids_[li], compressed_size, max_ngram_);
     multipliers_.insert(multipliers_.end(), m.begin(), m.end());

@@ -20,6 +20,10 @@ std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& 
 // (int64max // compressed_vocab) // 2, max_ngram, int64) * 2 + 1, computed (numpy_rng.h).
 std::vector<int64_t> engram_multipliers(int64_t layer, int64_t compressed_vocab, int64_t max_ngram);
 
+// The bucket primes of every Engram layer, [layer][ngram-1][head]: for each n-gram size the primes above
+// vocab_size - 1, distinct across all of them; a layer's table has their sum rows (engram_num_embeddings).
+std::vector<int64_t> engram_primes(int64_t vocab_size, int64_t n_heads, int64_t max_ngram, int64_t layers);
+
 class EngramHasher {
  public:
   static constexpr int64_t kDead = -1;
