@@ -54,7 +54,7 @@ bool StateManager::snapshot(int64_t id, std::span<const int32_t> prefix) {
   const int64_t n = static_cast<int64_t>(prefix.size());
   model::SequenceState* live = state(id);
   check(live->length() == n, "internal: snapshot of sequence ", id, " at ", n, ", its state is at ", live->length());
-  if (prefix_->has_snapshot(prefix)) return true;
+  if (prefix_->has_snapshot(prefix)) return false;
   const int64_t blocks = blocks_for(n);
   if (!fits(blocks)) return false;
   std::shared_ptr<model::SequenceState> snap = model_.new_sequence();

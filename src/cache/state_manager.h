@@ -40,7 +40,7 @@ class StateManager {
   void enable_prefix_cache(int64_t block_tokens);
   PrefixCache* prefix_cache() const { return prefix_.get(); }  // null when off
   // Keeps a snapshot of sequence id's state, whose length must be prefix.size(); false (nothing kept)
-  // when the budget has no room for it even after evicting older snapshots.
+  // when the cache has one already or the budget has no room for it even after evicting older ones.
   bool snapshot(int64_t id, std::span<const int32_t> prefix);
   // Sequence id's state becomes a copy of `snap` (call when no forward is in flight).
   void restore(int64_t id, const model::SequenceState& snap);

@@ -116,6 +116,11 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
       worker_(std::make_unique<Worker>(options_.async_scheduling && !options_.speculative)) {
   if (options_.batch_invariant) model_->set_batch_invariant(true);
   check(options_.prefix_block_tokens > 0, "prefix_block_tokens must be positive, got ", options_.prefix_block_tokens);
+  // Batch-invariant chunks end at multiples of the invariant chunk; a cached prefix must end on one too.
+  check(!options_.prefix_caching || !options_.batch_invariant ||
+            options_.prefix_block_tokens % scheduler_.config().invariant_chunk == 0,
+        "prefix_block_tokens = ", options_.prefix_block_tokens, " must be a multiple of ",
+        scheduler_.config().invariant_chunk, " in batch-invariant mode (or turn prefix caching off)");
   // A model whose states cannot be copied (DeepSeek-V4) runs with prefix caching off.
   if (options_.prefix_caching && model_->can_copy_states()) states_.enable_prefix_cache(options_.prefix_block_tokens);
   options_.prefix_caching = prefix_caching();

@@ -175,5 +175,14 @@ TEST(PrefixCacheV41, PromptLogprobsRequestsComputeTheirWholePrompt) {
   ASSERT_EQ(got.at("p0").prompt_logprobs.size(), want.at("p0").prompt_logprobs.size());
 }
 
+TEST(PrefixCacheV41, BatchInvariantModeNeedsBlocksOnItsChunkGrid) {
+  EngineOptions o = opts(true);
+  o.batch_invariant = true;  // chunks end at multiples of 64
+  EXPECT_THROW(Driver{o}, Error);
+  o.prefix_block_tokens = 128;
+  Driver ok(o);
+  EXPECT_TRUE(ok.engine.prefix_caching());
+}
+
 }  // namespace
 }  // namespace deepinfer::engine
