@@ -75,3 +75,7 @@ def test_server_reports_cached_tokens(server):
     warm = complete(server, body)
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == 128  # 149 // 64 * 64
     assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
+    with urllib.request.urlopen(server + "/metrics", timeout=60) as r:
+        text = r.read().decode()
+    hits = [line for line in text.splitlines() if line.startswith("deepinfer_engine_prefix_cached_tokens_total ")]
+    assert hits and float(hits[0].split()[1]) >= 128
