@@ -135,6 +135,11 @@ TEST(PrefixCacheV41, TinyBudgetEvictsSnapshotsAndStaysCorrect) {
   EXPECT_GT(st.prefix_evictions, 0);
   EXPECT_GT(st.prefix_hits, 0);
   EXPECT_LE(st.prefix_cached_blocks, o.num_state_blocks);
+  // idle: no sequence holds state; the pool holds the snapshots' blocks and nothing else
+  EXPECT_EQ(st.state_blocks_reserved, 0);
+  EXPECT_EQ(st.live_states, 0);
+  EXPECT_GT(st.state_blocks_allocated, 0);
+  EXPECT_LE(st.state_blocks_allocated, st.prefix_cached_blocks);
 }
 
 TEST(PrefixCacheV41, SpeculationAndRollbackLeaveSharedRowsIntact) {
