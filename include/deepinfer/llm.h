@@ -49,6 +49,9 @@ struct EngineConfig {
   uint64_t seed = 0;                      // seeds requests that have no seq_seed
   std::vector<int32_t> eos_token_ids;     // default: config.json's eos_token_id
   SpeculativeConfig speculative;
+  // Prefix caching: requests sharing a prompt prefix reuse its model state (docs/prefix_caching.md).
+  std::optional<bool> enable_prefix_caching;  // default: on (off for models that cannot copy states)
+  int64_t prefix_block_tokens = 0;        // tokens per cache block; 0: 64
 };
 
 struct Prompt {

@@ -50,6 +50,7 @@ struct SpeculativeMetrics {
 
 struct RequestMetrics {
   SpeculativeMetrics speculative;
+  int64_t num_cached_tokens = 0;          // prompt tokens whose state came from the prefix cache
 };
 
 struct RequestOutput {

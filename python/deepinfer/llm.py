@@ -85,7 +85,10 @@ class LLM:
     speculative (DSpark drafting with lossless verification, V4.1 checkpoints: True, a draft count K, or
     {"num_draft_tokens": K, "schedule": "confidence" | "fixed"}; default: on when
     DEEPINFER_ENABLE_MTP_VARLEN=1; see speculative_config()), load_format ("auto", or "dummy": random
-    weights in the released formats from config.json alone, for benchmarks; default DEEPINFER_LOAD_FORMAT).
+    weights in the released formats from config.json alone, for benchmarks; default DEEPINFER_LOAD_FORMAT),
+    enable_prefix_caching (default True: requests sharing a prompt prefix reuse its model state; models
+    that cannot copy their states, DeepSeek-V4, run without; docs/prefix_caching.md) and
+    prefix_block_tokens (tokens per cache block, default 64).
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
@@ -96,6 +99,7 @@ class LLM:
                  num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
                  allow_long_max_model_len: bool = False,
                  speculative: Union[bool, int, dict, None] = None, load_format: Optional[str] = None,
+                 enable_prefix_caching: Optional[bool] = None, prefix_block_tokens: Optional[int] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -105,7 +109,8 @@ class LLM:
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
                       allow_long_max_model_len=allow_long_max_model_len,
-                      speculative=speculative_config(speculative), load_format=load_format)
+                      speculative=speculative_config(speculative), load_format=load_format,
+                      enable_prefix_caching=enable_prefix_caching, prefix_block_tokens=prefix_block_tokens)
         if not isinstance(model, str):
             raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})

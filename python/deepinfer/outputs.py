@@ -54,6 +54,7 @@ class SpeculativeMetrics:
 @dataclass
 class RequestMetrics:
     speculative: SpeculativeMetrics = field(default_factory=SpeculativeMetrics)
+    num_cached_tokens: int = 0  # prompt tokens whose state came from the prefix cache
 
 
 @dataclass
@@ -96,5 +97,6 @@ def _from_core(d: dict, want_logprobs: bool, want_prompt_logprobs: bool, decode)
         outputs=outs,
         finished=d["finished"],
         error=d["error"] or None,
-        metrics=RequestMetrics(SpeculativeMetrics(**d["speculative"])) if "speculative" in d else None,
+        metrics=RequestMetrics(SpeculativeMetrics(**d["speculative"]), d.get("num_cached_tokens", 0))
+        if "speculative" in d else None,
     )

@@ -17,7 +17,7 @@ bool StateManager::reserve(int64_t id, int64_t tokens) {
   auto it = seqs_.find(id);
   int64_t have = it == seqs_.end() ? 0 : it->second.blocks;
   int64_t need = blocks_for(tokens) - have;
-  if (need > 0 && total_blocks_ > 0 && used_blocks_ + need > total_blocks_) return false;
+  if (need > 0 && !fits(need)) return false;
   if (it == seqs_.end()) {
     Entry e;
     if (!spare_.empty()) {
@@ -34,6 +34,36 @@ bool StateManager::reserve(int64_t id, int64_t tokens) {
   }
   return true;
 }
+
+bool StateManager::fits(int64_t more) {
+  if (total_blocks_ <= 0) return true;
+  while (used_blocks() + more > total_blocks_) {
+    if (!prefix_ || prefix_->evict_one() == 0) return false;
+    ++evictions_;
+  }
+  return true;
+}
+
+void StateManager::enable_prefix_cache(int64_t block_tokens) {
+  check(model_.can_copy_states(), "prefix caching: this model's states cannot be copied");
+  prefix_ = std::make_unique<PrefixCache>(block_tokens);
+}
+
+bool StateManager::snapshot(int64_t id, std::span<const int32_t> prefix) {
+  check(prefix_ != nullptr, "internal: prefix caching is off");
+  const int64_t n = static_cast<int64_t>(prefix.size());
+  model::SequenceState* live = state(id);
+  check(live->length() == n, "internal: snapshot of sequence ", id, " at ", n, ", its state is at ", live->length());
+  if (prefix_->has_snapshot(prefix)) return false;
+  const int64_t blocks = blocks_for(n);
+  if (!fits(blocks)) return false;
+  std::shared_ptr<model::SequenceState> snap = model_.new_sequence();
+  snap->copy_from(*live);
+  prefix_->insert(prefix, std::move(snap), blocks);
+  return true;
+}
+
+void StateManager::restore(int64_t id, const model::SequenceState& snap) { state(id)->copy_from(snap); }
 
 void StateManager::release(int64_t id) {
   auto it = seqs_.find(id);

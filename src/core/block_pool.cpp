@@ -62,16 +62,33 @@ void* BlockPool::allocate() {
   } else {
     check(next_ < reserved_blocks_, "state memory exhausted: the arena's ", reserved_blocks_, " blocks are in use");
     block = base_ + next_++ * block_bytes_;
+    refs_.push_back(0);
   }
+  refs_[index(block)] = 1;
   ++used_;
   memory_->zero(block, block_bytes_);
   return block;
 }
 
+void BlockPool::retain(void* block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t& r = refs_[index(block)];
+  check(r > 0, "internal: retain of a free state block");
+  ++r;
+}
+
 void BlockPool::release(void* block) {
   std::lock_guard<std::mutex> lock(mu_);
+  int32_t& r = refs_[index(block)];
+  check(r > 0, "internal: release of a free state block");
+  if (--r > 0) return;
   free_.push_back(block);
   --used_;
+}
+
+int32_t BlockPool::refs(const void* block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_[index(block)];
 }
 
 }  // namespace deepinfer

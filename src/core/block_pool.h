@@ -2,7 +2,9 @@
 // all per-sequence model state lives at addresses base() + i * block_bytes(). Because of that, an op
 // can read any sequence's state rows through plain row indices relative to base() (no per-step copy
 // into a fresh pool), and the same layout maps onto one device allocation. The pool is sized by the
-// state-memory budget; blocks freed by a finished or preempted sequence are reused. Thread-safe.
+// state-memory budget; blocks freed by a finished or preempted sequence are reused. Blocks are
+// reference-counted so that a cached prefix and the sequences restored from it share its append-only
+// rows (docs/prefix_caching.md). Thread-safe.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +30,12 @@ class BlockPool {
   int64_t capacity() const { return capacity_; }
   int64_t used() const;
   DeviceMemory& memory() const { return *memory_; }
-  // A zero-filled block; throws deepinfer::Error when the capacity is spent (callers reserve first).
+  // A zero-filled block with one reference; throws deepinfer::Error when the capacity is spent
+  // (callers reserve first).
   void* allocate();
-  void release(void* block);
+  void retain(void* block);        // one more reference
+  void release(void* block);       // one reference less; the block is free at none
+  int32_t refs(const void* block) const;
 
   // The arena's first byte: every block lies in [base(), base() + reserved_blocks() * block_bytes()).
   std::byte* base() const { return base_; }
@@ -51,6 +56,8 @@ class BlockPool {
   mutable std::mutex mu_;
   int64_t used_ = 0, next_ = 0;  // blocks in use; blocks ever handed out (the high-water mark)
   std::vector<void*> free_;
+  std::vector<int32_t> refs_;  // per block index below next_
+  int64_t index(const void* block) const { return (static_cast<const std::byte*>(block) - base_) / block_bytes_; }
 };
 
 }  // namespace deepinfer

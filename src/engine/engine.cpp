@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <span>
 #include <thread>
 
 #include "core/env.h"
@@ -22,6 +23,9 @@ EngineOptions resolve_options(const EngineConfig& c) {
   o.async_scheduling = c.async_scheduling.value_or(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
   o.batch_invariant = c.batch_invariant.value_or(env_bool("DEEPINFER_BATCH_INVARIANT"));
   o.seed = c.seed;
+  o.prefix_caching = c.enable_prefix_caching.value_or(true);
+  check(c.prefix_block_tokens >= 0, "prefix_block_tokens must be positive (0: the default), got ", c.prefix_block_tokens);
+  if (c.prefix_block_tokens > 0) o.prefix_block_tokens = c.prefix_block_tokens;
   o.eos_token_ids = c.eos_token_ids;
   if (c.max_model_len > 0) o.max_model_len = c.max_model_len;
   o.max_logprobs = c.max_logprobs;
@@ -111,6 +115,15 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
                  states_),
       worker_(std::make_unique<Worker>(options_.async_scheduling && !options_.speculative)) {
   if (options_.batch_invariant) model_->set_batch_invariant(true);
+  check(options_.prefix_block_tokens > 0, "prefix_block_tokens must be positive, got ", options_.prefix_block_tokens);
+  // Batch-invariant chunks end at multiples of the invariant chunk; a cached prefix must end on one too.
+  check(!options_.prefix_caching || !options_.batch_invariant ||
+            options_.prefix_block_tokens % scheduler_.config().invariant_chunk == 0,
+        "prefix_block_tokens = ", options_.prefix_block_tokens, " must be a multiple of ",
+        scheduler_.config().invariant_chunk, " in batch-invariant mode (or turn prefix caching off)");
+  // A model whose states cannot be copied (DeepSeek-V4) runs with prefix caching off.
+  if (options_.prefix_caching && model_->can_copy_states()) states_.enable_prefix_cache(options_.prefix_block_tokens);
+  options_.prefix_caching = prefix_caching();
   init_speculation();
 }
 
@@ -275,12 +288,26 @@ void Engine::launch(std::unique_ptr<Job> job) {
   // No forward is in flight when a job launches: states released by scheduling (preemption) give
   // their pool blocks back now, before this forward allocates the blocks reserved in their place.
   states_.recycle();
+  // Sequences admitted after a cached prefix get its state now (nothing else reads or writes states).
+  int64_t restored = 0, hits = 0;
+  for (const ScheduledChunk& ch : job->chunks) {
+    Sequence& seq = *ch.seq;
+    if (!seq.restore_from) continue;
+    states_.restore(seq.id, *seq.restore_from);
+    seq.restore_from.reset();
+    restored += ch.start;
+    ++hits;
+  }
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
   runner_.fill(job->chunks, b);
   update_stats([&](EngineStats& st) {
     ++st.steps;
     st.forward_tokens += static_cast<int64_t>(b.token_ids.size());
+    st.prefix_cached_tokens += restored;
+    st.prefix_hits += hits;
+    st.prefix_cached_blocks = states_.cached_blocks();
+    st.prefix_evictions = states_.evictions();
   });
   inflight_ = std::move(job);
   Job* j = inflight_.get();
@@ -371,6 +398,26 @@ void Engine::recover_from_failure(Job& failed, Job* next) {
   }
 }
 
+void Engine::take_snapshots(const Job& job) {
+  if (!prefix_caching()) return;
+  int64_t taken = 0;
+  for (const ScheduledChunk& ch : job.chunks) {
+    Sequence& seq = *ch.seq;
+    std::vector<int64_t>& at = seq.snapshot_at;
+    if (at.empty() || seq.finished() || !states_.holds(seq.id)) continue;
+    const int64_t len = states_.state(seq.id)->length();
+    while (!at.empty() && at.front() < len) at.erase(at.begin());  // (passed: not a chunk end)
+    if (at.empty() || at.front() != len) continue;
+    at.erase(at.begin());
+    taken += states_.snapshot(seq.id, std::span<const int32_t>(seq.tokens).first(len));
+  }
+  update_stats([&](EngineStats& st) {
+    st.prefix_snapshots += taken;
+    st.prefix_cached_blocks = states_.cached_blocks();
+    st.prefix_evictions = states_.evictions();
+  });
+}
+
 void Engine::finish(Sequence& seq, const std::string& reason) {
   seq.status = SeqStatus::Finished;
   seq.out.finish_reason = reason;
@@ -439,6 +486,7 @@ RequestOutput Engine::make_output(const Request& req) const {
     c.token_ids.assign(s->tokens.begin() + s->prompt_len(), s->tokens.end());
     o.outputs.push_back(std::move(c));
     add_metrics(o.metrics.speculative, s->spec);
+    o.metrics.num_cached_tokens = std::max(o.metrics.num_cached_tokens, s->cached_tokens);
   }
   o.finished = req.finished();
   o.error = req.error;
@@ -525,6 +573,7 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
       next.reset();
     } else {
       resolve(*done);
+      take_snapshots(*done);  // before the next forward moves the states on
     }
     // Safe point: no forward in flight, so released states can be reset.
     states_.recycle();
@@ -548,7 +597,8 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
   }
   if (!inflight_) states_.recycle();  // states released by this step give their blocks back now
   update_stats([&](EngineStats& st) {
-    st.state_blocks_reserved = states_.used_blocks();
+    st.state_blocks_reserved = states_.sequence_blocks();
+    st.prefix_cached_blocks = states_.cached_blocks();
     st.state_blocks_allocated = states_.pool_blocks();
     st.live_states = states_.num_states();
   });

@@ -44,6 +44,9 @@ struct EngineOptions {
   std::vector<double> step_costs;         // seconds of 1, 2, 4, ... tokens; empty: measured at start-up
   std::shared_ptr<spec::Drafter> drafter; // default: the model's DSpark head
   bool log_speculation = false;           // each step's verify budget to stderr
+  // Prefix caching (docs/prefix_caching.md): on unless turned off or the model cannot copy its states.
+  bool prefix_caching = true;
+  int64_t prefix_block_tokens = 64;       // tokens per cache block
 };
 
 // Reads the DEEPINFER_* defaults and applies the config's explicit values on top.
@@ -61,7 +64,14 @@ struct EngineStats {
   int64_t draft_tokens_verified = 0;      // speculative: over all steps
   int64_t draft_tokens_accepted = 0;
   int64_t last_verify_budget = 0;         // draft tokens the last step verified
-  // State held after the last step (all three return to 0 when the engine is idle: nothing leaks).
+  int64_t prefix_cached_tokens = 0;       // prompt tokens restored from the prefix cache
+  int64_t prefix_hits = 0;                // sequences restored from it
+  int64_t prefix_snapshots = 0;           // snapshots taken
+  int64_t prefix_evictions = 0;           // snapshots evicted for room
+  int64_t prefix_cached_blocks = 0;       // state blocks the snapshots hold now
+  // State held after the last step. Reserved and live states return to 0 when the engine is idle
+  // (nothing leaks); allocated too, but for the blocks prefix-cache snapshots hold (at most
+  // prefix_cached_blocks, which counts shared blocks once per snapshot).
   int64_t state_blocks_reserved = 0;      // blocks the scheduler reserved for live sequences
   int64_t state_blocks_allocated = 0;     // blocks the pool has handed out
   int64_t live_states = 0;                // sequences holding a state
@@ -95,6 +105,7 @@ class Engine {
   void return_outputs(std::vector<RequestOutput> outs);
 
   const EngineOptions& options() const { return options_; }
+  bool prefix_caching() const { return states_.prefix_cache() != nullptr; }
   int64_t state_block_bytes() const { return model_->state_block_bytes(); }
   const TextCodec* codec() const { return codec_.get(); }
   model::CausalLM& model() { return *model_; }
@@ -114,6 +125,7 @@ class Engine {
   void process(Job& job);                 // stops, detokenization, finishes (overlaps the next forward)
   void recover_from_failure(Job& failed, Job* next);
   void finish(Sequence& seq, const std::string& reason);
+  void take_snapshots(const Job& job);    // prefix caching: states that reached a snapshot point
   // Why the sequence ends at its token end-1 ("" = it goes on); detokenizes up to it.
   std::string stop_reason(Sequence& seq, size_t end, bool last);
   // Speculative decoding (speculation.cpp): set up, choose the drafts each decode verifies, verify one

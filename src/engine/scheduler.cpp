@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 namespace deepinfer::engine {
 
@@ -13,7 +14,35 @@ void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   states_.release(seq->id);
+  forget_prefix(*seq);
   end_isolation(seq);
+}
+
+void Scheduler::forget_prefix(Sequence& seq) {
+  seq.restore_from.reset();
+  seq.snapshot_at.clear();
+}
+
+void Scheduler::plan_prefix(Sequence& seq) {
+  cache::PrefixCache* pc = states_.prefix_cache();
+  forget_prefix(seq);
+  // Image rows are not in the tokens' names; prompt logprobs need every prompt position computed.
+  if (!pc || !seq.request->embed_positions.empty() || seq.request->params.prompt_logprobs) return;
+  const int64_t B = pc->block_tokens();
+  // the last prompt token is always computed (its logits give the first sample)
+  const int64_t limit = std::min<int64_t>(seq.prompt_len(), static_cast<int64_t>(seq.tokens.size())) - 1;
+  std::span<const int32_t> tokens(seq.tokens);
+  cache::PrefixCache::Match m = pc->match(tokens, limit);
+  if (m.state) {
+    seq.num_computed = m.tokens;
+    seq.restore_from = std::move(m.state);
+  }
+  // Snapshot where an earlier prompt diverged from this one (the next prompt sharing the prefix hits
+  // it) and at the prompt's last block boundary (a prompt repeated or continued hits it).
+  for (int64_t at : {m.known, limit / B * B})
+    if (at > m.tokens && (seq.snapshot_at.empty() || at > seq.snapshot_at.back()) && !pc->has_snapshot(tokens.first(at)))
+      seq.snapshot_at.push_back(at);
+  pc->remember(tokens, limit);
 }
 
 void Scheduler::end_isolation(Sequence* seq) {
@@ -31,6 +60,7 @@ void Scheduler::preempt(Sequence* seq, bool isolate) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   states_.release(seq->id);
   seq->num_computed = 0;  // recomputed from the start (prompt + what it generated) on readmission
+  forget_prefix(*seq);
   seq->draft.clear();     // drafted from the state just released
   seq->status = SeqStatus::Waiting;
   waiting_.push_front(seq);
@@ -45,6 +75,11 @@ int32_t Scheduler::chunk_size(const Sequence& seq, int64_t budget) const {
   if (seq.pending > 0 && want == 1 &&
       (seq.num_output() + seq.pending >= p.max_tokens || seq.known_len() >= config_.max_model_len))
     return 0;
+  for (int64_t at : seq.snapshot_at)  // a prefill chunk ends where the state is snapshotted
+    if (at > seq.num_computed) {
+      want = std::min(want, at - seq.num_computed);
+      break;
+    }
   if (config_.batch_invariant && want > 1) {
     int64_t c = config_.invariant_chunk;
     want = std::min<int64_t>(want, c - seq.num_computed % c);
@@ -109,13 +144,21 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
 
   while (!waiting_.empty() && budget > 0 && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
     Sequence* s = waiting_.front();
+    if (s->num_computed == 0) plan_prefix(*s);
     int32_t count = chunk_size(*s, budget);
     if (count > 0 && !states_.can_ever_hold(s->num_computed + count)) {
       waiting_.pop_front();
       out_of_room_.push_back(s);
+      forget_prefix(*s);
+      s->num_computed = 0;
       continue;
     }
-    if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
+    if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) {
+      if (s->restore_from) s->num_computed = 0;  // planned again when it is admitted
+      forget_prefix(*s);
+      break;
+    }
+    if (s->cached_tokens < 0) s->cached_tokens = s->restore_from ? s->num_computed : 0;
     waiting_.pop_front();
     running_.push_back(s);
     s->status = SeqStatus::Running;

@@ -2,6 +2,8 @@
 // tokens and prefill chunks alike), then waiting ones in arrival order, under a token budget and a
 // sequence cap. Room for state comes from the state manager; when it runs out, the lowest-priority
 // running sequence is preempted (its state released, recomputed when it is admitted again).
+// With prefix caching, a sequence admitted from the start begins after the longest cached prefix of
+// its prompt, and its prefill chunks end where its state is to be snapshotted (plan_prefix).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -54,6 +56,10 @@ class Scheduler {
 
  private:
   int32_t chunk_size(const Sequence& seq, int64_t budget) const;
+  // A sequence about to be admitted from position 0: the cached prefix it starts after (num_computed,
+  // restore_from) and where it is snapshotted (snapshot_at); undone by forget_prefix if not admitted.
+  void plan_prefix(Sequence& seq);
+  static void forget_prefix(Sequence& seq);
 
   SchedulerConfig config_;
   cache::StateManager& states_;

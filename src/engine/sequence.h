@@ -10,6 +10,8 @@
 #include "engine/grammar.h"
 #include "engine/text.h"
 
+namespace deepinfer::model { class SequenceState; }
+
 namespace deepinfer::engine {
 
 struct Request;
@@ -34,6 +36,12 @@ struct Sequence {
   std::vector<double> draft_confidence;
   size_t draft_for = 0;
   SpeculativeMetrics spec;
+  // Prefix caching: the snapshot its state is restored from at launch (held until then, which pins it),
+  // the prompt lengths where a prefill chunk ends so that the state is snapshotted there, and the
+  // prompt tokens its first admission took from the cache (-1: not admitted yet).
+  std::shared_ptr<const model::SequenceState> restore_from;
+  std::vector<int64_t> snapshot_at;
+  int64_t cached_tokens = -1;
 
   int64_t prompt_len() const;
   int64_t known_len() const { return static_cast<int64_t>(tokens.size()) + pending; }

@@ -9,6 +9,7 @@
 
 #include "core/block_pool.h"
 #include "core/device.h"
+#include "core/error.h"
 
 namespace deepinfer::model {
 
@@ -24,6 +25,13 @@ class SequenceState {
   // further is an error.
   virtual void truncate(int64_t length) = 0;
   virtual int64_t max_rollback() const = 0;
+  // Becomes exactly `src` (a state of the same model and pool): what is append-only is shared by
+  // reference (copy on write), the rest copied. Prefix caching keeps such copies of states at prefix
+  // boundaries and restores new sequences from them. Models whose CausalLM::can_copy_states() is
+  // false do not implement it.
+  virtual void copy_from(const SequenceState&) {
+    throw Error("this model's sequence states cannot be copied (it has no prefix caching)");
+  }
 };
 
 // One flat forward: sequence s contributes tokens token_ids[seq_start[s] .. seq_start[s+1]) at
@@ -79,6 +87,8 @@ class CausalLM {
   virtual DeviceMemory* state_memory() const { return nullptr; }
   // Batch-invariant kernels on the model's backend (for every model on that device).
   virtual void set_batch_invariant(bool on) { (void)on; }
+  // Whether its states implement SequenceState::copy_from (prefix caching needs it).
+  virtual bool can_copy_states() const { return false; }
 };
 
 // Feeds ids[cuts[0], cuts.back()) to `state` (a fresh sequence when null) in steps [cuts[i], cuts[i+1])

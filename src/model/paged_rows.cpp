@@ -31,13 +31,24 @@ float* PagedRows::append() {
   return row(rows_ - 1);
 }
 
+void PagedRows::own_tail() {
+  const int64_t last = rows_ / per_block_;
+  if (rows_ % per_block_ == 0 || last >= static_cast<int64_t>(blocks_.size()) || pool_->refs(blocks_[last]) == 1) return;
+  void* mine = pool_->allocate();
+  pool_->memory().copy(mine, blocks_[last], (rows_ % per_block_) * width_ * sizeof(float));
+  pool_->release(blocks_[last]);
+  blocks_[last] = mine;
+}
+
 void PagedRows::resize(int64_t rows) {
+  if (rows > rows_) own_tail();
   while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows) blocks_.push_back(pool_->allocate());
   for (int64_t r = rows_; r < rows; ++r) pool_->memory().zero(row(r), width_ * sizeof(float));  // reused rows
   rows_ = rows;
 }
 
 void PagedRows::extend(int64_t n) {
+  if (n > 0) own_tail();
   while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows_ + n) blocks_.push_back(pool_->allocate());
   rows_ += n;
 }
@@ -62,6 +73,28 @@ void PagedRows::copy_to(float* out) const {
     int64_t n = std::min(per_block_, rows_ - r);
     pool_->memory().download(out + r * width_, row(r), n * width_ * sizeof(float));
   }
+}
+
+void PagedRows::share_from(const PagedRows& src) {
+  if (this == &src) return;
+  clear();
+  pool_ = src.pool_;
+  width_ = src.width_;
+  per_block_ = src.per_block_;
+  for (void* b : src.blocks_) pool_->retain(b);
+  blocks_ = src.blocks_;
+  rows_ = src.rows_;
+}
+
+void PagedRows::copy_from(const PagedRows& src) {
+  if (this == &src) return;
+  clear();
+  pool_ = src.pool_;
+  width_ = src.width_;
+  per_block_ = src.per_block_;
+  extend(src.rows_);
+  for (int64_t r = 0; r < rows_; r += per_block_)
+    pool_->memory().copy(row(r), src.row(r), std::min(per_block_, rows_ - r) * width_ * sizeof(float));
 }
 
 int64_t PagedRows::blocks_for(int64_t rows, int64_t width, int64_t block_bytes) {

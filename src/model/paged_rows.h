@@ -1,5 +1,8 @@
 // A growable array of fixed-width fp32 rows stored in blocks of a BlockPool (the per-sequence state's
 // window rings, compressed rows, index keys and compressor carry). Rows never move once written.
+// share_from() makes an array that holds the same blocks by reference (a cached prefix's compressed
+// rows); a block that is shared is copied before a row is appended into it (copy on write), so the
+// rows one holder sees never change under another.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,11 +35,14 @@ class PagedRows {
   void truncate(int64_t rows);     // shrinks to `rows` rows and returns the blocks no longer needed
   void clear();                    // no rows, every block back to the pool
   void copy_to(float* out) const;  // all rows, contiguous
+  void share_from(const PagedRows& src);  // the same rows, the blocks shared by reference
+  void copy_from(const PagedRows& src);   // the same rows in blocks of its own
 
   // Blocks needed to hold `rows` rows of `width` floats in blocks of `block_bytes`.
   static int64_t blocks_for(int64_t rows, int64_t width, int64_t block_bytes);
 
  private:
+  void own_tail();                 // the partly filled last block, if shared, becomes a private copy
   BlockPool* pool_ = nullptr;
   int64_t width_ = 0, per_block_ = 1, rows_ = 0;
   std::vector<void*> blocks_;

@@ -157,6 +157,7 @@ py::dict output_to_py(const RequestOutput& o) {
   spec["verified_at"] = m.verified_at;
   spec["accepted_at"] = m.accepted_at;
   d["speculative"] = spec;
+  d["num_cached_tokens"] = o.metrics.num_cached_tokens;
   return d;
 }
 
@@ -176,6 +177,8 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "async_scheduling", c.async_scheduling, "LLM");
   get(d, "batch_invariant", c.batch_invariant, "LLM");
   get(d, "seed", c.seed, "LLM");
+  get(d, "enable_prefix_caching", c.enable_prefix_caching, "LLM");
+  get(d, "prefix_block_tokens", c.prefix_block_tokens, "LLM");
   if (d.contains("speculative") && !d["speculative"].is_none()) {  // normalized by deepinfer/llm.py
     if (!PyDict_Check(d["speculative"].ptr())) type_error("LLM.speculative", d["speculative"], "a dict");
     py::dict s = d["speculative"];
@@ -196,6 +199,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   positive("state_memory_bytes", c.state_memory_bytes, 0);
   positive("num_state_blocks", c.num_state_blocks, 1);
   positive("max_logprobs", c.max_logprobs, 0);
+  positive("prefix_block_tokens", c.prefix_block_tokens, 1);
   return c;
 }
 
@@ -322,12 +326,18 @@ PYBIND11_MODULE(_core, m) {
         d["state_blocks_reserved"] = s.state_blocks_reserved;
         d["state_blocks_allocated"] = s.state_blocks_allocated;
         d["live_states"] = s.live_states;
+        d["prefix_cached_tokens"] = s.prefix_cached_tokens;
+        d["prefix_hits"] = s.prefix_hits;
+        d["prefix_snapshots"] = s.prefix_snapshots;
+        d["prefix_evictions"] = s.prefix_evictions;
+        d["prefix_cached_blocks"] = s.prefix_cached_blocks;
         return d;
       })
       .def("options", [](LLM& llm) {
         auto& o = llm.engine().options();
         py::dict d;
         d["async_scheduling"] = o.async_scheduling;
+        d["prefix_caching"] = o.prefix_caching;
         d["batch_invariant"] = o.batch_invariant;
         d["max_num_seqs"] = o.max_num_seqs;
         d["max_num_batched_tokens"] = o.max_num_batched_tokens;

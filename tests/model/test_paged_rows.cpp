@@ -1,4 +1,5 @@
-// BlockPool and PagedRows: bounded capacity, reuse of freed blocks, rows that stay where written.
+// BlockPool and PagedRows: bounded capacity, reuse of freed blocks, rows that stay where written,
+// reference-counted blocks shared between arrays with copy on write (prefix caching).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -50,6 +51,49 @@ TEST(PagedRows, RowsSpanBlocksAndReturnThemOnClear) {
   moved.clear();
   EXPECT_EQ(pool.used(), 0);
   EXPECT_THROW(PagedRows(&pool, 65), Error);  // a row larger than a block
+}
+
+TEST(BlockPool, ABlockIsFreeWhenItsLastReferenceGoes) {
+  BlockPool pool(256, 2);
+  void* a = pool.allocate();
+  pool.retain(a);
+  EXPECT_EQ(pool.refs(a), 2);
+  pool.release(a);
+  EXPECT_EQ(pool.used(), 1);  // still held once
+  pool.release(a);
+  EXPECT_EQ(pool.used(), 0);
+  EXPECT_THROW(pool.release(a), Error);  // no reference left to drop
+}
+
+TEST(PagedRows, SharedRowsAreCopiedBeforeAnAppendTouchesThem) {
+  BlockPool pool(64 * 4, 0);  // 64 floats per block
+  PagedRows src(&pool, 24);   // 2 rows per block
+  for (int r = 0; r < 3; ++r) src.append()[0] = 10.0f + r;  // block 0 full, block 1 half
+  PagedRows shared;
+  shared.share_from(src);
+  EXPECT_EQ(pool.used(), 2);  // nothing copied yet
+  EXPECT_EQ(shared.row(2), src.row(2));
+  shared.append()[0] = 99.0f;  // into the half block: it becomes the sharer's own
+  EXPECT_EQ(pool.used(), 3);
+  EXPECT_EQ(shared.row(0), src.row(0));  // the full block stays shared
+  EXPECT_NE(shared.row(2), src.row(2));
+  EXPECT_EQ(shared.row(2)[0], 12.0f);
+  src.append()[0] = 13.0f;  // the original's half block is its own again (one reference): no copy
+  EXPECT_EQ(pool.used(), 3);
+  EXPECT_EQ(src.row(3)[0], 13.0f);
+  EXPECT_EQ(shared.row(3)[0], 99.0f);
+  src.truncate(1);  // rolls back into the shared full block, then writes there: copied first
+  src.append()[0] = -1.0f;
+  EXPECT_EQ(shared.row(1)[0], 11.0f);
+  EXPECT_EQ(src.row(1)[0], -1.0f);
+  PagedRows copy;
+  copy.copy_from(shared);  // a deep copy shares nothing
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(copy.row(r)[0], shared.row(r)[0]);
+  EXPECT_NE(copy.row(0), shared.row(0));
+  src.clear();
+  shared.clear();
+  copy.clear();
+  EXPECT_EQ(pool.used(), 0);
 }
 
 }  // namespace

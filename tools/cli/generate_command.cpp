@@ -27,6 +27,7 @@ const char* kUsage =
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
+    "                          [--no-prefix-caching]\n"
     "  --speculative: DSpark drafting (V4.1), up to K draft tokens verified per step (default\n"
     "  DEEPINFER_USE_NEXTN_DECODE); --speculative-schedule: per-request lengths from the draft confidences\n"
     "  (default with DEEPINFER_ENABLE_MTP_VARLEN=1) or a fixed K.\n"
@@ -80,6 +81,7 @@ int run_generate(const std::vector<std::string>& args) {
     if (a == "--json") { json = true; continue; }
     if (a == "--thinking") { chat_options.thinking = true; continue; }
     if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
+    if (a == "--no-prefix-caching") { config.enable_prefix_caching = false; continue; }
     if (a == "--speculative") {  // an optional count follows
       config.speculative.enabled = true;
       if (i + 1 < args.size() && !args[i + 1].empty() && std::isdigit(static_cast<unsigned char>(args[i + 1][0])))

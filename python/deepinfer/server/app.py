@@ -254,12 +254,13 @@ class _Server:
                     choices.append(choice)
             p_tok = sum(len(final[i]["prompt_token_ids"]) for i in final)
             c_tok = sum(len(c["token_ids"]) for i in final for c in final[i]["outputs"])
-            return self._ok({**head, "choices": choices, "usage": responses.usage(p_tok, c_tok)}, endpoint)
+            cached = sum(final[i]["num_cached_tokens"] for i in final)
+            return self._ok({**head, "choices": choices, "usage": responses.usage(p_tok, c_tok, cached)}, endpoint)
 
         async def events():
             sent_text: dict[tuple, int] = {}
             sent_tok: dict[tuple, int] = {}
-            p_tok = c_tok = 0
+            p_tok = c_tok = cached = 0
             async for i, d in gen:
                 self._raise_if_failed(d)
                 for c in d["outputs"]:
@@ -276,8 +277,9 @@ class _Server:
                 if d["finished"]:
                     p_tok += len(d["prompt_token_ids"])
                     c_tok += sum(len(c["token_ids"]) for c in d["outputs"])
+                    cached += d["num_cached_tokens"]
             if include_usage:
-                yield _sse({**head, "choices": [], "usage": responses.usage(p_tok, c_tok)})
+                yield _sse({**head, "choices": [], "usage": responses.usage(p_tok, c_tok, cached)})
 
         return self._streaming(events(), endpoint, ids)
 
@@ -334,7 +336,8 @@ class _Server:
                                  "logprobs": responses.chat_logprobs(c, 0, k, self.decode) if k is not None else None})
             c_tok = sum(len(c["token_ids"]) for c in final["outputs"])
             return self._ok({**head, "choices": choices,
-                             "usage": responses.usage(len(final["prompt_token_ids"]), c_tok)}, endpoint)
+                             "usage": responses.usage(len(final["prompt_token_ids"]), c_tok,
+                                                      final["num_cached_tokens"])}, endpoint)
 
         chunk_head = {**head, "object": "chat.completion.chunk"}
 
@@ -370,7 +373,8 @@ class _Server:
                         yield chunk(j, {}, finish_reason(c, parsed))
                 if d["finished"] and include_usage:
                     c_tok = sum(len(c["token_ids"]) for c in d["outputs"])
-                    yield _sse({**chunk_head, "choices": [], "usage": responses.usage(len(d["prompt_token_ids"]), c_tok)})
+                    yield _sse({**chunk_head, "choices": [],
+                                "usage": responses.usage(len(d["prompt_token_ids"]), c_tok, d["num_cached_tokens"])})
 
         return self._streaming(events(), endpoint, ids)
 

@@ -26,6 +26,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--allowed-local-media-path", metavar="DIR",
                    help="chat image_url parts may name image files inside DIR (default: data: URLs only)")
+    p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                   help="recompute every prompt from its first token (prefix caching is on by default)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     args = p.parse_args(list(argv))
     if bool(args.model) == bool(args.model_pos):
@@ -60,7 +62,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         llm = LLM(args.model, tokenizer=args.tokenizer, seed=args.seed, max_model_len=args.max_model_len,
                   max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                  state_memory_bytes=None if args.state_memory_mb is None else args.state_memory_mb << 20)
+                  state_memory_bytes=None if args.state_memory_mb is None else args.state_memory_mb << 20,
+                  enable_prefix_caching=args.prefix_caching)
     except (ValueError, OSError) as e:
         print(f"deepinfer serve: error: {e}", file=sys.stderr)
         return 1

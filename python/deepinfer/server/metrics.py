@@ -39,8 +39,13 @@ class _EngineCollector:
         s = e.stats
         for key, doc in (("steps", "engine steps"), ("forward_tokens", "tokens through the model's forward"),
                          ("preemptions", "sequences preempted for lack of state memory"),
-                         ("failed_batches", "steps whose forward failed")):
+                         ("failed_batches", "steps whose forward failed"),
+                         ("prefix_hits", "sequences restored from the prefix cache"),
+                         ("prefix_cached_tokens", "prompt tokens restored from the prefix cache"),
+                         ("prefix_evictions", "prefix-cache snapshots evicted for state memory")):
             yield CounterMetricFamily(f"deepinfer_engine_{key}", doc, value=s.get(key, 0))
+        yield GaugeMetricFamily("deepinfer_prefix_cache_blocks", "state blocks the prefix cache holds",
+                                value=s.get("prefix_cached_blocks", 0))
         yield GaugeMetricFamily("deepinfer_engine_max_seqs_in_step", "most sequences one engine step has run",
                                 value=s.get("max_seqs_in_step", 0))
         yield CounterMetricFamily("deepinfer_prompt_tokens", "prompt tokens of finished requests", value=e.prompt_tokens)

@@ -132,6 +132,7 @@ class V41Model final : public CausalLM {
   int64_t state_blocks_for(int64_t tokens) const override;
   DeviceMemory* state_memory() const override { return &be_; }
   void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
+  bool can_copy_states() const override { return true; }
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.

@@ -67,6 +67,26 @@ void V41SequenceState::reset() {
   engram_hist.clear();
 }
 
+void V41SequenceState::copy_from(const SequenceState& other) {
+  const auto* src = dynamic_cast<const V41SequenceState*>(&other);
+  check(src != nullptr, "copy_from: not a DeepSeek-V4.1 state");
+  if (src == this) return;
+  check(src->pool_ == pool_ && src->fixed_rows == fixed_rows && src->rollback_ == rollback_ &&
+            src->sources.size() == sources.size(),
+        "copy_from: the states belong to different models or state arenas");
+  reset();
+  fixed.copy_from(src->fixed);
+  for (size_t l = 0; l < sources.size(); ++l) {
+    if (sources[l].ckv.pool_ptr()) sources[l].ckv.share_from(src->sources[l].ckv);
+    if (sources[l].ik.pool_ptr()) sources[l].ik.share_from(src->sources[l].ik);
+  }
+  engram_hist = src->engram_hist;
+  ring_from = src->ring_from;
+  last_ik_owner = src->last_ik_owner;
+  length_ = src->length_;
+  peak_ = src->peak_;
+}
+
 void V41SequenceState::truncate(int64_t length) {
   const int64_t back = length_ - length;
   check(length >= 0 && back >= 0, "truncate: length ", length, " outside [0, ", length_, "]");

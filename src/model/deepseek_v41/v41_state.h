@@ -36,6 +36,9 @@ class V41SequenceState final : public SequenceState {
     peak_ = std::max(peak_, length);
   }
   int64_t max_rollback() const override { return rollback_; }
+  // A copy of `src` at its length: compressed rows and index keys shared (append-only, copy on
+  // write), rings, carries and the Engram history copied.
+  void copy_from(const SequenceState& src) override;
   int64_t blocks() const;  // pool blocks held
   BlockPool& pool() const { return *pool_; }
 

@@ -1,0 +1,193 @@
+// Prefix caching on a real DeepSeek-V4.1 graph (the goldens' tiny-b, SWA bounded replay off as in its
+// reference): outputs with the cache are bitwise those without it (tokens, logprobs), a request whose
+// prompt starts with a cached prefix prefills only its suffix, the prefix a later prompt diverges at
+// is snapshotted for the next one, a tiny state budget evicts snapshots and stays correct, concurrent
+// requests share one snapshot, and speculative decoding (rollback on every verification) on top of
+// shared rows leaves the cached prefix intact.
+#include <gtest/gtest.h>
+
+#include "../model/v41_golden_model.h"
+#include "engine/engine.h"
+#include "engine_helpers.h"
+
+namespace deepinfer::engine {
+namespace {
+
+using testing_helpers::expect_same;
+using Outputs = std::map<std::string, RequestOutput>;
+
+constexpr int64_t kBlock = 16;
+
+EngineOptions opts(bool cache) {
+  EngineOptions o;
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = 256;
+  o.max_model_len = 1024;
+  o.prefix_caching = cache;
+  o.prefix_block_tokens = kBlock;
+  return o;
+}
+
+std::vector<int32_t> tokens(int seed, int len) {  // inside tiny-b's vocabulary, clear of its specials
+  std::vector<int32_t> p = testing_helpers::prompt_of(seed, len);
+  for (auto& t : p) t += 3;
+  return p;
+}
+
+std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+SamplingParams greedy(int max_tokens = 8) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 3;
+  return p;
+}
+
+struct Driver {
+  Engine engine;
+  explicit Driver(EngineOptions o) : engine(testing::load_v41_golden("tiny-b"), nullptr, std::move(o)) {}
+  // Runs the prompts together to the end.
+  Outputs wave(const std::vector<std::vector<int32_t>>& prompts, const std::string& tag, SamplingParams p = greedy()) {
+    for (size_t i = 0; i < prompts.size(); ++i) engine.add_request(Prompt::from_ids(prompts[i]), p, tag + std::to_string(i));
+    return testing_helpers::run(engine);
+  }
+  int64_t forward_tokens() const { return engine.stats().forward_tokens; }
+};
+
+TEST(PrefixCacheV41, SecondRequestPrefillsOnlyItsSuffix) {
+  const auto prefix = tokens(1, 300);
+  const auto a = cat(prefix, tokens(2, 3)), b = cat(prefix, tokens(3, 9));
+  Driver on(opts(true)), off(opts(false));
+  ASSERT_TRUE(on.engine.prefix_caching());
+  ASSERT_FALSE(off.engine.prefix_caching());
+  Outputs first_on = on.wave({a}, "a"), first_off = off.wave({a}, "a");
+  expect_same(first_on, first_off);
+  EXPECT_EQ(first_on.at("a0").metrics.num_cached_tokens, 0);
+  // a's snapshot is at the last block boundary before its last token, 302 / 16 * 16 = 288 <= 300
+  const int64_t before = on.forward_tokens();
+  Outputs second_on = on.wave({b}, "b"), second_off = off.wave({b}, "b");
+  expect_same(second_on, second_off);
+  EXPECT_EQ(second_on.at("b0").metrics.num_cached_tokens, 288);
+  EXPECT_EQ(second_off.at("b0").metrics.num_cached_tokens, 0);
+  // b's prefill fed 309 - 288 tokens; each of its 8 samples after the first fed one more
+  EXPECT_EQ(on.forward_tokens() - before, 309 - 288 + 7);
+  EXPECT_EQ(on.engine.stats().prefix_hits, 1);
+  EXPECT_EQ(on.engine.stats().prefix_cached_tokens, 288);
+  // the same prompt again hits its own last boundary
+  Outputs again = on.wave({a}, "a");
+  expect_same(again, first_off);
+  EXPECT_EQ(again.at("a0").metrics.num_cached_tokens, 288);
+}
+
+TEST(PrefixCacheV41, TheNextPromptHitsWhereTwoEarlierOnesDiverged) {
+  const auto shared = tokens(4, 200);  // whole blocks: 192 tokens
+  const auto a = cat(shared, tokens(5, 60)), b = cat(shared, tokens(6, 50)), c = cat(shared, tokens(7, 40));
+  Driver on(opts(true)), off(opts(false));
+  expect_same(on.wave({a}, "a"), off.wave({a}, "a"));
+  Outputs ob = on.wave({b}, "b");  // diverges from a inside block 12: snapshotted at 192
+  expect_same(ob, off.wave({b}, "b"));
+  EXPECT_EQ(ob.at("b0").metrics.num_cached_tokens, 0);
+  Outputs oc = on.wave({c}, "c");
+  expect_same(oc, off.wave({c}, "c"));
+  EXPECT_EQ(oc.at("c0").metrics.num_cached_tokens, 192);
+}
+
+TEST(PrefixCacheV41, ConcurrentRequestsShareOnePrefix) {
+  const auto prefix = tokens(8, 130);
+  Driver on(opts(true)), off(opts(false));
+  std::vector<std::vector<int32_t>> many;
+  for (int i = 0; i < 5; ++i) many.push_back(cat(prefix, tokens(20 + i, 3 + i)));
+  expect_same(on.wave({cat(prefix, tokens(9, 2))}, "w"), off.wave({cat(prefix, tokens(9, 2))}, "w"));
+  SamplingParams seeded = greedy(6);
+  seeded.temperature = 0.8f;
+  seeded.seed = 7;
+  seeded.n = 2;
+  Outputs got = on.wave(many, "m", seeded);
+  expect_same(got, off.wave(many, "m", seeded));
+  for (auto& [id, o] : got) EXPECT_EQ(o.metrics.num_cached_tokens, 128) << id;
+  EXPECT_GE(on.engine.stats().max_seqs_in_step, 5);
+}
+
+TEST(PrefixCacheV41, TinyBudgetEvictsSnapshotsAndStaysCorrect) {
+  // room for about three sequences' states: one running, two snapshots; a third snapshot, or the running
+  // request growing, evicts the least recently used one
+  Driver probe(opts(true));
+  const int64_t per_seq = probe.engine.model().state_blocks_for(220);
+  EngineOptions o = opts(true);
+  o.num_state_blocks = 3 * per_seq;
+  o.max_num_seqs = 1;
+  EngineOptions o_off = o;
+  o_off.prefix_caching = false;
+  Driver on(o), off(o_off);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(cat(tokens(30 + i / 2, 180), tokens(40 + i, 5)));
+  for (int round = 0; round < 2; ++round) {
+    const std::string tag = "r" + std::to_string(round) + "_";
+    expect_same(on.wave(prompts, tag), off.wave(prompts, tag));
+  }
+  const EngineStats st = on.engine.stats();
+  EXPECT_GT(st.prefix_snapshots, 0);
+  EXPECT_GT(st.prefix_evictions, 0);
+  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_LE(st.prefix_cached_blocks, o.num_state_blocks);
+  // idle: no sequence holds state; the pool holds the snapshots' blocks and nothing else
+  EXPECT_EQ(st.state_blocks_reserved, 0);
+  EXPECT_EQ(st.live_states, 0);
+  EXPECT_GT(st.state_blocks_allocated, 0);
+  EXPECT_LE(st.state_blocks_allocated, st.prefix_cached_blocks);
+}
+
+TEST(PrefixCacheV41, SpeculationAndRollbackLeaveSharedRowsIntact) {
+  EngineOptions spec = opts(true);
+  spec.speculative = true;
+  spec.num_draft_tokens = 5;
+  Driver on(spec), off(opts(false));
+  const auto prefix = tokens(50, 140);
+  std::vector<std::vector<int32_t>> prompts = {cat(prefix, tokens(51, 4)), cat(prefix, tokens(52, 6)),
+                                               cat(prefix, tokens(53, 5))};
+  Outputs want = off.wave(prompts, "s", greedy(24));
+  Outputs first = on.wave({prompts[0]}, "s", greedy(24));
+  expect_same(first, Outputs{{"s0", want.at("s0")}});
+  // the other two decode (drafts verified, rejected ones rolled back) on rows shared with the snapshot
+  on.engine.add_request(Prompt::from_ids(prompts[1]), greedy(24), "s1");
+  on.engine.add_request(Prompt::from_ids(prompts[2]), greedy(24), "s2");
+  Outputs rest = testing_helpers::run(on.engine);
+  rest["s0"] = first.at("s0");
+  expect_same(rest, want);
+  EXPECT_EQ(rest.at("s1").metrics.num_cached_tokens, 128);
+  EXPECT_GT(rest.at("s1").metrics.speculative.verified, 0);
+  // and the snapshot still gives the first prompt's exact output
+  Outputs again = on.wave({prompts[0]}, "s", greedy(24));
+  expect_same(again, Outputs{{"s0", want.at("s0")}});
+  EXPECT_EQ(again.at("s0").metrics.num_cached_tokens, 128);
+}
+
+TEST(PrefixCacheV41, PromptLogprobsRequestsComputeTheirWholePrompt) {
+  const auto prefix = tokens(60, 100);
+  Driver on(opts(true)), off(opts(false));
+  on.wave({cat(prefix, tokens(61, 3))}, "w");
+  SamplingParams p = greedy(2);
+  p.prompt_logprobs = 2;
+  Outputs got = on.wave({cat(prefix, tokens(62, 3))}, "p", p);
+  Outputs want = off.wave({cat(prefix, tokens(62, 3))}, "p", p);
+  expect_same(got, want);
+  EXPECT_EQ(got.at("p0").metrics.num_cached_tokens, 0);
+  ASSERT_EQ(got.at("p0").prompt_logprobs.size(), want.at("p0").prompt_logprobs.size());
+}
+
+TEST(PrefixCacheV41, BatchInvariantModeNeedsBlocksOnItsChunkGrid) {
+  EngineOptions o = opts(true);
+  o.batch_invariant = true;  // chunks end at multiples of 64
+  EXPECT_THROW(Driver{o}, Error);
+  o.prefix_block_tokens = 128;
+  Driver ok(o);
+  EXPECT_TRUE(ok.engine.prefix_caching());
+}
+
+}  // namespace
+}  // namespace deepinfer::engine
