@@ -241,9 +241,13 @@ def main():
     bad_ids = {rid for rid, kind, _ in plan if kind == "bad"}
     if bad_ids & set(finished):
         failures.append(f"{len(bad_ids & set(finished))} refused requests produced outputs")
-    for key in ("state_blocks_reserved", "state_blocks_allocated", "live_states"):
+    for key in ("state_blocks_reserved", "live_states"):
         if stats[key] != 0:
             failures.append(f"engine idle but {key} = {stats[key]}")
+    # An idle engine's pool holds only what prefix-cache snapshots keep (bounded by the budget).
+    if stats["state_blocks_allocated"] > stats.get("prefix_cached_blocks", 0):
+        failures.append(f"engine idle but {stats['state_blocks_allocated']} state blocks allocated, "
+                        f"{stats.get('prefix_cached_blocks', 0)} of them held by prefix snapshots")
     if llm._engine.has_unfinished():
         failures.append("engine idle but has unfinished requests")
     if rss_end - rss_start > a.max_rss_growth_mib:
@@ -263,7 +267,7 @@ def main():
                   refused_kinds=len(refused), good_kinds=kinds, mismatched=len(mismatched), failures=len(failures),
                   preemptions=stats["preemptions"], steps=stats["steps"], forward_tokens=stats["forward_tokens"],
                   rss_start_mib=round(rss_start, 1), rss_end_mib=round(rss_end, 1),
-                  state_blocks_end=stats["state_blocks_allocated"], solo_s=round(t_solo, 1), soak_s=round(t_soak, 1))
+                  state_blocks_end=stats["state_blocks_allocated"], prefix_cached_blocks=stats.get("prefix_cached_blocks", 0), solo_s=round(t_solo, 1), soak_s=round(t_soak, 1))
     print("soak:", json.dumps(report))
     if a.report:
         pathlib.Path(a.report).write_text(json.dumps(report, indent=1))

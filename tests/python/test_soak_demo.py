@@ -15,5 +15,5 @@ def test_soak_200_requests_on_the_demo_model(demo_model, tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     r = json.loads(report.read_text())
-    assert r["mismatched"] == 0 and r["failures"] == 0 and r["state_blocks_end"] == 0
+    assert r["mismatched"] == 0 and r["failures"] == 0 and r["state_blocks_end"] <= r["prefix_cached_blocks"]
     assert r["good"] > 100 and r["refused"] > 20 and r["aborted"] > 5
