@@ -52,6 +52,10 @@ struct EngineConfig {
   // Prefix caching: requests sharing a prompt prefix reuse its model state (docs/prefix_caching.md).
   std::optional<bool> enable_prefix_caching;  // default: on (off for models that cannot copy states)
   int64_t prefix_block_tokens = 0;        // tokens per cache block; 0: 64
+  // Attention DP ranks (CPU threads in one process) and MoE expert parallelism over them
+  // (docs/parallelism.md); 0 / unset: DEEPINFER_DATA_PARALLEL_SIZE, DEEPINFER_ENABLE_EXPERT_PARALLEL.
+  int data_parallel_size = 0;
+  std::optional<bool> enable_expert_parallel;
 };
 
 struct Prompt {

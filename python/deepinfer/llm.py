@@ -87,8 +87,11 @@ class LLM:
     DEEPINFER_ENABLE_MTP_VARLEN=1; see speculative_config()), load_format ("auto", or "dummy": random
     weights in the released formats from config.json alone, for benchmarks; default DEEPINFER_LOAD_FORMAT),
     enable_prefix_caching (default True: requests sharing a prompt prefix reuse its model state; models
-    that cannot copy their states, DeepSeek-V4, run without; docs/prefix_caching.md) and
-    prefix_block_tokens (tokens per cache block, default 64).
+    that cannot copy their states, DeepSeek-V4, run without; docs/prefix_caching.md),
+    prefix_block_tokens (tokens per cache block, default 64),
+    data_parallel_size (attention-DP engine ranks stepping in lock-step, CPU threads; default
+    DEEPINFER_DATA_PARALLEL_SIZE), enable_expert_parallel (routed experts split over those ranks, V4.1;
+    default DEEPINFER_ENABLE_EXPERT_PARALLEL; see docs/parallelism.md).
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
@@ -100,6 +103,7 @@ class LLM:
                  allow_long_max_model_len: bool = False,
                  speculative: Union[bool, int, dict, None] = None, load_format: Optional[str] = None,
                  enable_prefix_caching: Optional[bool] = None, prefix_block_tokens: Optional[int] = None,
+                 data_parallel_size: Optional[int] = None, enable_expert_parallel: Optional[bool] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -110,7 +114,8 @@ class LLM:
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
                       allow_long_max_model_len=allow_long_max_model_len,
                       speculative=speculative_config(speculative), load_format=load_format,
-                      enable_prefix_caching=enable_prefix_caching, prefix_block_tokens=prefix_block_tokens)
+                      enable_prefix_caching=enable_prefix_caching, prefix_block_tokens=prefix_block_tokens,
+                      data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel)
         if not isinstance(model, str):
             raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})

@@ -25,6 +25,10 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_LOAD_FORMAT", "auto", "auto: read the checkpoint; dummy: random V4.1 weights in the released formats (benchmarks; config.json only)"},
       {"DEEPINFER_DEVICE", "cpu", "where models run: cpu, cuda or cuda:N (V4.1; V4 runs on the CPU)"},
       {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},
+      {"DEEPINFER_DATA_PARALLEL_SIZE", "1", "default for data_parallel_size: attention-DP engine ranks stepping in lock-step (CPU threads)"},
+      {"DEEPINFER_ENABLE_EXPERT_PARALLEL", "0", "default for enable_expert_parallel: 1 splits the routed experts over the DP ranks (MoE EP)"},
+      {"DEEPINFER_EPLB_INTERVAL", "0", "MoE EP: steps between EPLB rebalances from the router's expert-load counts (0: never)"},
+      {"DEEPINFER_EPLB_REDUNDANT_EXPERTS", "0", "MoE EP: extra expert slots over all ranks for EPLB's replicas of hot experts (experts + these must split evenly over the EP ranks)"},
       {"DEEPINFER_HF_MODEL_DIR", "", "local folder holding the model named by a repo id (skips the HF cache and download)"},
       {"DEEPINFER_HF_ENDPOINT", "", "hub URL for downloads (default: HF_ENDPOINT, else https://huggingface.co)"},
       // Features of the original DeepInfer (seeds); read by the speculative and YOCO paths.

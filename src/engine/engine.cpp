@@ -8,6 +8,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "engine/data_parallel.h"
 #include "engine/job.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
@@ -132,6 +133,11 @@ Engine::~Engine() {
 }
 
 std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id) {
+  if (dp_) return dp_->add_request(prompt, params, std::move(request_id));
+  return add_local(prompt, params, std::move(request_id));
+}
+
+std::string Engine::add_local(const Prompt& prompt, const SamplingParams& params, std::string request_id) {
   params.validate();
   check(params.n <= options_.max_num_seqs, "SamplingParams.n = ", params.n, " is above max_num_seqs = ",
         options_.max_num_seqs, " (the n samples of a prompt run side by side)");
@@ -191,20 +197,41 @@ std::string Engine::add_request(const Prompt& prompt, const SamplingParams& para
 }
 
 void Engine::abort(const std::string& request_id) {
+  if (dp_) return dp_->abort(request_id);
+  abort_local(request_id);
+}
+
+void Engine::abort_local(const std::string& request_id) {
   std::lock_guard<std::mutex> lock(incoming_mu_);
   aborts_.push_back(request_id);
 }
 
-bool Engine::has_unfinished() const {
+bool Engine::has_unfinished() const { return dp_ ? dp_->has_unfinished() : has_unfinished_local(); }
+
+bool Engine::has_unfinished_local() const {
   std::lock_guard<std::mutex> lock(incoming_mu_);
   return !live_ids_.empty();
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);  // step() writes them on the driving thread
-  EngineStats s = stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);  // step() writes them on the driving thread
+    s = stats_;
+  }
   s.preemptions = scheduler_.num_preemptions();
+  for (int r = 1; dp_ && r < dp_->size(); ++r) {  // lock-step: the ranks' steps are the same steps
+    const EngineStats o = dp_->rank(r).stats();
+    s.forward_tokens += o.forward_tokens, s.preemptions += o.preemptions, s.failed_batches += o.failed_batches;
+    s.max_seqs_in_step = std::max(s.max_seqs_in_step, o.max_seqs_in_step);
+    s.draft_tokens_verified += o.draft_tokens_verified, s.draft_tokens_accepted += o.draft_tokens_accepted;
+  }
   return s;
+}
+
+void Engine::set_data_parallel(std::unique_ptr<DataParallelGroup> group) {
+  check(!dp_ && requests_.empty() && !has_unfinished_local(), "set_data_parallel: call it once, before any request");
+  dp_ = std::move(group);
 }
 
 void Engine::drain_incoming() {
@@ -549,6 +576,13 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
           "be lost, so this call is refused");
     outs.swap(returned_);  // outputs a driver received for requests that are not its own
   }
+  std::vector<RequestOutput> mine = dp_ ? dp_->step(include_unfinished) : step_local(include_unfinished);
+  outs.insert(outs.end(), std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
+  return outs;
+}
+
+std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
+  std::vector<RequestOutput> outs;
   std::lock_guard<std::mutex> one_stepper(step_mu_);
   // Requests retired before this step may still be seen by the job in flight; this step waits
   // for and processes that job, so they are freed when the step returns.
@@ -558,7 +592,7 @@ std::vector<RequestOutput> Engine::step(bool include_unfinished) {
   if (!inflight_) {
     auto chunks = schedule();
     add_drafts(chunks);
-    if (!chunks.empty()) launch(plan(std::move(chunks)));
+    if (!chunks.empty() || options_.lockstep) launch(plan(std::move(chunks)));
   }
   std::unique_ptr<Job> next;
   if (inflight_ && options_.async_scheduling) {  // overlaps the forward of the in-flight step

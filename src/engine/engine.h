@@ -47,6 +47,9 @@ struct EngineOptions {
   // Prefix caching (docs/prefix_caching.md): on unless turned off or the model cannot copy its states.
   bool prefix_caching = true;
   int64_t prefix_block_tokens = 64;       // tokens per cache block
+  // Every step runs a forward, an empty one when nothing is scheduled: the ranks of expert
+  // parallelism exchange tokens at every MoE layer of every step (engine/data_parallel.h).
+  bool lockstep = false;
 };
 
 // Reads the DEEPINFER_* defaults and applies the config's explicit values on top.
@@ -76,6 +79,8 @@ struct EngineStats {
   int64_t state_blocks_allocated = 0;     // blocks the pool has handed out
   int64_t live_states = 0;                // sequences holding a state
 };
+
+class DataParallelGroup;
 
 class Engine {
  public:
@@ -109,11 +114,23 @@ class Engine {
   int64_t state_block_bytes() const { return model_->state_block_bytes(); }
   const TextCodec* codec() const { return codec_.get(); }
   model::CausalLM& model() { return *model_; }
-  EngineStats stats() const;
+  EngineStats stats() const;  // summed over the data-parallel ranks
+
+  // Attention DP: this engine becomes rank 0 and the front end of the group (data_parallel.h);
+  // add_request, abort, step and has_unfinished then act on every rank.
+  void set_data_parallel(std::unique_ptr<DataParallelGroup> group);
+  DataParallelGroup* data_parallel() { return dp_.get(); }
 
  private:
   struct Job;
   class Worker;
+  friend class DataParallelGroup;
+
+  // This rank's own requests (what the public calls do without data parallelism).
+  std::string add_local(const Prompt& prompt, const SamplingParams& params, std::string request_id);
+  void abort_local(const std::string& request_id);
+  bool has_unfinished_local() const;
+  std::vector<RequestOutput> step_local(bool include_unfinished);
 
   void drain_incoming();
   std::vector<ScheduledChunk> schedule();
@@ -174,6 +191,7 @@ class Engine {
   std::vector<std::string> aborts_;
   uint64_t id_counter_ = 0;
   std::unordered_set<std::string> live_ids_;  // added and not yet reported finished
+  std::unique_ptr<DataParallelGroup> dp_;       // rank 0 of attention DP: the other ranks (destroyed first)
 };
 
 }  // namespace deepinfer::engine

@@ -10,6 +10,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "engine/data_parallel.h"
 #include "engine/engine.h"
 #include "engine/hub.h"
 #include "ops/ops.h"
@@ -95,10 +96,18 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& cfg) {
 }
 
 // context_length: the checkpoint's max_position_embeddings (0: unknown, e.g. a model built in memory).
+// lockstep: a rank of expert parallelism (a forward every step, one step at a time).
 std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
                                             std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
-                                            const nlohmann::json& model_config, int64_t context_length) {
+                                            const nlohmann::json& model_config, int64_t context_length,
+                                            bool lockstep = false) {
   engine::EngineOptions o = engine::resolve_options(config);
+  if (lockstep) {
+    check(!o.speculative, "speculative decoding (DSpark) with expert parallelism is not supported yet: the ranks "
+          "must run one forward per step in lock-step; turn one of them off");
+    o.async_scheduling = false;  // one forward per step() on every rank
+    o.lockstep = true;
+  }
   if (config.max_model_len <= 0) {
     o.max_model_len = context_length > 0 ? context_length : 4096;
   } else if (context_length > 0) {
@@ -124,33 +133,56 @@ LLM::LLM(EngineConfig config) {
   model_dir_ = engine::resolve_model(config.model);
   nlohmann::json cfg = read_json(fs::path(model_dir_) / "config.json");
   if (!cfg.is_object()) cfg = nlohmann::json::object();
+  // Attention DP / MoE EP: one model per rank (docs/parallelism.md).
+  const int dp = config.data_parallel_size > 0 ? config.data_parallel_size
+                                               : static_cast<int>(env_int("DEEPINFER_DATA_PARALLEL_SIZE"));
+  const bool ep = config.enable_expert_parallel.value_or(env_bool("DEEPINFER_ENABLE_EXPERT_PARALLEL"));
+  check(config.data_parallel_size >= 0, "data_parallel_size must be >= 1, got ", config.data_parallel_size);
+  const bool parallel = dp != 1 || ep;
+  std::vector<std::unique_ptr<model::CausalLM>> models;
+  engine::DataParallelModels ranks;
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
-  auto model = model::load_causal_lm(model_dir_, config.device, config.load_format);
+  if (parallel) {
+    ranks = engine::load_data_parallel_models(model_dir_, config);
+    models = std::move(ranks.models);
+  } else {
+    models.push_back(model::load_causal_lm(model_dir_, config.device, config.load_format));
+  }
   model::check_servable(model_dir_);
   const int64_t context_length = model::checkpoint_context_length(model_dir_);
 #else
   fail("this build has no model loader (src/model/load.h)");
-  std::unique_ptr<model::CausalLM> model;
   const int64_t context_length = 0;
 #endif
-  std::unique_ptr<engine::TextCodec> codec;
+  auto make_codec = [&]() -> std::unique_ptr<engine::TextCodec> {
 #ifdef DEEPINFER_HAVE_TOKENIZER
-  fs::path tok_dir = config.tokenizer.empty() ? fs::path(model_dir_) : fs::path(config.tokenizer);
-  if (fs::exists(tok_dir / "tokenizer.json") || fs::is_regular_file(tok_dir)) {
-    auto tok = tokenizer::Tokenizer::load(tok_dir.string());
-    if (config.eos_token_ids.empty() && eos_ids_of(cfg).empty() && tok.eos_id()) config.eos_token_ids = {*tok.eos_id()};
-    auto c = std::make_unique<TokenizerCodec>(std::move(tok));
+    fs::path tok_dir = config.tokenizer.empty() ? fs::path(model_dir_) : fs::path(config.tokenizer);
+    if (fs::exists(tok_dir / "tokenizer.json") || fs::is_regular_file(tok_dir)) {
+      auto tok = tokenizer::Tokenizer::load(tok_dir.string());
+      if (config.eos_token_ids.empty() && eos_ids_of(cfg).empty() && tok.eos_id()) config.eos_token_ids = {*tok.eos_id()};
+      auto c = std::make_unique<TokenizerCodec>(std::move(tok));
 #ifdef DEEPINFER_HAVE_CHAT_ENCODING
-    if (cfg.value("model_type", std::string()) == "deepseek_v41") c->format_ = tokenizer::ChatFormat::kV41;
-    if (cfg.contains("image_token_id") && cfg["image_token_id"].is_number_integer())
-      c->image_token_id_ = cfg["image_token_id"].get<int32_t>();
+      if (cfg.value("model_type", std::string()) == "deepseek_v41") c->format_ = tokenizer::ChatFormat::kV41;
+      if (cfg.contains("image_token_id") && cfg["image_token_id"].is_number_integer())
+        c->image_token_id_ = cfg["image_token_id"].get<int32_t>();
 #endif
-    codec = std::move(c);
+      return c;
+    }
+#endif
+    return nullptr;
+  };
+  auto make_rank = [&](std::unique_ptr<model::CausalLM> m) {
+    auto e = make_engine(std::move(m), make_codec(), config, cfg, context_length, ep);
+    // The vision stage runs on the model's device.
+    e->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
+    return e;
+  };
+  engine_ = make_rank(std::move(models.at(0)));
+  if (parallel) {
+    std::vector<std::unique_ptr<engine::Engine>> others;
+    for (size_t r = 1; r < models.size(); ++r) others.push_back(make_rank(std::move(models[r])));
+    engine_->set_data_parallel(std::make_unique<engine::DataParallelGroup>(*engine_, std::move(others), std::move(ranks)));
   }
-#endif
-  engine_ = make_engine(std::move(model), std::move(codec), config, cfg, context_length);
-  // The vision stage runs on the model's device.
-  engine_->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {

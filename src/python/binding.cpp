@@ -179,6 +179,8 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "seed", c.seed, "LLM");
   get(d, "enable_prefix_caching", c.enable_prefix_caching, "LLM");
   get(d, "prefix_block_tokens", c.prefix_block_tokens, "LLM");
+  get(d, "data_parallel_size", c.data_parallel_size, "LLM");
+  get(d, "enable_expert_parallel", c.enable_expert_parallel, "LLM");
   if (d.contains("speculative") && !d["speculative"].is_none()) {  // normalized by deepinfer/llm.py
     if (!PyDict_Check(d["speculative"].ptr())) type_error("LLM.speculative", d["speculative"], "a dict");
     py::dict s = d["speculative"];
@@ -200,6 +202,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   positive("num_state_blocks", c.num_state_blocks, 1);
   positive("max_logprobs", c.max_logprobs, 0);
   positive("prefix_block_tokens", c.prefix_block_tokens, 1);
+  positive("data_parallel_size", c.data_parallel_size, 1);
   return c;
 }
 

@@ -20,9 +20,12 @@ inline void with_options(model::V41Model& m, const std::function<void(model::V41
 
 inline const std::string kV41GoldenRoot = "tests/data/goldens/v41/";
 
-inline std::unique_ptr<model::V41Model> load_v41_golden(const std::string& case_name) {
+// change: further load options (e.g. expert parallelism).
+inline std::unique_ptr<model::V41Model> load_v41_golden(const std::string& case_name,
+                                                        const std::function<void(model::V41Options&)>& change = {}) {
   model::V41Options options = model::V41Options::from_env();
   options.replay_compact = false;
+  if (change) change(options);
   auto m = model::V41Model::load(kV41GoldenRoot + case_name, options);
   auto strings = read_json_file(kV41GoldenRoot + case_name + "/goldens.json")
                      .at("engram").at("token_strings").get<std::vector<std::string>>();

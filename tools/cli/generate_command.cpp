@@ -28,6 +28,10 @@ const char* kUsage =
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
     "                          [--no-prefix-caching]\n"
+    "                          [--dp N] [--ep]\n"
+    "  --dp N: N attention-DP engine ranks (CPU threads) in lock-step, requests spread by load;\n"
+    "  --ep: the routed experts split over the ranks (MoE expert parallelism; EPLB with\n"
+    "  DEEPINFER_EPLB_INTERVAL / DEEPINFER_EPLB_REDUNDANT_EXPERTS).\n"
     "  --speculative: DSpark drafting (V4.1), up to K draft tokens verified per step (default\n"
     "  DEEPINFER_USE_NEXTN_DECODE); --speculative-schedule: per-request lengths from the draft confidences\n"
     "  (default with DEEPINFER_ENABLE_MTP_VARLEN=1) or a fixed K.\n"
@@ -82,6 +86,7 @@ int run_generate(const std::vector<std::string>& args) {
     if (a == "--thinking") { chat_options.thinking = true; continue; }
     if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
     if (a == "--no-prefix-caching") { config.enable_prefix_caching = false; continue; }
+    if (a == "--ep") { config.enable_expert_parallel = true; continue; }
     if (a == "--speculative") {  // an optional count follows
       config.speculative.enabled = true;
       if (i + 1 < args.size() && !args[i + 1].empty() && std::isdigit(static_cast<unsigned char>(args[i + 1][0])))
@@ -108,6 +113,7 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--json-schema" || a == "--regex" || a == "--grammar") set_constraint(params, a, v);
     else if (a == "--device") config.device = v;
     else if (a == "--load-format") config.load_format = v;
+    else if (a == "--dp") config.data_parallel_size = static_cast<int>(parse_positive(a, v));
     else if (a == "--image") {  // the next image of the last prompt (one per image placeholder, in order)
       check(!prompts.empty(), "--image ", v, ": give the --prompt it belongs to first");
       prompts.back().images.push_back(vision::read_image_bytes(v));

@@ -34,6 +34,7 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   be_.download(hsel.data(), sel.data, hsel.size() * sizeof(int32_t));
   be_.download(hw.data(), wsel.data, hw.size() * sizeof(float));
   if (scores.data) taps->on_route(l, host(scores.f32(), n * E), hsel, hw);
+  if (o_.expert_parallel && l < c_.n_layers) return moe_expert_parallel(l, x, n, hsel, hw, out);
   // Rows grouped by expert (ascending); slot[t, j] = the permuted row of token t's j-th expert in
   // expert order, so the combine adds the experts in the order the reference does.
   std::vector<int64_t> count(E + 1, 0);
@@ -61,11 +62,7 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   const int64_t rows_max = std::max(n, *std::max_element(count.begin(), count.end()));
   Tensor g = ws_.f32({rows_max, I}), u = ws_.f32({rows_max, I}), h = ws_.f32({rows_max, I});
   auto expert = [&](const V41Expert& ex, const float* xin, int64_t m, const float* row_scale, float* yout) {
-    lin(xin, m, ex.w1, g.f32());
-    lin(xin, m, ex.w3, u.f32());
-    be_.swiglu(g.f32(), u.f32(), m, I, static_cast<float>(c_.swiglu_limit), row_scale, h.f32());
-    be_.round_bf16(h.f32(), m * I);
-    lin(h.f32(), m, ex.w2, yout);
+    expert_ffn(ex, xin, m, row_scale, yout, g.f32(), u.f32(), h.f32());
   };
   for (int64_t e = 0; e < E; ++e)
     if (const int64_t m = count[e + 1])
@@ -73,6 +70,16 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   Tensor shared = ws_.f32({n, D});
   expert(B.shared, x, n, nullptr, shared.f32());
   be_.moe_combine(ys.f32(), slot_d.i32(), n, k, D, shared.f32(), out);
+}
+
+void V41Model::expert_ffn(const V41Expert& ex, const float* x, int64_t m, const float* row_scale, float* y, float* g,
+                          float* u, float* h) {
+  const int64_t I = c_.moe_inter_dim;
+  lin(x, m, ex.w1, g);
+  lin(x, m, ex.w3, u);
+  be_.swiglu(g, u, m, I, static_cast<float>(c_.swiglu_limit), row_scale, h);
+  be_.round_bf16(h, m * I);
+  lin(h, m, ex.w2, y);
 }
 
 // ---------------------------------------------------------------------------------------------------

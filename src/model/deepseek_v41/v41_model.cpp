@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/deepseek_v41/v41_step.h"
 #include "model/weight_loader.h"
+#include "parallel/expert_parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
@@ -97,8 +98,16 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
   return L;
 }
 
+V41Expert load_expert(ops::Backend& mem, const V41Config& c, const WeightLoader& w, int64_t l, int64_t e) {
+  const std::string x = (l >= c.n_layers ? "mtp." + std::to_string(l - c.n_layers) : "layers." + std::to_string(l)) +
+                        ".ffn.experts." + std::to_string(e) + ".";
+  const int64_t D = c.dim, I = c.moe_inter_dim;
+  return {load_linear(mem, w, x + "w1", I, D), load_linear(mem, w, x + "w2", D, I), load_linear(mem, w, x + "w3", I, D)};
+}
+
+// routed = false: the routed experts are left out (expert parallelism loads the held ones).
 void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, std::vector<std::vector<uint8_t>>& keep,
-                int64_t l, V41Block& B) {
+                int64_t l, V41Block& B, bool routed) {
   auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(mem, w.floats(name, shape)); };
   const bool mtp = l >= c.n_layers;
   const std::string p = mtp ? "mtp." + std::to_string(l - c.n_layers) + "." : "layers." + std::to_string(l) + ".";
@@ -140,10 +149,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
   B.gate_bias = F(f + "gate.bias", {E});
   if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = F(f + "gate.bias_vl", {E});
   B.experts.resize(E);
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = f + "experts." + std::to_string(e) + ".";
-    B.experts[e] = {load_linear(mem, w, x + "w1", I, D), load_linear(mem, w, x + "w2", D, I), load_linear(mem, w, x + "w3", I, D)};
-  }
+  for (int64_t e = 0; e < E && routed; ++e) B.experts[e] = load_expert(mem, c, w, l, e);
   B.shared = {load_linear(mem, w, f + "shared_experts.w1", I, D), load_linear(mem, w, f + "shared_experts.w2", D, I),
               load_linear(mem, w, f + "shared_experts.w3", I, D)};
   if (!mtp && c.has_engram(l)) {
@@ -191,6 +197,9 @@ void V41Model::set_options(const V41Options& o) {
   check(o.replay_keep > 0, "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS must be positive, got ", o.replay_keep);
   check(o.max_rollback_tokens >= 0 || o.max_rollback_tokens == V41Options::kAuto,
         "v41: max_rollback_tokens must be >= 0, got ", o.max_rollback_tokens);
+  for (int64_t l = 0; l < c_.n_layers && !o.expert_parallel && l < static_cast<int64_t>(blocks_.size()); ++l)
+    check(loaded_experts(l) == c_.n_routed_experts, "v41: the model was loaded with expert parallelism (some experts "
+          "live on other ranks); it cannot run without it");
   o_ = o;
   const bool dspark = c_.dspark_block_size > 0 && c_.n_mtp_layers > 0;
   rollback_ = o.max_rollback_tokens == V41Options::kAuto ? (dspark ? c_.dspark_block_size : 0) : o.max_rollback_tokens;
@@ -216,7 +225,9 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
   m->norm_ = to_param(m->be_, w.floats("norm.weight", {c.dim}));
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
-  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, m->dummy_tables_, l, m->blocks_[l]);
+  const bool ep = options.expert_parallel != nullptr;  // main layers' routed experts: the held ones only
+  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, m->dummy_tables_, l, m->blocks_[l], !ep || l >= c.n_layers);
+  if (ep) m->load_held_experts();
   // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
   const std::string tok_path = dir + "/tokenizer.json";
@@ -232,6 +243,35 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
     m->set_engram_tokens(decoded, raw);
   }
   return m;
+}
+
+void V41Model::load_held_experts() {
+  const parallel::ExpertParallel& ep = *o_.expert_parallel;
+  check(ep.config().num_layers == c_.n_layers && ep.config().num_experts == c_.n_routed_experts,
+        "expert parallelism: set up for ", ep.config().num_layers, " layers of ", ep.config().num_experts,
+        " experts, the model has ", c_.n_layers, " of ", c_.n_routed_experts);
+  std::optional<WeightLoader> loader;  // the experts come from where load() took the rest
+  if (o_.dummy_weights) {
+    loader.emplace(DummyWeights{}, c_.fp8_block);
+  } else {
+    check(ckpt_ != nullptr, "expert parallelism: the model has no checkpoint to load experts from");
+    loader.emplace(*ckpt_, c_.fp8_block, c_.fp8_block, [](const std::string& n) { return n; });
+  }
+  const WeightLoader& w = *loader;
+  for (int64_t l = 0; l < c_.n_layers; ++l) {
+    const std::vector<int64_t> held = ep.held_experts(l);
+    std::vector<V41Expert>& experts = blocks_[l].experts;
+    for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+      const bool want = std::binary_search(held.begin(), held.end(), e), has = experts[e].w1.n > 0;
+      if (want && !has) experts[e] = load_expert(be_, c_, w, l, e);
+      if (!want && has) experts[e] = {};
+    }
+  }
+}
+
+int64_t V41Model::loaded_experts(int64_t layer) const {
+  const auto& ex = blocks_.at(layer).experts;
+  return std::count_if(ex.begin(), ex.end(), [](const V41Expert& e) { return e.w1.n > 0; });
 }
 
 void V41Model::set_engram_tokens(const std::vector<std::string>& decoded, const std::vector<std::string>& raw) {
@@ -340,7 +380,7 @@ static Tensor compact(ops::Backend& be, Workspace& fws, const Tensor& t, int64_t
 // ---------------------------------------------------------------------------------------------------
 // forward
 
-void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps) {
+void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps) {
   const std::vector<int64_t> pos = check_batch(batch, c_.vocab_size);
   const int64_t num = static_cast<int64_t>(batch.states.size()), D = c_.dim, hc = c_.hc_mult, W = c_.window_size;
   // The blocks this batch adds must be free before any state changes; one arena holds every state.

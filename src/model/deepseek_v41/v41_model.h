@@ -22,6 +22,10 @@
 #include "model/rope.h"
 #include "ops/ops.h"
 
+namespace deepinfer::parallel {
+class ExpertParallel;
+}
+
 namespace deepinfer::model {
 
 // A parameter on the backend's device (fp32 for now; the stored FP8/FP4 formats are the CUDA issue's).
@@ -103,6 +107,9 @@ struct V41Options {
   Device device;
   // load_format="dummy": random weights in the released formats (DummyWeights), no checkpoint read.
   bool dummy_weights = false;
+  // MoE expert parallelism (v41_expert_parallel.cpp): this rank loads only its routed experts of the
+  // main layers and every forward exchanges tokens with the other ranks; null: all experts local.
+  std::shared_ptr<parallel::ExpertParallel> expert_parallel;
 
   static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
 };
@@ -151,6 +158,8 @@ class V41Model final : public CausalLM {
   int64_t image_token_id() const { return image_token_; }
   int64_t max_rollback() const { return rollback_; }
   const EngramHasher* engram() const { return engram_.get(); }
+  // Routed experts of `layer` whose weights this model holds (all of them without expert parallelism).
+  int64_t loaded_experts(int64_t layer) const;
 
   V41Model(V41Config c, ops::Backend& be, const V41Options& options = {});
 
@@ -169,6 +178,15 @@ class V41Model final : public CausalLM {
   void index(int64_t l, Step& s, const float* x, const float* qr, const Latents& lat);
   void dspark_attention(int64_t l, Step& s, const float* x, float* out);
   void moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps);
+  // One expert's SwiGLU FFN on m rows (g, u, h: [m, moe_inter_dim] scratch); row_scale: routing weights.
+  void expert_ffn(const V41Expert& ex, const float* x, int64_t m, const float* row_scale, float* y, float* g, float* u,
+                  float* h);
+  // Expert parallelism (v41_expert_parallel.cpp): the forward of this rank's batch in lock-step with
+  // the other ranks, the MoE exchange of one layer (n = 0: an idle rank), loading the held experts.
+  void forward_batch(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps);
+  void moe_expert_parallel(int64_t l, const float* x, int64_t n, const std::vector<int32_t>& sel,
+                           const std::vector<float>& weights, float* out);
+  void load_held_experts();
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);

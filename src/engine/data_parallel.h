@@ -1,0 +1,65 @@
+// Attention data parallelism (spec §6.1): N engine ranks, each with its own requests, state arena
+// and scheduler, stepping in lock-step; rank 0's Engine is also the front end that spreads new
+// requests over the ranks by load and merges their outputs. With MoE expert parallelism the
+// ranks' models exchange tokens at every MoE layer over an in-process communicator (one thread per
+// rank, CPU ranks), so every rank runs exactly one forward per step: an idle rank an empty one.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/llm.h"
+#include "model/causal_lm.h"
+#include "parallel/cpu_communicator.h"
+
+namespace deepinfer::engine {
+
+class Engine;
+
+// Builds the ranks' models: load(rank, ep) loads rank `rank`'s model, with `ep` (null without
+// expert parallelism) in its options. Returns them and keeps the communicator they share.
+struct DataParallelModels {
+  std::vector<std::unique_ptr<model::CausalLM>> models;
+  std::shared_ptr<parallel::CpuCommGroup> group;
+  std::vector<std::unique_ptr<parallel::CpuCommunicator>> comms;
+};
+// Checks the configuration (sizes, device, speculation) and loads the model folder once per rank.
+DataParallelModels load_data_parallel_models(const std::string& model_dir, const EngineConfig& config);
+
+// The front end's view of the ranks (owned by rank 0's Engine).
+class DataParallelGroup {
+ public:
+  DataParallelGroup(Engine& front, std::vector<std::unique_ptr<Engine>> others, DataParallelModels comm);
+  ~DataParallelGroup();
+  int size() const { return static_cast<int>(others_.size()) + 1; }
+  Engine& rank(int r);
+  const Engine& rank(int r) const;
+
+  std::string add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id);
+  void abort(const std::string& request_id);
+  bool has_unfinished() const;
+  // One lock-step step of every rank (each on its own thread); their outputs, merged.
+  std::vector<RequestOutput> step(bool include_unfinished);
+  // Where each live request runs (tests, stats).
+  int rank_of(const std::string& request_id) const;
+
+ private:
+  int pick_rank() const;  // the least loaded: fewest queued tokens, then fewest requests, then lowest
+
+  Engine& front_;
+  std::vector<std::unique_ptr<Engine>> others_;
+  DataParallelModels comm_;
+  struct Placed {
+    int rank;
+    int64_t tokens;  // prompt + max_tokens, times n
+  };
+  mutable std::mutex mu_;  // guards the placement below (add_request may come from any thread)
+  std::unordered_map<std::string, Placed> placed_;
+  std::vector<int64_t> tokens_, requests_;  // per rank, of the live requests
+  uint64_t next_id_ = 0;
+};
+
+}  // namespace deepinfer::engine
