@@ -1,7 +1,9 @@
 // oneOf exactness by type-level reasoning. Per branch: T = the JSON types it may match (numbers
 // split into integral / fractional), F = the types whose every value it matches (no keyword of
 // the branch applies to them). For each pair and each type both may match:
-//   - ruled out when a key required by both has disjoint values (const/enum or types);
+//   - ruled out when a key required by both has disjoint values (const/enum or types), or a
+//     key one requires is forbidden by the other (its schema false, or additionalProperties
+//     false without patternProperties);
 //   - a type in F of one branch is dropped from the other (every such value would match both);
 //   - objects: each branch forbids a key that only the other requires (a safe subset: an
 //     instance with that key but failing the other branch is rejected too);
@@ -42,7 +44,7 @@ unsigned value_bits(const Json& v) {
 unsigned applies_to(const std::string& k) {
   static const std::map<std::string, unsigned> m = {
       {"minimum", kInt | kFrac}, {"maximum", kInt | kFrac}, {"exclusiveMinimum", kInt | kFrac}, {"exclusiveMaximum", kInt | kFrac},
-      {"multipleOf", kInt | kFrac}, {"minLength", kStr}, {"maxLength", kStr}, {"pattern", kStr}, {"format", kStr}, {"\x01patterns", kStr}, {"\x01notPatterns", kStr},
+      {"multipleOf", kInt | kFrac}, {"minLength", kStr}, {"maxLength", kStr}, {"pattern", kStr}, {"format", kStr}, {"\x01patterns", kStr}, {"\x01notPatterns", kStr}, {"\x01someKey", kObj},
       {"properties", kObj}, {"required", kObj}, {"additionalProperties", kObj}, {"patternProperties", kObj},
       {"propertyNames", kObj}, {"minProperties", kObj}, {"maxProperties", kObj}, {"items", kArr}, {"prefixItems", kArr},
       {"minItems", kArr}, {"maxItems", kArr}, {"contains", kArr}, {"uniqueItems", kArr}, {"type", 0}, {"nullable", 0},
@@ -107,10 +109,47 @@ bool disjoint_values(const Json& x, const Json& y, const std::function<const Jso
 
 const char* kNames[] = {"null", "boolean", "object", "array", "string", "integer"};
 
+bool never(const Json& s) { return s.is_boolean() && !s.get<bool>(); }
+
+// Whether an object matching x can never have key k: its schema false, or no schema for it and
+// additionalProperties false (and no patternProperties, which might match k).
+bool forbids(const Json& x, const std::string& k) {
+  if (!x.is_object()) return never(x);
+  if (x.contains("properties") && x["properties"].contains(k)) return never(x["properties"][k]);
+  return x.contains("additionalProperties") && never(x["additionalProperties"]) && !x.contains("patternProperties");
+}
+
+// The types two branches may both match, less objects when a key tells them apart: required by
+// both with disjoint values (a discriminator), or required by one and forbidden by the other.
+unsigned shared_types(const Branch& a, const Branch& b, const std::function<const Json&(const std::string&)>& resolve) {
+  unsigned both = a.t & b.t;
+  if (a.lits && b.lits) {  // two literal sets overlap only on shared values
+    both = 0;
+    for (const Json& v : a.schema.contains("const") ? Json::array({*a.lits}) : *a.lits)
+      if (literal_in(v, b)) both |= value_bits(v);
+  }
+  if (!(both & kObj)) return both;
+  for (const std::string& k : a.required)
+    if (forbids(b.schema, k)) return both & ~kObj;
+  for (const std::string& k : b.required)
+    if (forbids(a.schema, k)) return both & ~kObj;
+  for (const std::string& k : a.required) {
+    if (!b.required.count(k)) continue;
+    const Json& pa = a.schema.contains("properties") && a.schema["properties"].contains(k) ? a.schema["properties"][k] : Json(true);
+    const Json& pb = b.schema.contains("properties") && b.schema["properties"].contains(k) ? b.schema["properties"][k] : Json(true);
+    if (disjoint_values(pa, pb, resolve)) return both & ~kObj;
+  }
+  return both;
+}
+
 }  // namespace
 
+bool disjoint_branches(const Json& x, const Json& y, const std::function<const Json&(const std::string&)>& resolve) {
+  return shared_types(analyze(x, resolve), analyze(y, resolve), resolve) == 0;
+}
+
 std::vector<Json> exclusive_one_of(const Json& branches, const std::function<const Json&(const std::string&)>& resolve,
-                                   const std::string& path) {
+                                   const std::string& path, bool forbid_keys) {
   std::vector<Branch> bs;
   for (const Json& s : branches) bs.push_back(analyze(s, resolve));
   auto overlap_error = [&](size_t i, size_t j, const char* why) {
@@ -120,20 +159,7 @@ std::vector<Json> exclusive_one_of(const Json& branches, const std::function<con
   for (size_t i = 0; i < bs.size(); ++i) {
     for (size_t j = i + 1; j < bs.size(); ++j) {
       Branch &a = bs[i], &b = bs[j];
-      unsigned both = a.t & b.t;
-      if (a.lits && b.lits) {  // two literal sets overlap only on shared values
-        both = 0;
-        for (const Json& v : a.schema.contains("const") ? Json::array({*a.lits}) : *a.lits)
-          if (literal_in(v, b)) both |= value_bits(v);
-      }
-      if (both & kObj) {  // a discriminator: a key both require, with disjoint values
-        for (const std::string& k : a.required) {
-          if (!b.required.count(k)) continue;
-          const Json& pa = a.schema.contains("properties") && a.schema["properties"].contains(k) ? a.schema["properties"][k] : Json(true);
-          const Json& pb = b.schema.contains("properties") && b.schema["properties"].contains(k) ? b.schema["properties"][k] : Json(true);
-          if (disjoint_values(pa, pb, resolve)) { both &= ~kObj; break; }
-        }
-      }
+      unsigned both = shared_types(a, b, resolve);
       for (unsigned t = 1; t <= kFrac; t <<= 1) {
         if (!(both & t)) continue;
         if (b.f & t) a.drop |= t;
@@ -145,6 +171,7 @@ std::vector<Json> exclusive_one_of(const Json& branches, const std::function<con
           return std::string();
         };
         std::string ka = only(b, a), kb = only(a, b);
+        if (!forbid_keys) overlap_error(i, j, "an object");
         if (ka.empty() || kb.empty()) overlap_error(i, j, "an object (no key required by one branch only)");
         a.forbid.insert(ka);
         b.forbid.insert(kb);

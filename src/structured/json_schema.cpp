@@ -6,6 +6,9 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <tuple>
 #include <set>
 
 #include "core/error.h"
@@ -29,7 +32,7 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -53,7 +56,16 @@ const std::string kNonInteger = "\x01non-integer number";
 // Internal keywords (arrays of regexes) for strings: more patterns that must all match (allOf
 // of patterns, pattern with format), and patterns that must not match ('not' of a pattern).
 const std::string kAlsoPatterns = "\x01patterns", kNotPatterns = "\x01notPatterns";
+// Internal keyword for objects ('not' of additionalProperties): a list of witnesses
+// {"not_in": [names], "value": S}, each met by some member whose key is none of the names and
+// whose value matches S.
+const std::string kSomeKey = "\x01someKey";
+// Internal keyword for numbers ('not' of multipleOf): the moduli the number is no multiple of.
+const std::string kNotMultipleOf = "\x01notMultipleOf";
 constexpr size_t kMaxDfaStates = 4096;
+// Work units (a subschema converted or merged: 1, a product of patterns: kProductWork): in all,
+// and per exact oneOf.
+constexpr long kMaxWork = 100000, kOneOfWork = 5000, kProductWork = 2000;
 
 // A (sub)schema that matches no instance: an error at the top, a dropped branch in anyOf/oneOf.
 struct NothingMatches : Error {
@@ -245,6 +257,17 @@ class Converter {
     return *cur;
   }
 
+  void charge(long work, const std::string& path) {
+    if ((work_ += work) > work_limit_)
+      fail("json schema: unsupported schema at ", path.substr(0, 200), ": its expansion (oneOf exclusivity, 'not' complements) is too large");
+  }
+
+  const Json& resolve_normalized(const std::string& ref, const std::string& path) {  // cached
+    auto it = normalized_refs_.find(ref);
+    if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
+    return it->second;
+  }
+
   int ref_rule(const std::string& ref, const std::string& path) {
     auto it = refs_.find(ref);
     if (it != refs_.end()) return g_.ref(it->second);
@@ -260,16 +283,21 @@ class Converter {
     Json out = Json::array();
     for (const Json& x : list(a))
       for (const Json& y : list(b)) {
-        Json t = x == y ? x : (x == "number" && y == "integer") || (x == "integer" && y == "number") ? Json("integer") : Json();
+        Json t = x == y ? x : (x == "number" && y == "integer") || (x == "integer" && y == "number") ? Json("integer")
+               : (x == "number" && y == kNonInteger) || (x == kNonInteger && y == "number") ? Json(kNonInteger) : Json();
         if (!t.is_null() && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
       }
     return out;
+  }
+  static bool integral(const Json& v) {
+    return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) && std::abs(v.get<double>()) < 1e15);
   }
   static inline const std::set<std::string> kLowerBounds = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"};
   static inline const std::set<std::string> kUpperBounds = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"};
 
   // allOf of simple parts: merge the keyword maps, failing on conflicting values.
   Json merge_all_of(const Json& schema, const std::string& path) {
+    charge(1, path);
     std::vector<Json> levels{Json::object()};
     for (auto& [k, v] : schema.items()) if (k != "allOf") levels[0][k] = v;
     for (const Json& part0 : schema["allOf"]) {
@@ -367,8 +395,8 @@ class Converter {
             for (const Json& x : types(b)) u.push_back(x);
             merged[k] = Json{{"type", u}};
           } else {
-            const Json pos = negate(b, path);
-            if (pos.is_object() && pos.contains("not")) unsupported(path, "allOf with conflicting 'not'");
+            Json pos = negate(b, path);
+            if (pos.is_object() && pos.contains("not")) pos = positive_not(pos["not"], path);
             deferred.push_back(pos);
           }
         } else if (k == "anyOf") {  // (A1 or A2) and (B1 or B2) = A1 and B1 or A1 and B2 ...
@@ -384,6 +412,9 @@ class Converter {
         } else if (k == "additionalProperties") {
           merged[k] = is_never(merged[k]) || is_never(v) ? Json(false) : is_always(v) ? merged[k]
                     : is_always(merged[k]) ? v : Json{{"allOf", Json::array({merged[k], v})}};
+        } else if (k == "items" && !v.is_array() && !merged[k].is_array()) {  // every item matches both
+          merged[k] = is_never(merged[k]) || is_never(v) ? Json(false) : is_always(v) ? merged[k]
+                    : is_always(merged[k]) ? v : Json{{"allOf", Json::array({merged[k], v})}};
         } else if (k == "patternProperties") {  // each level's patterns hold: their union
           for (auto& [pk, pv] : v.items()) {
             if (!merged[k].contains(pk)) merged[k][pk] = pv;
@@ -391,7 +422,9 @@ class Converter {
           }
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
-        } else if (k == kAlsoPatterns || k == kNotPatterns) {
+        } else if (k == "multipleOf" && integral(merged[k]) && integral(v)) {  // multiples of both: of their lcm
+          merged[k] = std::lcm(merged[k].get<long>(), v.get<long>());
+        } else if (k == kAlsoPatterns || k == kNotPatterns || k == kSomeKey || k == kNotMultipleOf) {
           for (const Json& p : v) merged[k].push_back(p);
         } else if (merged[k].is_number() && v.is_number() && (kLowerBounds.count(k) || kUpperBounds.count(k))) {
           const bool lower = kLowerBounds.count(k) > 0;  // keep the tighter bound
@@ -430,6 +463,7 @@ class Converter {
     if (depth_ > kMaxSchemaDepth)
       fail("json schema: nested deeper than ", kMaxSchemaDepth, " levels at ", path.substr(0, 200),
            path.size() > 200 ? "..." : "");
+    charge(1, path);
     const Json schema = normalize(schema0);
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) nothing(path, "schema 'false' (matches nothing)");
@@ -444,7 +478,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns};
+          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -498,9 +532,9 @@ class Converter {
       // Each branch is merged with S like an allOf; one that can match nothing is dropped.
       Json siblings = schema;
       siblings.erase(key);
-      Json branches_in = Json::array();
+      Json branches_in = Json::array(), raw = Json::array();  // raw: each kept branch without S
       if (siblings.empty()) {
-        branches_in = normalized_all(schema[key]);
+        branches_in = raw = normalized_all(schema[key]);
       } else {
         if (++ref_merge_depth_ > 32) unsupported(path, std::string(key) + " with sibling keywords through a cycle of $refs");
         for (const Json& b : schema[key]) {
@@ -510,31 +544,49 @@ class Converter {
           Json m = merge_all_of(s, path);
           if (m.contains("type") && m["type"].is_array() && m["type"].empty()) continue;
           branches_in.push_back(m);
+          raw.push_back(normalize(b));
         }
       }
       std::vector<Json> branches(branches_in.begin(), branches_in.end());
       if (branches.size() > 1 && std::string(key) == "oneOf") {
+        auto resolve = [&](const std::string& ref) -> const Json& { return resolve_normalized(ref, path); };
         try {
-          branches = exclusive_one_of(branches_in, [&](const std::string& ref) -> const Json& {
-            auto it = normalized_refs_.find(ref);
-            if (it == normalized_refs_.end()) it = normalized_refs_.emplace(ref, normalize(resolve_pointer(ref, path))).first;
-            return it->second;
-          }, path);
-        } catch (const Error&) {
-          // Overlapping branches: exactly one = some branch and not each other one, where
-          // the negations can be spelled (checked by a trial conversion first).
-          if (branches.size() > 5) throw;
+          branches = exclusive_one_of(branches_in, resolve, path, false);
+        } catch (const Error& overlap) {
+          // Overlapping branches: exactly one = some S and B_i and not each B_j that may
+          // overlap it (S holds already, so B_j is negated without it), where the negations
+          // can be spelled (at most 4 per branch); else the safe subset below, else the error.
+          std::string why = overlap.what();
           Json alts = Json::array();
-          for (size_t i = 0; i < branches.size(); ++i) {
+          for (size_t i = 0; i < branches.size() && alts.size() == i; ++i) {
             Json all = Json::array({branches[i]});
             for (size_t j = 0; j < branches.size(); ++j)
-              if (j != i) all.push_back(Json{{"not", branches[j]}});
-            alts.push_back(Json{{"allOf", all}});
+              if (j != i && !disjoint_branches(branches[i], branches[j], resolve)) all.push_back(Json{{"not", raw[j]}});
+            if (all.size() <= 5) alts.push_back(Json{{"allOf", all}});
           }
-          const Json exact{{"anyOf", alts}};
-          if (!convertible(exact, path)) throw;
-          if (!siblings.empty()) --ref_merge_depth_;
-          return convert(exact, path);
+          if (alts.size() == branches.size()) {
+            const Mark m = mark();
+            const long limit = work_limit_;
+            work_limit_ = std::min(limit, work_ + kOneOfWork);
+            try {
+              const int e = convert(Json{{"anyOf", alts}}, path);
+              work_limit_ = limit;
+              if (!siblings.empty()) --ref_merge_depth_;
+              return e;
+            } catch (const NothingMatches&) {
+              work_limit_ = limit;
+              throw;
+            } catch (const Error& e) {
+              work_limit_ = limit;
+              rollback(m);
+              why += std::string("; as one branch and not the others: ") + e.what();
+            }
+          }
+          try {  // the safe subset: object branches forbid each other's own required keys
+            branches = exclusive_one_of(branches_in, resolve, path, true);
+          } catch (const Error&) {
+            fail(why);
+          }
         }
       }
       std::vector<int> alts;
@@ -683,8 +735,21 @@ class Converter {
       return negate(resolve_pointer(s["$ref"].get<std::string>(), path), path, depth + 1);
     }
     if (s.empty()) return Json(false);
+    if (s.contains("additionalProperties")) {  // a declared key's value rejected, or an extra key's
+      if (s.contains("patternProperties")) unsupported(path, "'not' of 'additionalProperties' with 'patternProperties'");
+      Json names = Json::array(), alts = Json::array();
+      if (s.contains("properties")) {
+        for (auto& [name, sub] : s["properties"].items()) names.push_back(name);
+        alts.push_back(negate(Json{{"properties", s["properties"]}}, path, depth + 1));
+      }
+      const Json bad = negate(s["additionalProperties"], path, depth + 1);
+      if (!is_never(bad)) alts.push_back(Json{{"type", "object"}, {kSomeKey, Json::array({Json{{"not_in", names}, {"value", bad}}})}});
+      for (auto& [k, v] : s.items())
+        if (k != "properties" && k != "additionalProperties") alts.push_back(negate(Json{{k, v}}, path, depth + 1));
+      return Json{{"anyOf", alts}};
+    }
     if (s.size() > 1) {
-      for (auto [a, b] : {std::pair{"properties", "additionalProperties"}, {"prefixItems", "items"}, {"properties", "patternProperties"}})
+      for (auto [a, b] : {std::pair{"prefixItems", "items"}, {"properties", "patternProperties"}})
         if (s.contains(a) && s.contains(b)) unsupported(path, std::string("'not' of '") + a + "' with '" + b + "'");
       Json alts = Json::array();
       for (auto& [k, v] : s.items()) alts.push_back(negate(Json{{k, v}}, path, depth + 1));
@@ -708,6 +773,35 @@ class Converter {
       }
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
+    if (k == "oneOf") {  // none of the branches, or two of them (pairs that may overlap)
+      Json none = Json::array(), alts = Json::array();
+      for (const Json& x : v) none.push_back(negate(x, path, depth + 1));
+      alts.push_back(Json{{"allOf", none}});
+      auto resolve = [&](const std::string& ref) -> const Json& { return resolve_normalized(ref, path); };
+      for (size_t i = 0; i < v.size(); ++i)
+        for (size_t j = i + 1; j < v.size(); ++j)
+          if (!disjoint_branches(normalize(v[i]), normalize(v[j]), resolve)) alts.push_back(Json{{"allOf", Json::array({v[i], v[j]})}});
+      return Json{{"anyOf", alts}};
+    }
+    if (k == "dependentSchemas" || k == "dependentRequired") {  // a trigger present, its dependency broken
+      Json alts = Json::array();
+      for (auto& [key, dep] : v.items()) {
+        const Json trigger{{"type", "object"}, {"required", Json::array({key})}};
+        if (k == "dependentSchemas") {
+          alts.push_back(Json{{"allOf", Json::array({trigger, negate(dep, path, depth + 1)})}});
+        } else {
+          for (const Json& d : dep) {
+            Json t = trigger;
+            t["properties"][d.get<std::string>()] = false;
+            alts.push_back(t);
+          }
+        }
+      }
+      return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
+    }
+    if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
+    if (k == "items" && !v.is_array())  // some item its schema rejects
+      return Json{{"type", "array"}, {"contains", negate(v, path, depth + 1)}};
     if (k == "pattern" || k == "format")  // strings the regex does not match
       return Json{{"type", "string"}, {kNotPatterns, Json::array({k == "pattern" ? v : Json(kFormats.at(v.get<std::string>()))})}};
     static const std::map<std::string, std::pair<std::string, std::string>> numeric = {  // -> (type, flipped keyword)
@@ -724,6 +818,24 @@ class Converter {
       return Json{{"type", it->second.first}, {it->second.second, is_min ? n - 1 : n + 1}};
     }
     unsupported(path, "'not' of '" + k + "' (its complement is not supported)");
+  }
+
+  // `not` of a single type / required keyword spelled positively: the other types, or an object
+  // without one of the keys (`required` holds for non-objects, so they drop out).
+  Json positive_not(const Json& n, const std::string& path) {
+    if (n.contains("required")) {
+      Json alts = Json::array();
+      for (const Json& k : n["required"]) alts.push_back(Json{{"type", "object"}, {"properties", Json{{k.get<std::string>(), false}}}});
+      return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
+    }
+    if (!n.contains("type")) unsupported(path, "allOf with conflicting 'not'");
+    const std::vector<std::string> out = types_of(n);
+    auto has = [&](const char* t) { return std::find(out.begin(), out.end(), t) != out.end(); };
+    Json types = Json::array();
+    for (const char* t : {"null", "boolean", "object", "array", "string"})
+      if (!has(t)) types.push_back(t);
+    if (!has("number")) types.push_back(has("integer") ? kNonInteger : "number");
+    return Json{{"type", types}};
   }
 
   std::vector<std::string> types_of(const Json& s) const {
@@ -805,8 +917,24 @@ class Converter {
   // A number that is not an integer: a nonzero fractional digit, no exponent (a safe subset:
   // 1.5e0 is such a number too).
   int non_integer(const Json& s, const std::string& path) {
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+    // Integral moduli: no non-integer is a multiple of one (and each is a non-multiple).
+    if (s.contains("multipleOf") && integral(s["multipleOf"])) nothing(path, "multipleOf on a non-integer number (matches nothing)");
+    for (const char* k : {"multipleOf"})
       if (s.contains(k)) unsupported(path, std::string("keyword '") + k + "' on a non-integer number ('not' integer)");
+    if (s.contains(kNotMultipleOf))
+      for (const Json& m : s[kNotMultipleOf])
+        if (!integral(m)) unsupported(path, "'not' of a fractional multipleOf on a non-integer number");
+    std::optional<Bound> lo, hi;
+    for (auto [key, excl, b] : {std::tuple{"minimum", false, &lo}, {"exclusiveMinimum", true, &lo}, {"maximum", false, &hi}, {"exclusiveMaximum", true, &hi}})
+      if (s.contains(key)) {
+        if (*b) unsupported(path, "both inclusive and exclusive bounds on a non-integer number ('not' integer)");
+        *b = Bound{s[key].dump(), excl};
+      }
+    if (lo || hi) {
+      const ByteDfa d = non_integer_dfa(lo, hi);
+      if (d.size() == 0) nothing(path, "non-integer number in an empty range (matches nothing)");
+      return g_.dfa(d);
+    }
     int d = g_.cls({{'0', '9'}});
     return g_.seq({g_.opt(g_.lit("-")), g_.alt({g_.lit("0"), g_.seq({g_.cls({{'1', '9'}}), g_.star(d)})}), g_.lit("."),
                    g_.star(d), g_.cls({{'1', '9'}}), g_.star(d)});
@@ -821,19 +949,6 @@ class Converter {
         return true;
     }
     return false;
-  }
-
-  // Whether schema converts without an error (tried in a converter of its own, so this one's
-  // grammar gets no half-built rules).
-  bool convertible(const Json& schema, const std::string& path) {
-    Converter sub(root_, opts_);
-    sub.depth_ = depth_;
-    try {
-      sub.run(schema, path);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
   }
 
   // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
@@ -939,6 +1054,7 @@ class Converter {
 
   // The contents matching every regex of `yes` and none of `no`, as one DFA.
   ByteDfa regex_combination(const std::vector<std::string>& yes, const std::vector<std::string>& no, const std::string& path) {
+    charge(kProductWork, path);
     std::vector<ByteDfa> dfas{content_dfa()};
     for (const auto* list : {&yes, &no})
       for (const std::string& re : *list) dfas.push_back(pattern_dfa(re));
@@ -967,6 +1083,7 @@ class Converter {
     bound("exclusiveMinimum", true, lo);
     bound("maximum", false, hi);
     bound("exclusiveMaximum", true, hi);
+    if (s.contains(kNotMultipleOf)) return not_multiple(s, integer, lo, hi, path);
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
@@ -1019,13 +1136,60 @@ class Converter {
     return a;
   }
 
-  // The same language as multiple_of(n), as a DFA: start, after '-', after a lone 0, remainders.
-  static ByteDfa multiple_dfa(long n) {
+  // Numbers that are multiples of multipleOf (when given) and of none of kNotMultipleOf's moduli:
+  // integers by the remainder automaton modulo the lcm (times the range's DFA); for `number`
+  // without multipleOf also the non-integers in range (they are multiples of no integer).
+  int not_multiple(const Json& s, bool integer, const std::optional<Bound>& lo, const std::optional<Bound>& hi, const std::string& path) {
+    const long n0 = s.contains("multipleOf") ? integer_modulus(s["multipleOf"], integer, path) : 1;
+    long l = n0;
+    std::vector<long> ks;
+    for (const Json& m : s[kNotMultipleOf]) {
+      ks.push_back(integer_modulus(m, integer, path));
+      l = std::lcm(l, ks.back());
+      if (l > static_cast<long>(kMaxDfaStates)) unsupported(path, "'not' of multipleOf (the moduli's lcm passes 4096)");
+    }
+    const ByteDfa rem = multiple_dfa(l, [&](long r) {
+      return r % n0 == 0 && std::none_of(ks.begin(), ks.end(), [&](long k) { return r % k == 0; });
+    });
+    std::vector<int> alts;
+    Grammar range;
+    const int rule = range.declare_rule("range");
+    range.define_rule(rule, lo || hi ? integer_in_range(range, lo, hi) : range.seq({range.opt(range.lit("-")), range.plus(range.cls({{'0', '9'}}))}));
+    range.set_root(rule);
+    const ByteDfa in_range = rule_dfa(range, rule);
+    const ByteDfa ints = select_dfa(product_dfa({&in_range, &rem}, kMaxDfaStates, "'not' of multipleOf with minimum/maximum"),
+                                    [](uint64_t acc) { return acc == 3; });
+    if (ints.size() > 0) alts.push_back(g_.seq({g_.dfa(ints), zero_fraction()}));
+    if (!integer && !s.contains("multipleOf")) {
+      const ByteDfa frac = non_integer_dfa(lo, hi);
+      if (frac.size() > 0) alts.push_back(g_.dfa(frac));
+    }
+    if (alts.empty()) nothing(path, "number that is no multiple of 'not' multipleOf in range (matches nothing)");
+    return g_.alt(alts);
+  }
+
+  // Non-integers within the bounds: a nonzero fractional digit, no exponent (a safe subset).
+  static ByteDfa non_integer_dfa(const std::optional<Bound>& lo, const std::optional<Bound>& hi) {
+    Grammar g;
+    const int range = g.declare_rule("range"), frac = g.declare_rule("frac");
+    int d = g.cls({{'0', '9'}});
+    g.define_rule(range, lo || hi ? number_in_range(g, lo, hi) : g.seq({g.opt(g.lit("-")), g.plus(d), g.opt(g.seq({g.lit("."), g.plus(d)}))}));
+    g.define_rule(frac, g.seq({g.opt(g.lit("-")), g.alt({g.lit("0"), g.seq({g.cls({{'1', '9'}}), g.star(d)})}), g.lit("."),
+                               g.star(d), g.cls({{'1', '9'}}), g.star(d)}));
+    g.set_root(range);
+    const ByteDfa a = rule_dfa(g, range), b = rule_dfa(g, frac);
+    return select_dfa(product_dfa({&a, &b}, kMaxDfaStates, "a non-integer number with minimum/maximum"), [](uint64_t acc) { return acc == 3; });
+  }
+
+  // The same language as multiple_of(n), as a DFA: start, after '-', after a lone 0, remainders;
+  // `accept` picks the remainders that end a number (0 for multiples of n).
+  static ByteDfa multiple_dfa(long n, const std::function<bool(long)>& accept = [](long r) { return r == 0; }) {
     ByteDfa d;
     d.next.assign(3 + n, {});
     for (auto& row : d.next) row.fill(ByteDfa::kNone);
     d.accepting.assign(3 + n, 0);
-    d.accepting[2] = d.accepting[3] = 1;
+    d.accepting[2] = accept(0);
+    for (long r = 0; r < n; ++r) d.accepting[3 + r] = accept(r);
     d.next[0]['-'] = 1;
     for (uint32_t from : {0u, 1u}) {
       d.next[from]['0'] = 2;
@@ -1083,7 +1247,57 @@ class Converter {
     return s;
   }
 
-  int object_schema(const Json& s0, const std::string& path) {
+  // An object with witnesses (kSomeKey): the anyOf of "declared key k present, its value also
+  // matching the witness's" for each declared k the witness may name, and "one more extra
+  // member valued by additionalProperties and the witness" (a required member of the perm rule).
+  int some_key(const Json& s, const std::string& path) {
+    Json rest = s, witnesses = s[kSomeKey];
+    rest.erase(kSomeKey);
+    const Json w = witnesses[0];
+    witnesses.erase(0);
+    if (!witnesses.empty()) rest[kSomeKey] = witnesses;
+    if (s.contains("patternProperties") || s.contains("propertyNames"))
+      unsupported(path, "'not' of 'additionalProperties' next to patternProperties/propertyNames");
+    std::set<std::string> not_in, declared;
+    for (const Json& n : w["not_in"]) not_in.insert(n.get<std::string>());
+    if (s.contains("properties"))
+      for (auto& [k, v] : s["properties"].items()) if (!is_never(v)) declared.insert(k);
+    if (s.contains("required")) for (const Json& r : s["required"]) declared.insert(r.get<std::string>());
+    const Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
+    std::vector<int> alts;
+    auto attempt = [&](auto&& make) {
+      const Mark m = mark();
+      try {
+        alts.push_back(make());
+      } catch (const NothingMatches&) {
+        rollback(m);
+      }
+    };
+    for (const std::string& k : declared) {
+      if (not_in.count(k)) continue;
+      attempt([&] {
+        Json t = rest;
+        const Json own = s.contains("properties") && s["properties"].contains(k) ? s["properties"][k] : s.contains("additionalProperties") ? ap : Json(true);
+        t["properties"][k] = Json{{"allOf", Json::array({own, w["value"]})}};
+        if (std::find(t["required"].begin(), t["required"].end(), Json(k)) == t["required"].end()) t["required"].push_back(k);
+        return object_schema(t, path);
+      });
+    }
+    if (!is_never(ap)) {
+      if (!witnesses.empty()) unsupported(path, "several 'not' of 'additionalProperties' where extra keys are allowed");
+      for (const std::string& k : declared) not_in.insert(k);
+      attempt([&] {
+        Json extra{{"not_in", Json(std::vector<std::string>(not_in.begin(), not_in.end()))},
+                   {"value", Json{{"allOf", Json::array({ap, w["value"]})}}}};
+        return object_schema(rest, path, &extra);
+      });
+    }
+    if (alts.empty()) nothing(path, "object whose 'not' of 'additionalProperties' cannot hold (matches nothing)");
+    return g_.alt(alts);
+  }
+
+  int object_schema(const Json& s0, const std::string& path, const Json* witness = nullptr) {
+    if (s0.contains(kSomeKey)) return some_key(s0, path);
     const Json s = forbid_unsatisfiable_triggers(s0);
     std::vector<std::pair<std::string, int>> props;  // key literal (JSON-encoded), value expr
     std::vector<bool> required;
@@ -1203,6 +1417,16 @@ class Converter {
       names.erase(std::unique(names.begin(), names.end()), names.end());
       extra = g_.seq({key_expr >= 0 ? key_expr : names.empty() ? string_expr() : key_not_in(names), ws(), g_.lit(":"), ws(), value});
     }
+    int witness_body = -1;  // one extra member that must be there (some_key)
+    if (witness) {
+      std::vector<std::string> keys = names;
+      for (auto& p : props) keys.push_back(p.first.substr(1, p.first.size() - 2));
+      for (const Json& n : (*witness)["not_in"]) keys.push_back(Json(n).dump().substr(1, Json(n).dump().size() - 2));
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      witness_body = g_.seq({key_not_in(keys), ws(), g_.lit(":"), ws(), convert((*witness)["value"], path + "/additionalProperties")});
+      required.push_back(true);
+    }
     // Members in any order, each declared one at most once: a perm rule (grammar.h) whose first
     // member is M_i and later ones A_i = sep M_i, so no separator is left dangling.
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
@@ -1222,6 +1446,7 @@ class Converter {
     };
     for (size_t k = 0; k < props.size(); ++k)
       member(std::to_string(k), g_.seq({g_.lit(props[k].first), ws(), g_.lit(":"), ws(), props[k].second}), true);
+    if (witness_body >= 0) member("w", witness_body, true);
     if (extra >= 0) member("x", extra, false);
     // min/maxProperties: without declared keys, repetitions of the extra member; with them, the
     // perm rule counts every member (declared ones in its seen set, extra ones as a number).
@@ -1229,7 +1454,7 @@ class Converter {
     const long hi = s.contains("maxProperties") ? static_cast<long>(s["maxProperties"].get<double>()) : -1;
     if (lo > 4096 || hi > 4096 || (hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) unsupported(path, "minProperties/maxProperties bounds");
     int members = -1;
-    if ((lo > 0 || hi >= 0) && !props.empty()) {
+    if ((lo > 0 || hi >= 0) && (!props.empty() || witness_body >= 0)) {
       info.min_count = static_cast<int>(lo);
       info.max_count = static_cast<int>(hi);
       if (hi != 0) members = g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))});
@@ -1343,6 +1568,8 @@ class Converter {
       t.erase("minContains");
       return array_schema(t, path);
     }
+    if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() < static_cast<double>(n))
+      nothing(path, "contains with maxItems below minContains (matches nothing)");
     for (const char* k : {"prefixItems", "maxItems", "maxContains", "uniqueItems"})
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
@@ -1444,6 +1671,9 @@ class Converter {
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
   int ref_merge_depth_ = 0, merge_rounds_ = 0;
+  // Work bound on the spelled complements (exact oneOf, 'not'): converted subschemas so far and
+  // the count past which the current attempt gives up (their products can grow exponentially).
+  long work_ = 0, work_limit_ = kMaxWork;
   static constexpr int kMaxSchemaDepth = 64;
   int depth_ = 0;
   int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
