@@ -1083,6 +1083,12 @@ class Converter {
     bound("exclusiveMinimum", true, lo);
     bound("maximum", false, hi);
     bound("exclusiveMaximum", true, hi);
+    if (lo && hi) {  // an empty range matches nothing (a dropped branch, not an error)
+      const double a = std::stod(lo->text), b = std::stod(hi->text);
+      const bool empty = integer ? (lo->exclusive ? std::floor(a) + 1 : std::ceil(a)) > (hi->exclusive ? std::ceil(b) - 1 : std::floor(b))
+                                 : a > b || (a == b && (lo->exclusive || hi->exclusive));
+      if (empty) nothing(path, "empty numeric range (matches nothing)");
+    }
     if (s.contains(kNotMultipleOf)) return not_multiple(s, integer, lo, hi, path);
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);

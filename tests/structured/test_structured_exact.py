@@ -152,6 +152,40 @@ CASES = [
     ({"type": ["integer", "string"], "not": {"anyOf": [{"type": "string"}, {"minimum": 3}]}}, [1, 3, "x"]),
     # unknown format: an annotation
     ({"type": "string", "format": "color-hex"}, ["x", ""]),
+    # overlapping oneOf: one branch and not the others that may overlap it (siblings factored out)
+    ({"type": "object", "properties": {"m": {"type": ["array", "null"]}},
+      "oneOf": [{"properties": {"m": {"maxItems": 0, "type": ["null", "array"]}}, "required": ["e"]},
+                {"properties": {"m": {"minItems": 1, "type": "array", "items": {"type": "string"}}}, "required": ["m"]}]},
+     [{"m": None, "e": "a"}, {"e": "a"}, {"m": ["x"]}, {"m": [], "e": "a"}, {"m": ["x"], "e": "a"}, {"m": [1]}, {}]),
+    ({"oneOf": [{"properties": {"a": {"type": "string"}}, "additionalProperties": False},
+                {"properties": {"b": {"type": "string"}}, "additionalProperties": False}]},
+     [{}, {"a": "x"}, {"b": "y"}, {"a": "x", "b": "y"}, {"c": 1}, 3]),
+    ({"type": "object", "additionalProperties": False, "properties": {"category": {"enum": ["a", "b"]}, "url": {"type": "string"}},
+      "oneOf": [{"properties": {"category": {"enum": ["a"]}}, "required": ["url"]},
+                {"properties": {"category": {"enum": ["b"]}}, "required": ["url"]}]},
+     [{"url": "u"}, {"url": "u", "category": "a"}, {"url": "u", "category": "b"}, {"category": "a"}, {"url": "u", "x": 1}]),
+    # disjoint by a key one branch requires and the other forbids (additionalProperties false)
+    ({"oneOf": [{"type": "object", "properties": {"$date": {"type": "integer"}}, "required": ["$date"], "additionalProperties": False},
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                {"type": "string"}]},
+     [{"$date": 1}, {"a": 1}, {}, {"$date": 1, "a": 2}, {"a": "x"}, {"y": 1}, "s"]),
+    ({"type": "integer", "oneOf": [{"multipleOf": 3}, {"multipleOf": 5}]}, [3, 5, 15, 7, 0, 30, 9]),
+    ({"type": "array", "oneOf": [{"items": {"type": "integer"}}, {"items": {"type": "number", "minimum": 2}}]},
+     [[], [1], [2], [2.5], [1, 2.5], ["x"]]),
+    # not of items / additionalProperties / oneOf / dependencies / multipleOf
+    ({"type": "array", "not": {"items": {"type": "integer"}}}, [[], [1], [1, "x"], ["x"]]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"additionalProperties": False, "properties": {"a": {}}}},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 2}, {"a": "x", "b": 1}]),
+    ({"type": "object", "not": {"additionalProperties": {"type": "string"}}}, [{}, {"a": "x"}, {"a": 1}, {"a": "x", "b": None}]),
+    ({"type": "integer", "not": {"oneOf": [{"minimum": 3}, {"maximum": 5}]}}, [1, 3, 5, 6, 4]),
+    ({"$schema": D7, "type": "object", "not": {"dependencies": {"a": ["b"], "c": {"required": ["d"]}}}},
+     [{}, {"a": 1}, {"a": 1, "b": 1}, {"c": 1}, {"c": 1, "d": 1}, {"a": 1, "c": 1, "b": 1, "d": 1}]),
+    ({"type": "integer", "minimum": 1, "not": {"multipleOf": 4}}, [0, 1, 4, 6, 8, 12, 13]),
+    ({"type": "number", "maximum": 10, "not": {"multipleOf": 2}}, [1, 2, 2.5, 9, 10, 11, 10.5, -3]),
+    ({"type": "integer", "allOf": [{"multipleOf": 4}, {"multipleOf": 6}]}, [12, 24, 6, 8, 0]),
+    ({"type": "number", "minimum": 1.5, "not": {"type": "integer"}}, [1, 1.5, 2, 2.25, 0.5]),
+    ({"type": "object", "allOf": [{"not": {"required": ["a"]}}, {"not": {"type": "array"}}, {"not": {"required": ["b"]}}]},
+     [{}, {"a": 1}, {"b": 1}, {"c": 1}]),
 ]
 
 
