@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--num-state-blocks", type=int, default=0, help="a tight budget makes the scheduler preempt")
     ap.add_argument("--max-num-batched-tokens", type=int, default=256)
     ap.add_argument("--batch-invariant", type=int, default=1, help="0: the default kernels (outputs may depend on the batch)")
+    ap.add_argument("--prefix-caching", type=int, default=1, help="0: the soaked engine runs without prefix caching")
     ap.add_argument("--max-rss-growth-mib", type=float, default=64.0)
     ap.add_argument("--report", default="")
     a = ap.parse_args()
@@ -129,7 +130,7 @@ def main():
     del quiet
     t_solo = time.time() - t0
 
-    llm = LLM(model, num_state_blocks=a.num_state_blocks or None, **opts)
+    llm = LLM(model, num_state_blocks=a.num_state_blocks or None, enable_prefix_caching=bool(a.prefix_caching), **opts)
     eng = llm.llm_engine
     # The request stream: (id, kind, template or malformed index); kinds: good, abort, bad.
     plan = []
