@@ -125,17 +125,30 @@ std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int6
   return out;
 }
 
-void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,
-                          int64_t available_bytes) {
-  if (available_bytes <= 0) available_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+namespace {
+
+// Bytes the tensors outside `mapped` take once loaded, at bytes_per_element(dtype) each.
+double loaded_bytes(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,
+                    double (*bytes_per_element)(DType)) {
   double need = 0;
   for (const std::string& name : ckpt.names()) {
     bool skip = false;
     for (const std::string& m : mapped) skip = skip || name.find(m) != std::string::npos;
     if (skip) continue;
     const io::TensorView& t = ckpt.get(name);
-    need += static_cast<double>(t.numel()) * (t.dtype == DType::I8 || t.dtype == DType::U8 ? 2 : 1) * sizeof(float);
+    need += static_cast<double>(t.numel()) * bytes_per_element(t.dtype);
   }
+  return need;
+}
+
+}  // namespace
+
+void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped,
+                          int64_t available_bytes) {
+  if (available_bytes <= 0) available_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const double need = loaded_bytes(ckpt, mapped, [](DType d) {  // fp32, FP4 bytes unpacked to two values
+    return (d == DType::I8 || d == DType::U8 ? 2.0 : 1.0) * sizeof(float);
+  });
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   check(need <= 0.9 * static_cast<double>(available_bytes), ckpt.path(), ": the CPU backend needs about ",
         static_cast<int64_t>(need / kGiB * 10) / 10.0, " GiB for these weights as fp32, more than this machine's ",
@@ -145,15 +158,9 @@ void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::str
 void check_fits_on_device(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped, const DeviceMemory& mem) {
   size_t free = 0, total = 0;
   if (!mem.memory_info(&free, &total)) return;
-  double need = 0;
-  for (const std::string& name : ckpt.names()) {
-    bool skip = false;
-    for (const std::string& m : mapped) skip = skip || name.find(m) != std::string::npos;
-    if (skip) continue;
-    const io::TensorView& t = ckpt.get(name);
-    const bool bytes = t.dtype == DType::F8_E4M3 || t.dtype == DType::I8 || t.dtype == DType::U8;
-    need += static_cast<double>(t.numel()) * (bytes ? 1 : t.dtype == DType::F8_E8M0 ? 5 : 4);  // scales: fp32 + UE8M0
-  }
+  const double need = loaded_bytes(ckpt, mapped, [](DType d) {  // stored bytes; scales fp32 + UE8M0; floats fp32
+    return d == DType::F8_E4M3 || d == DType::I8 || d == DType::U8 ? 1.0 : d == DType::F8_E8M0 ? 5.0 : 4.0;
+  });
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   check(need <= static_cast<double>(free), ckpt.path(), ": the weights need about ", static_cast<int64_t>(need / kGiB * 10) / 10.0,
         " GiB on ", mem.device().str(), ", which has ", static_cast<int64_t>(free / kGiB * 10) / 10.0, " GiB free of ",

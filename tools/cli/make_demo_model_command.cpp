@@ -196,6 +196,20 @@ void write_v4(const fs::path& out, const fs::path& tmpl, const fs::path& tok_dir
               out.c_str());
 }
 
+// Engram's compressed vocabulary size, exactly as the model builds its token map at load (V41Model::load).
+int64_t engram_compressed_vocab(const tokenizer::Tokenizer& tok) {
+  const int64_t vocab = tok.vocab_size();
+  std::vector<std::string> decoded(vocab), raw(vocab);
+  for (int64_t id = 0; id < vocab; ++id) {
+    const int32_t one = static_cast<int32_t>(id);
+    decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
+    raw[id] = tok.token_string(one);
+  }
+  int64_t compressed = 0;
+  model::build_compressed_token_map(decoded, raw, &compressed);
+  return compressed;
+}
+
 // DeepSeek-V4.1 in the released format (the tiny V4.1 golden) with the V4 tokenizer.
 void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_dir, const fs::path& tok_file,
                uint64_t seed) {
@@ -217,17 +231,8 @@ void write_v41(const fs::path& out, const fs::path& tmpl, const fs::path& tok_di
   if (vocab > 128799) text["dspark_noise_token_id"] = 128799;
   if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
   // Engram's compressed vocabulary, exactly as the model builds it at load (V41Model::load).
-  if (!text.value("engram_layer_ids", nlohmann::json::array()).empty()) {
-    std::vector<std::string> decoded(vocab), raw(vocab);
-    for (int64_t id = 0; id < vocab; ++id) {
-      const int32_t one = static_cast<int32_t>(id);
-      decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
-      raw[id] = tok.token_string(one);
-    }
-    int64_t compressed = 0;
-    model::build_compressed_token_map(decoded, raw, &compressed);
-    text["engram_compressed_vocab_size"] = compressed;
-  }
+  if (!text.value("engram_layer_ids", nlohmann::json::array()).empty())
+    text["engram_compressed_vocab_size"] = engram_compressed_vocab(tok);
   const model::V41Config parsed = model::V41Config::from_json(config);  // the written config must parse
   check(parsed.vocab_size == vocab, "make-demo-model: config vocab mismatch");
 
@@ -298,15 +303,7 @@ void write_flash_config(const fs::path& out, int64_t layers, const fs::path& tok
   if (auto pad = tok.token_to_id("<｜▁pad▁｜>")) text["engram_pad_token_id"] = *pad;
   if (tok.bos_id()) text["bos_token_id"] = *tok.bos_id();
   if (tok.eos_id()) text["eos_token_id"] = *tok.eos_id();
-  std::vector<std::string> decoded(vocab), raw(vocab);
-  for (int64_t id = 0; id < vocab; ++id) {
-    const int32_t one = static_cast<int32_t>(id);
-    decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
-    raw[id] = tok.token_string(one);
-  }
-  int64_t compressed = 0;
-  model::build_compressed_token_map(decoded, raw, &compressed);
-  text["engram_compressed_vocab_size"] = compressed;
+  text["engram_compressed_vocab_size"] = engram_compressed_vocab(tok);
   nlohmann::json config = {
       {"architectures", {"DeepseekV41ForCausalLM"}}, {"model_type", "deepseek_v41"}, {"dtype", "bfloat16"},
       {"tie_word_embeddings", false},
