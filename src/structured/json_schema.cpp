@@ -367,9 +367,10 @@ class Converter {
       for (auto& [k, v] : part.items()) {
         if (!merged.contains(k)) { merged[k] = v; continue; }
         if (merged[k] == v) continue;  // the same keyword twice: once is enough
-        if (k == "properties") {
+        if (k == "properties") {  // a key forbidden at one level is forbidden
           for (auto& [pk, pv] : v.items()) {
             if (!merged[k].contains(pk)) merged[k][pk] = pv;
+            else if (is_never(merged[k][pk]) || is_never(pv)) merged[k][pk] = false;
             else if (merged[k][pk] != pv) merged[k][pk] = Json{{"allOf", Json::array({merged[k][pk], pv})}};
           }
         } else if (k == "required") {
