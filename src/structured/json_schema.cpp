@@ -604,18 +604,28 @@ class Converter {
       if (alts.empty()) nothing(path, std::string(key) + " whose branches all match nothing");
       return g_.alt(alts);
     }
+    // A type whose keywords admit no value of it is dropped (required a key that is forbidden
+    // rules out objects only); the schema matches nothing when every type is.
     std::vector<int> alts;
+    std::string none_why;
     for (const std::string& t : types) {
-      if (t == "null") alts.push_back(g_.lit("null"));
-      else if (t == "boolean") alts.push_back(g_.alt({g_.lit("true"), g_.lit("false")}));
-      else if (t == "string") alts.push_back(string_schema(schema, path));
-      else if (t == "integer") alts.push_back(numeric(schema, path, true));
-      else if (t == "number") alts.push_back(numeric(schema, path, false));
-      else if (t == kNonInteger) alts.push_back(non_integer(schema, path));
-      else if (t == "object") alts.push_back(object_schema(schema, path));
-      else if (t == "array") alts.push_back(array_schema(schema, path));
-      else fail("json schema: unknown type '", t, "' at ", path);
+      const Mark m = mark();
+      try {
+        if (t == "null") alts.push_back(g_.lit("null"));
+        else if (t == "boolean") alts.push_back(g_.alt({g_.lit("true"), g_.lit("false")}));
+        else if (t == "string") alts.push_back(string_schema(schema, path));
+        else if (t == "integer") alts.push_back(numeric(schema, path, true));
+        else if (t == "number") alts.push_back(numeric(schema, path, false));
+        else if (t == kNonInteger) alts.push_back(non_integer(schema, path));
+        else if (t == "object") alts.push_back(object_schema(schema, path));
+        else if (t == "array") alts.push_back(array_schema(schema, path));
+        else fail("json schema: unknown type '", t, "' at ", path);
+      } catch (const NothingMatches& e) {
+        rollback(m);
+        none_why = e.what();
+      }
     }
+    if (alts.empty()) throw NothingMatches(none_why);
     return g_.alt(alts);
   }
 
@@ -625,12 +635,30 @@ class Converter {
     return out;
   }
 
+  // The grammar of s, or -1 where no instance matches it (a forbidden key, an item past the end).
+  int convert_or_none(const Json& s, const std::string& path) {
+    if (matches_nothing(s, path)) return -1;
+    const Mark m = mark();
+    try {
+      return convert(s, path);
+    } catch (const NothingMatches&) {
+      rollback(m);
+      return -1;
+    }
+  }
+
   // is_never, or an allOf whose types have nothing in common.
   bool matches_nothing(const Json& s, const std::string& path) {
     if (is_never(s)) return true;
     if (!s.is_object() || !s.contains("allOf")) return false;
-    const Json m = merge_all_of(s, path);
-    return m.contains("type") && m["type"].is_array() && m["type"].empty();
+    const Mark mk = mark();
+    try {
+      const Json m = merge_all_of(s, path);
+      return m.contains("type") && m["type"].is_array() && m["type"].empty();
+    } catch (const NothingMatches&) {  // the merge itself found no instance (allOf with false...)
+      rollback(mk);
+      return true;
+    }
   }
 
   // Schemas that match every / no instance ({} and true; false and {"not": {}}, recursively).
@@ -708,14 +736,10 @@ class Converter {
       later.erase(k);
       if (!later.empty()) rest["dependentSchemas"] = later;
       Json alts = Json::array();
-      const Json req = rest.value("required", Json::array());
-      if (std::find(req.begin(), req.end(), Json(k)) == req.end()) {
-        Json absent = rest;
-        absent["properties"][k] = false;
-        alts.push_back(absent);
-      }
+      Json absent = rest;  // where k is required, this leaves the non-objects (objects are dropped)
+      absent["properties"][k] = false;
+      alts.push_back(absent);
       if (!is_never(v)) alts.push_back(Json{{"allOf", Json::array({rest, v, Json{{"required", Json::array({k})}}})}});
-      if (alts.empty()) nothing(path, "schema that matches nothing (dependentSchemas false on a required key)");
       return convert(Json{{"anyOf", alts}}, path);
     }
     return convert(rest, path);
@@ -1345,11 +1369,12 @@ class Converter {
       for (auto& [k, v0] : s["properties"].items()) {
         const Json v = key_schema(k, &v0);
         names.push_back(Json(k).dump().substr(1, Json(k).dump().size() - 2));
-        if (matches_nothing(v, path)) {
-          if (req.count(k)) nothing(path, "required property '" + k + "' with schema false (matches nothing)");
+        const int value = convert_or_none(v, path + "/properties/" + k);  // none: the key is forbidden
+        if (value < 0) {
+          if (req.count(k)) nothing(path, "required property '" + k + "' whose schema matches nothing");
           continue;
         }
-        props.push_back({Json(k).dump(), convert(v, path + "/properties/" + k)});
+        props.push_back({Json(k).dump(), value});
         required.push_back(req.count(k) > 0);
       }
     }
@@ -1360,7 +1385,7 @@ class Converter {
       // (any value where only the strict mode's default forbids extra keys).
       Json v = key_schema(r, nullptr);
       if (matched(r).empty() && ap == Json(false) && !s.contains("additionalProperties")) v = Json(true);
-      if (is_never(v)) unsupported(path, "required key '" + r + "' that additionalProperties/patternProperties forbid (matches nothing)");
+      if (is_never(v)) nothing(path, "required key '" + r + "' that additionalProperties/patternProperties forbid (matches nothing)");
       props.push_back({Json(r).dump(), is_always(v) ? any_value() : convert(v, path + "/additionalProperties")});
       required.push_back(true);
     }
@@ -1631,16 +1656,21 @@ class Converter {
   int array_schema(const Json& s, const std::string& path) {
     if (s.contains("contains")) return contains_array(s, path);
     std::vector<int> prefix;
+    bool cut = false;  // a prefix item no value matches: the array ends before it
     if (s.contains("prefixItems")) {
-      int i = 0;
-      for (auto& p : s["prefixItems"]) prefix.push_back(convert(p, path + "/prefixItems/" + std::to_string(i++)));
+      for (auto& p : s["prefixItems"]) {
+        const int e = convert_or_none(p, path + "/prefixItems/" + std::to_string(prefix.size()));
+        if (e < 0) { cut = true; break; }
+        prefix.push_back(e);
+      }
     }
     long lo = s.value("minItems", 0L);
     long hi = s.contains("maxItems") ? s["maxItems"].get<long>() : -1;
     int item = -1;
-    if (!s.contains("items")) item = any_value();
-    else if (s["items"].is_boolean() || is_never(s["items"])) item = is_never(s["items"]) ? -1 : any_value();
-    else item = convert(s["items"], path + "/items");
+    if (cut) item = -1;
+    else if (!s.contains("items")) item = any_value();
+    else if (is_always(s["items"])) item = any_value();
+    else item = convert_or_none(s["items"], path + "/items");
     const long m = static_cast<long>(prefix.size());
     if (item < 0) hi = hi < 0 ? m : std::min(hi, m);
     if (hi >= 0 && lo > hi) nothing(path, "minItems greater than the possible number of items");

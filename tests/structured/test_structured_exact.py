@@ -186,6 +186,30 @@ CASES = [
     ({"type": "number", "minimum": 1.5, "not": {"type": "integer"}}, [1, 1.5, 2, 2.25, 0.5]),
     ({"type": "object", "allOf": [{"not": {"required": ["a"]}}, {"not": {"type": "array"}}, {"not": {"required": ["b"]}}]},
      [{}, {"a": 1}, {"b": 1}, {"c": 1}]),
+    # a key forbidden at one allOf level stays forbidden (oneOf of requireds spelled by negation)
+    ({"type": "object", "required": ["shape"], "properties": {"shape": {"enum": ["c", "r"]}, "r": {"type": "number"},
+                                                                "l": {"type": "number"}, "w": {"type": "number"}},
+      "oneOf": [{"required": ["r"]}, {"required": ["l", "w"]}]},
+     [{"shape": "c", "r": 1}, {"shape": "c"}, {"shape": "c", "r": 1, "l": 1, "w": 2}, {"l": 1, "w": 2, "shape": "r"},
+      {"shape": "r", "l": 1}, {"shape": "r", "r": 1, "l": 2}, {"r": 1}]),
+    ({"allOf": [{"properties": {"a": False}}, {"properties": {"a": {"type": "integer"}}}]}, [{}, {"a": 1}, {"b": 1}, {"a": "x"}]),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]},
+     [{"a": 1}, {"a": 1, "b": 1}, {"b": 1}, {}]),
+    # a type no value of which fits is dropped, not the schema: a required key that is forbidden
+    # rules out objects only; a key whose schema matches nothing is forbidden
+    ({"anyOf": [{"allOf": [{"properties": {"a": False}}, {"properties": {"a": {}}, "required": ["a"]}]}, {"type": "string"}]},
+     [{"a": 1}, {}, "s", 1, None, []]),
+    ({"properties": {"a": False}, "required": ["a"]}, [{"a": 1}, {}, "s", 1]),
+    ({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}, "b": {}}}, [{}, {"a": "x"}, {"b": 1}, {"a": "abc"}]),
+    ({"properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}, "required": ["a"]}, [{}, {"a": "x"}, "s", 2]),
+    ({"properties": {"a": {"allOf": [False, {"type": "integer"}]}}}, [{}, {"a": 1}, {"b": 1}, 1]),
+    ({"required": ["a"], "dependentSchemas": {"a": False}}, [{"a": 1}, {}, 1, "x", [1]]),
+    ({"anyOf": [{"required": ["a"], "properties": {"a": {"enum": []}}}, {"type": "string"}]}, [{"a": 1}, {}, "s", 1]),
+    # an item no value matches ends the array before it
+    ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
+    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
+     [[1], [1, "x"], [], [1, None], ["a"]]),
+    ({"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 1}}, [[], ["a"], [1]]),
 ]
 
 
