@@ -7,14 +7,15 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick | --moe | --indexer]   (--moe / --indexer: the copy ceiling and the
-//   routed-expert rows / the indexer top-k and sparse attention rows only)
+//   bench_cuda_kernels [--quick | --moe | --indexer | --attention]   (--moe / --indexer / --attention: the
+//   copy ceiling and the routed-expert rows / the indexer rows / sparse attention and candidate_mask only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -100,8 +101,8 @@ double time_graph_us(cudaStream_t s, const std::function<void(int)>& fn, int rep
 }
 
 void row(const std::string& kernel, const std::string& shape, cudaStream_t s, const std::function<void(int)>& fn,
-         int reps, double bytes, double flops) {
-  const double event_us = time_us(s, fn, reps), graph_us = time_graph_us(s, fn, reps);
+         int reps, double bytes, double flops, bool graph = true) {
+  const double event_us = time_us(s, fn, reps), graph_us = graph ? time_graph_us(s, fn, reps) : event_us;
   std::printf("KROW|%s|%s|%.2f|%.0f|%.0f|%.2f\n", kernel.c_str(), shape.c_str(), graph_us, bytes, flops, event_us);
   std::fflush(stdout);
 }
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool moe_only = argc > 1 && std::strcmp(argv[1], "--moe") == 0;
   const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
+  const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   const int reps = quick ? 10 : 30;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
   for (int blk : {32, 128})
     for (const Proj& p : projs)
       for (int64_t m : ms) {
-        if (moe_only || indexer_only) break;
+        if (moe_only || indexer_only || attention_only) break;
         const size_t a_bytes = m * p.k, w_bytes = p.n * p.k;
         const int64_t ld_as = (m + 15) / 16 * 16;
         const size_t as_bytes = p.k / blk * ld_as, ws_bytes = (p.n + blk - 1) / blk * (p.k / blk);
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
     if (quick) mts = {1, 64, 4096};
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
-      if (indexer_only) break;
+      if (indexer_only || attention_only) break;
       const size_t w_bytes = E * mo.n * mo.k / 2, ws_bytes = mo.k / 32 * E * mo.n;
       uint8_t *w = nullptr, *wsc = nullptr;
       ck(cudaMalloc(&w, w_bytes), "cudaMalloc experts");
@@ -264,7 +266,27 @@ int main(int argc, char** argv) {
   }
 
   // Sparse attention (V4.1: 64 heads x 512, top-512 + window 128 = 640 rows a token) over a 65536-row
-  // arena, ~5% of the indices empty. Bytes: q and out once, each token's rows once.
+  // arena, ~5% of the indices empty. Bytes: q and out once, each token's rows once. Rows: the kernel on
+  // bf16 tensors; on fp32 tensors holding bf16 values (what the CUDA backend's sparse_attention_online
+  // hands it); and that op itself, by default (the same kernel) and with DEEPINFER_ATTENTION=exact (the
+  // fp32 kernel; one launch at a time, no graph).
+  float* attn_f32 = nullptr;  // [65536 rows + 1024 * 64 q rows, 512] random bf16 values
+  deepinfer::cuda::CudaBackend* attn_be[2] = {nullptr, nullptr};
+  if (!moe_only) {
+    const size_t n = size_t{65536 + 1024 * 64} * 512;
+    std::vector<float> h(n);
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (auto& v : h) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      v = deepinfer::bf16_to_float(deepinfer::float_to_bf16(static_cast<float>(x >> 40) / 8388608.0f - 1.0f));
+    }
+    ck(cudaMalloc(&attn_f32, n * 4), "cudaMalloc attn_f32");
+    ck(cudaMemcpy(attn_f32, h.data(), n * 4, cudaMemcpyHostToDevice), "attn_f32");
+    attn_be[0] = new deepinfer::cuda::CudaBackend(0);
+    setenv("DEEPINFER_ATTENTION", "exact", 1);
+    attn_be[1] = new deepinfer::cuda::CudaBackend(0);
+    unsetenv("DEEPINFER_ATTENTION");
+  }
   if (!moe_only)
     for (int64_t t : {int64_t{64}, int64_t{256}, int64_t{1024}}) {
       const int64_t H = 64, D = 512, K = 640, N = 65536;
@@ -291,15 +313,72 @@ int main(int argc, char** argv) {
       std::snprintf(shape, sizeof shape, "t%lld h64 d512 k640", static_cast<long long>(t));
       row("sparse_attention bf16", shape, s, call, reps, 2.0 * t * H * D * 2 + t * K * (D * 2.0 + 4),
           4.0 * t * H * K * D);
+      const float* pool32 = attn_f32;
+      const float* q32 = attn_f32 + N * D;
+      float* out32 = nullptr;
+      ck(cudaMalloc(&out32, t * H * D * 4), "cudaMalloc out32");
+      auto call32 = [&](int) {
+        deepinfer::cuda::SparseAttnArgs a;
+        a.q = q32, a.pool = pool32, a.ld_pool = D, a.idx = idx, a.k = K, a.sink = sink, a.scale = 0.04f;
+        a.out = out32, a.tokens = t, a.heads = H, a.dim = D, a.f32 = true;
+        deepinfer::cuda::sparse_attention_bf16(a, s);
+      };
+      const double bytes32 = 2.0 * t * H * D * 4 + t * K * (D * 4.0 + 4);
+      row("sparse_attention bf16 (f32 tensors)", shape, s, call32, reps, bytes32, 4.0 * t * H * K * D);
+      for (int e = 0; e < 2; ++e) {
+        deepinfer::cuda::CudaBackend& be = *attn_be[e];
+        auto op = [&](int) { be.sparse_attention_online(q32, t, H, D, pool32, nullptr, idx, K, sink, 0.04f, 64, out32); };
+        row(e == 0 ? "sparse_attention_online op, tensor (bf16 mma)" : "sparse_attention_online op, exact (fp32 cores)",
+            shape, static_cast<cudaStream_t>(be.stream()), op, e == 0 ? reps : 5, bytes32, 4.0 * t * H * K * D, e == 0);
+      }
+      cudaFree(out32);
       cudaFree(idx);
       cudaFree(sink);
       cudaFree(out);
     }
 
+  // candidate_mask (CudaBackend op) at V4.1-Flash's setting: the top 2048 of 4096 blocks of 8 over 32768
+  // compressed rows, bf16-valued scores (ties straddle the 2048th block maximum). Bytes: scores read once,
+  // the mask written once.
+  if (!moe_only)
+    for (int64_t t : {int64_t{64}, int64_t{1024}}) {
+      const int64_t n = 32768;
+      std::vector<float> h(t * n);
+      uint64_t x = 0x9e3779b97f4a7c15ull + t;
+      for (auto& v : h) {
+        float u = 0;
+        for (int i = 0; i < 4; ++i) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+          u += static_cast<float>(x >> 40) * (1.0f / 16777216.0f) - 0.5f;
+        }
+        v = deepinfer::round_to_bf16(std::fabs(u) * 5.2f);
+      }
+      std::vector<int32_t> mh(3 * t);
+      for (int64_t i = 0; i < t; ++i)
+        mh[i] = static_cast<int32_t>(n), mh[t + i] = static_cast<int32_t>(n - i), mh[2 * t + i] = static_cast<int32_t>(n / 8);
+      float* sc = nullptr;
+      int32_t* meta = nullptr;
+      uint8_t* mask = nullptr;
+      ck(cudaMalloc(&sc, h.size() * 4), "cudaMalloc scores");
+      ck(cudaMemcpy(sc, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "scores");
+      ck(cudaMalloc(&meta, mh.size() * 4), "cudaMalloc meta");
+      ck(cudaMemcpy(meta, mh.data(), mh.size() * 4, cudaMemcpyHostToDevice), "meta");
+      ck(cudaMalloc(&mask, t * n), "cudaMalloc mask");
+      deepinfer::cuda::CudaBackend& be = *attn_be[0];
+      auto call = [&](int) { be.candidate_mask(sc, t, n, meta, meta + t, meta + 2 * t, 8, 2048, mask); };
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "t%lld n%lld b8 top2048", static_cast<long long>(t), static_cast<long long>(n));
+      row("candidate_mask (ties, CPU order)", shape, static_cast<cudaStream_t>(be.stream()), call, 10, 5.0 * t * n, 0);
+      cudaFree(sc), cudaFree(meta), cudaFree(mask);
+    }
+  cudaFree(attn_f32);
+  delete attn_be[0];
+  delete attn_be[1];
+
   // Indexer top-512 (index_select's kernel) over n compressed rows per token: fp32 scores (no tie at the
   // 512th value: the radix select alone) and bf16-rounded ones as index_scores makes them (ties: the CPU's
   // tie order replayed; n >= 32768 is partial_sort's heap). Bytes: the scores read once, the selection.
-  if (!moe_only) {
+  if (!moe_only && !attention_only) {
     struct Sel { int64_t t, n; };
     const Sel sels[] = {{1, 8192}, {64, 8192}, {256, 8192}, {4096, 8192}, {1, 32768}, {64, 32768},
                         {1, 262144}, {64, 262144}};
@@ -350,7 +429,7 @@ int main(int argc, char** argv) {
   // Indexer scores (CudaBackend::index_scores, fp32, dim 128, 32 heads): decode tokens with their own W
   // keys each (random rows of a 2^20-row arena) and a prefill chunk of tokens sharing W keys. Bytes: the
   // key rows each token reads (once per sequence), q, weights and the scores; FLOPs: 2 * 32 * 128 a pair.
-  if (!moe_only) {
+  if (!moe_only && !attention_only) {
     deepinfer::cuda::CudaBackend be;
     const auto bs = static_cast<cudaStream_t>(be.stream());
     const int64_t H = 32, D = 128, N = int64_t{1} << 20;
@@ -387,7 +466,7 @@ int main(int argc, char** argv) {
   }
 
   // Activation quantization (bf16 -> e4m3 + scales), the producer of the GEMM's A.
-  if (!moe_only && !indexer_only)
+  if (!moe_only && !indexer_only && !attention_only)
   for (int blk : {32, 128})
     for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
       const int64_t k = 5120;

@@ -11,6 +11,7 @@ import torch
 QUICK = "--quick" in sys.argv
 MOE_ONLY = "--moe" in sys.argv  # the routed-expert peers only
 INDEXER_ONLY = "--indexer" in sys.argv  # the top-k and sparse attention peers only
+ATTENTION_ONLY = "--attention" in sys.argv  # the sparse attention and candidate-block peers only
 REPS = 10 if QUICK else 30
 PROJS = [("q_a", 5120, 1280), ("q_b", 1280, 32768), ("o_b", 8192, 5120), ("sh_gate_up", 5120, 4608),
          ("sh_down", 2304, 5120)]
@@ -69,6 +70,14 @@ def main():
     print(f"peer: torch {torch.__version__} on {dev}")
     if MOE_ONLY:
         return moe_peers()
+    if ATTENTION_ONLY:
+        a16, b16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16), torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        print(f"CEIL|bf16_tflops|{2 * 8192**3 / time_us(lambda i: a16 @ b16, 1) * 1e-6:.1f}")
+        a32, b32 = a16.float(), b16.float()
+        print(f"CEIL|fp32_tflops|{2 * 8192**3 / time_us(lambda i: a32 @ b32, 1) * 1e-6:.1f}")
+        del a16, b16, a32, b32
+        candidate_peers()
+        return attention_peers()
     if INDEXER_ONLY:
         a32, b32 = torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")
         print(f"CEIL|fp32_tflops|{2 * 8192**3 / time_us(lambda i: a32 @ b32, 1) * 1e-6:.1f}")
@@ -146,6 +155,22 @@ def attention_peers():
             return torch.bmm(p, rows)
 
         print(f"PEER|torch gather+bmm+softmax bf16|t{t} h64 d512 k640|{time_us(run, 1, False):.2f}")
+
+
+def candidate_peers():
+    """V4.1's candidate blocks in plain torch: block maxima, topk(2048) of them, the chosen blocks' columns
+    (bench_cuda_kernels' candidate_mask rows; torch.topk's CUDA tie order, not the CPU's)."""
+    n, bs, kb = 32768, 8, 2048
+    for t in [64, 1024]:
+        s = (torch.randn(t, n, device="cuda").abs() * 3).bfloat16().float()
+
+        def run(i):
+            bm = s.view(t, n // bs, bs).amax(2)
+            top = torch.topk(bm, kb, dim=1, sorted=False).indices
+            f = torch.zeros(t, n // bs, dtype=torch.uint8, device="cuda").scatter_(1, top, 1)
+            return f.repeat_interleave(bs, dim=1)
+
+        print(f"PEER|torch amax+topk+scatter|t{t} n{n} b8 top2048|{time_us(run, 1, t <= 256):.2f}")
 
 
 def topk_peers():

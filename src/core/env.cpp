@@ -22,6 +22,7 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_MAX_NUM_SEQS", "256", "default for max_num_seqs: sequences in one step"},
       {"DEEPINFER_MAX_NUM_BATCHED_TOKENS", "2048", "default for max_num_batched_tokens: tokens in one step"},
       {"DEEPINFER_FP8_GEMM", "tensor", "tensor: FP8/FP4 projections on the GPU's tensor cores (bf16 out, their own in-block sums); exact: dequantized, the CPU's order bit for bit (slow; for verification)"},
+      {"DEEPINFER_ATTENTION", "tensor", "tensor: V4.1's sparse attention (64 heads x 512) on the GPU's BF16 tensor cores (q and rows read as bf16, exact for the model's bf16 values; their own sum order); exact: the fp32 kernel, the CPU's block structure (slow; for verification)"},
       {"DEEPINFER_LOAD_FORMAT", "auto", "auto: read the checkpoint; dummy: random V4.1 weights in the released formats (benchmarks; config.json only)"},
       {"DEEPINFER_DEVICE", "cpu", "where models run: cpu, cuda or cuda:N (V4.1; V4 runs on the CPU)"},
       {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/kernels/sparse_attention.h"
 #include "backends/cuda/linear_f32.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -686,6 +687,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const std::string gemm = env_string("DEEPINFER_FP8_GEMM");
   check(gemm == "tensor" || gemm == "exact", "DEEPINFER_FP8_GEMM = '", gemm, "': not tensor or exact");
   impl_->exact_gemm = gemm == "exact";
+  const std::string attn = env_string("DEEPINFER_ATTENTION");
+  check(attn == "tensor" || attn == "exact", "DEEPINFER_ATTENTION = '", attn, "': not tensor or exact");
+  impl_->exact_attention = attn == "exact";
 }
 
 CudaBackend::~CudaBackend() {
@@ -935,6 +939,19 @@ void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_
               "sparse_attention_online");
   const int64_t blocks = tokens * heads;
   if (blocks == 0) return;
+  // DeepSeek-V4.1's shape (64 heads x 512, blocks of 64): the BF16 tensor-core kernel. It reads q and the
+  // rows rounded to bf16 (exact for the model's bf16-valued data) and sums in the tensor cores' order, so
+  // out differs from the CPU by fp32 reassociation and the bf16 roundings of p that it flips.
+  // DEEPINFER_ATTENTION=exact keeps the fp32 kernel below for verification.
+  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!impl_->exact_attention && dim == 512 && heads % 64 == 0 && block == 64 && pool && aligned16(q) &&
+      aligned16(pool) && aligned16(fresh) && aligned16(out)) {
+    SparseAttnArgs a;
+    a.q = q, a.pool = pool, a.ld_pool = dim, a.fresh = fresh, a.ld_fresh = dim, a.idx = idx, a.k = k;
+    a.sink = sink, a.scale = scale, a.out = out, a.tokens = tokens, a.heads = heads, a.dim = dim, a.f32 = true;
+    sparse_attention_bf16(a, impl_->stream);
+    return;
+  }
   const size_t smem = (static_cast<size_t>(1 + kAttnWarps) * dim + block) * sizeof(float);
   check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention_online: dim ", dim, " block ",
         block, " need more shared memory than the device has");

@@ -48,6 +48,7 @@ struct CudaBackend::Impl {
   bool linear_gemv = true;
   bool batch_invariant = false;
   bool exact_gemm = false;  // DEEPINFER_FP8_GEMM=exact: linear_quant dequantizes (the CPU's bits)  // fixed reduction orders (fp8_gemm never splits K)
+  bool exact_attention = false;  // DEEPINFER_ATTENTION=exact: sparse_attention_online stays on the fp32 kernel
   void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
   size_t scratch_bytes = 0;
 

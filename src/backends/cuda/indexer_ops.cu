@@ -1,7 +1,6 @@
 // The CUDA backend's V4.1 indexer ops (scores, candidate blocks, top-k, row lookup), in
 // cpu_deepseek_ops.cpp's operation order. The top-k is kernels/index_topk.h (radix select, the CPU's
-// tie breaking replayed); the candidate blocks run cpu::torch_topk's algorithm (torch_topk_device.h)
-// with one thread per token, so ties break exactly as on the CPU.
+// tie breaking replayed); the candidate blocks are the same top-k over the rows of block maxima.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,12 +8,9 @@
 
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/kernels/index_topk.h"
-#include "backends/cuda/torch_topk_device.h"
 
 namespace deepinfer::cuda {
 namespace {
-
-using topk::Elem;
 
 // cpu::dot's order: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
 // CPU loop), combined as ((0+4)+(1+5))+((2+6)+(3+7)).
@@ -161,29 +157,42 @@ __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
   if (tid < nvalid && tid < kScKeys) scores[t * ld + w0 + tid] = bf16_round(acc);
 }
 
-// One thread per token; mask is zeroed before. q: a row of ceil(ld / bs) (block maximum, block) pairs.
-__global__ void candidate_mask_kernel(const float* __restrict__ scores, int64_t tokens, int64_t ld,
-                                      const int32_t* __restrict__ width, const int32_t* __restrict__ clen,
-                                      const int32_t* __restrict__ ranked, int64_t bs, int64_t topk_blocks,
-                                      uint8_t* mask, Elem* q_all) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (t >= tokens) return;
+// candidate_mask, step 1. Thread (token t, block b): bv[t, b] = the block maximum (std::max's order: a NaN
+// never enters), +inf for block (clen - 1) / bs, -inf past the token's nb blocks (up to ldb); flag[t, b] = 0.
+// Thread b == 0 also writes the token's ranked blocks min(ranked, nb) and the top-k count for index_topk.
+__global__ void block_max_kernel(const float* __restrict__ scores, int64_t ld, const int32_t* __restrict__ width,
+                                 const int32_t* __restrict__ clen, const int32_t* __restrict__ ranked, int64_t bs,
+                                 int32_t topk_blocks, int64_t ldb, float* bv, uint8_t* flag, int32_t* ranked_b,
+                                 int32_t* topk_b) {
+  const int64_t t = blockIdx.x, b = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= ldb) return;
   const int64_t W = width[t], nb = (W + bs - 1) / bs, last = clen[t] >= 1 ? (clen[t] - 1) / bs : -1;
   const float* row = scores + t * ld;
-  Elem* q = q_all + t * ((ld + bs - 1) / bs);
-  for (int64_t b = 0; b < nb; ++b) {
-    float m = -kInf;
-    for (int64_t w = b * bs; w < min(W, (b + 1) * bs); ++w) m = m < row[w] ? row[w] : m;
-    q[b] = {b == last ? kInf : m, static_cast<int32_t>(b)};
+  float m = -kInf;
+  for (int64_t w = b * bs; w < min(W, (b + 1) * bs); ++w) m = m < row[w] ? row[w] : m;
+  bv[t * ldb + b] = b < nb && b == last ? kInf : m;
+  flag[t * ldb + b] = 0;
+  if (b == 0) {
+    ranked_b[t] = static_cast<int32_t>(min(static_cast<int64_t>(ranked[t]), nb));
+    topk_b[t] = topk_blocks;
   }
-  const int64_t nbt = min(static_cast<int64_t>(ranked[t]), nb), kb = min(topk_blocks, nbt);
-  topk::torch_topk(q, nbt, kb, true);
-  uint8_t* mk = mask + t * ld;
-  for (int64_t j = 0; j < kb; ++j) {
-    if (!(q[j].v > -kInf)) continue;
-    const int64_t b = q[j].i;
-    for (int64_t w = b * bs; w < min(W, (b + 1) * bs); ++w) mk[w] = 1;
-  }
+}
+
+// Step 3: the chosen blocks (index_topk's sel rows, -1 padded) whose maximum is > -inf get flag 1.
+__global__ void block_flag_kernel(const int32_t* __restrict__ sel, int64_t tokens, int64_t K,
+                                  const float* __restrict__ bv, int64_t ldb, uint8_t* flag) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= tokens * K) return;
+  const int64_t t = e / K, b = sel[e];
+  if (b >= 0 && bv[t * ldb + b] > -kInf) flag[t * ldb + b] = 1;
+}
+
+// Step 4: every mask byte of the token's row: 1 in the first width[t] columns of a flagged block.
+__global__ void block_mask_kernel(const uint8_t* __restrict__ flag, int64_t ldb, const int32_t* __restrict__ width,
+                                  int64_t ld, int64_t bs, uint8_t* mask) {
+  const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (w >= ld) return;
+  mask[t * ld + w] = w < width[t] && flag[t * ldb + w / bs];
 }
 
 __global__ void lookup_rows_kernel(const int32_t* __restrict__ in, int64_t tokens, int64_t k,
@@ -223,18 +232,46 @@ void CudaBackend::index_scores(const float* q, const float* weight, int64_t toke
   check_launch("index_scores_kernel");
 }
 
+// The candidate blocks as index_select of the block maxima: torch_topk's sorted and unsorted forms choose
+// the same set (the sort only orders it), and the mask needs only the set.
 void CudaBackend::candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width,
                                  const int32_t* clen, const int32_t* ranked, int64_t block, int64_t topk_blocks,
                                  uint8_t* mask) {
-  check_sizes(tokens >= 0 && ld >= 0 && block > 0 && topk_blocks >= 0, "candidate_mask");
+  check_sizes(tokens >= 0 && ld >= 0 && block > 0 && topk_blocks >= 0 && tokens <= INT32_MAX &&
+                  (ld + 255) / 256 <= 65535,
+              "candidate_mask");
   if (tokens == 0 || ld == 0) return;
   impl_->bind();
-  check_cuda(cudaMemsetAsync(mask, 0, static_cast<size_t>(tokens * ld), impl_->stream), "candidate_mask (zero)");
-  const int64_t nb = (ld + block - 1) / block;
-  Elem* q = static_cast<Elem*>(impl_->workspace(static_cast<size_t>(tokens * nb) * sizeof(Elem)));
-  candidate_mask_kernel<<<grid_for(tokens, 64), 64, 0, impl_->stream>>>(scores, tokens, ld, width, clen, ranked,
-                                                                        block, topk_blocks, mask, q);
-  check_launch("candidate_mask_kernel");
+  const int64_t nb = (ld + block - 1) / block, ldb = (nb + 3) / 4 * 4;  // block rows 16-byte aligned
+  const int64_t K = std::min(topk_blocks, nb);
+  if (K == 0) {
+    check_cuda(cudaMemsetAsync(mask, 0, static_cast<size_t>(tokens * ld), impl_->stream), "candidate_mask (zero)");
+    return;
+  }
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t bv_bytes = up(tokens * ldb * 4), sel_bytes = up(tokens * K * 4), flag_bytes = up(tokens * ldb),
+               cnt_bytes = up(tokens * 4);
+  uint8_t* ws = static_cast<uint8_t*>(impl_->workspace(bv_bytes + sel_bytes + flag_bytes + 2 * cnt_bytes +
+                                                       index_topk_workspace_bytes(tokens, ldb, K)));
+  float* bv = reinterpret_cast<float*>(ws);
+  int32_t* sel = reinterpret_cast<int32_t*>(ws + bv_bytes);
+  uint8_t* flag = ws + bv_bytes + sel_bytes;
+  int32_t* ranked_b = reinterpret_cast<int32_t*>(ws + bv_bytes + sel_bytes + flag_bytes);
+  int32_t* topk_b = reinterpret_cast<int32_t*>(ws + bv_bytes + sel_bytes + flag_bytes + cnt_bytes);
+  void* topk_ws = ws + bv_bytes + sel_bytes + flag_bytes + 2 * cnt_bytes;
+  const int32_t kb = static_cast<int32_t>(std::min<int64_t>(topk_blocks, INT32_MAX));
+  block_max_kernel<<<dim3(static_cast<unsigned>(tokens), grid_for(ldb, 128)), 128, 0, impl_->stream>>>(
+      scores, ld, width, clen, ranked, block, kb, ldb, bv, flag, ranked_b, topk_b);
+  check_launch("block_max_kernel");
+  IndexTopkArgs a;
+  a.scores = bv, a.ld = ldb, a.ranked = ranked_b, a.visible = ranked_b, a.topk = topk_b;
+  a.tokens = tokens, a.K = K, a.sel = sel;
+  index_topk(a, topk_ws, impl_->stream);
+  block_flag_kernel<<<grid_for(tokens * K, 256), 256, 0, impl_->stream>>>(sel, tokens, K, bv, ldb, flag);
+  check_launch("block_flag_kernel");
+  block_mask_kernel<<<dim3(static_cast<unsigned>(tokens), grid_for(ld, 256)), 256, 0, impl_->stream>>>(
+      flag, ldb, width, ld, block, mask);
+  check_launch("block_mask_kernel");
 }
 
 void CudaBackend::index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld,

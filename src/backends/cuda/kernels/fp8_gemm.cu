@@ -176,25 +176,32 @@ __device__ __forceinline__ void promote(float (&acc)[BN / 2], const float (&t)[B
     }
 }
 
-// 8 e2m1 codes (low nibble first) -> 8 e4m3 bytes: the magnitude by a byte permute of the code table,
-// the sign moved from bit 3 of each nibble to bit 7 of each byte.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t v16) {
-  const uint32_t mag = __byte_perm(0x3C383000u, 0x4C484440u, v16 & 0x7777u);
-  const uint32_t sgn = ((v16 & 0x8u) << 4) | ((v16 & 0x80u) << 8) | ((v16 & 0x800u) << 12) | ((v16 & 0x8000u) << 16);
-  return mag | sgn;
+// 8 e2m1 codes (a 32-bit word, low nibble first) -> 8 e4m3 bytes (lo: codes 0..3, hi: 4..7). The magnitude
+// by a byte permute of the code table; the signs (bit 3 of each nibble) by a permute that puts nibbles
+// 2i, 2i + 1 in bytes 2i, 2i + 1 and two masked shifts to bit 7 (lop3s): 12 instructions for 8 codes.
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t m = w & 0x77777777u;  // magnitude selectors (the selector's bit 3 would replicate a sign)
+  const uint32_t mag_lo = __byte_perm(0x3C383000u, 0x4C484440u, m);
+  const uint32_t mag_hi = __byte_perm(0x3C383000u, 0x4C484440u, m >> 16);
+  const uint32_t y_lo = __byte_perm(w, 0, 0x1100), y_hi = __byte_perm(w, 0, 0x3322);
+  lo = mag_lo | ((y_lo << 4) & 0x00800080u) | (y_lo & 0x80008000u);
+  hi = mag_hi | ((y_hi << 4) & 0x00800080u) | (y_hi & 0x80008000u);
 }
 
 // Producer warps 1..3: widen one stage's packed MXFP4 tile (rows x 64 bytes, row-major) into the
-// 128B-swizzled e4m3 tile the wgmmas read (rows x 128 bytes).
+// 128B-swizzled e4m3 tile the wgmmas read (rows x 128 bytes). Two chunks a trip: one warp per scheduler
+// has no other warp to hide its latencies behind.
 template <int ROWS>
 __device__ __forceinline__ void widen_fp4_stage(const uint8_t* packed, uint8_t* dst, int tid, int nthreads) {
+#pragma unroll 2
   for (int c = tid; c < ROWS * 4; c += nthreads) {
     const int r = c / 4, j = c % 4;  // 16 packed bytes = K elements 32j .. 32j + 31 of row r
     const uint4 v = *reinterpret_cast<const uint4*>(packed + r * 64 + j * 16);
-    const uint4 o0 = make_uint4(e2m1x4_to_e4m3x4(v.x & 0xffff), e2m1x4_to_e4m3x4(v.x >> 16),
-                                e2m1x4_to_e4m3x4(v.y & 0xffff), e2m1x4_to_e4m3x4(v.y >> 16));
-    const uint4 o1 = make_uint4(e2m1x4_to_e4m3x4(v.z & 0xffff), e2m1x4_to_e4m3x4(v.z >> 16),
-                                e2m1x4_to_e4m3x4(v.w & 0xffff), e2m1x4_to_e4m3x4(v.w >> 16));
+    uint4 o0, o1;
+    e2m1x8_to_e4m3x8(v.x, o0.x, o0.y);
+    e2m1x8_to_e4m3x8(v.y, o0.z, o0.w);
+    e2m1x8_to_e4m3x8(v.z, o1.x, o1.y);
+    e2m1x8_to_e4m3x8(v.w, o1.z, o1.w);
     *reinterpret_cast<uint4*>(dst + r * 128 + (((2 * j) ^ (r & 7)) * 16)) = o0;
     *reinterpret_cast<uint4*>(dst + r * 128 + (((2 * j + 1) ^ (r & 7)) * 16)) = o1;
   }

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/sparse_attention.h"
 #include "core/error.h"
@@ -14,18 +15,20 @@ constexpr int kD = 512, kHeads = 64, kRows = 64, kThreads = 256;
 constexpr int kRowBytes = kD * 2;                            // one bf16 row: 64 chunks of 16 bytes
 constexpr int kTileBytes = kRows * kRowBytes;                // 64 rows (or heads) x 512 channels
 constexpr int kExchBytes = 8 * 8 * 2 * 32 * 8;               // per warp: 8 n-tiles x 2 halves x 32 lanes x float2
-constexpr int kSmem = kTileBytes * 3 + kExchBytes + 2 * kRows + 128;  // Q, two row buffers, exchange, flags
+// Q, two row buffers, the exchange, the chunks' validity flags [2][64] and indices [2][64].
+constexpr int kSmem = kTileBytes * 3 + kExchBytes + 2 * kRows + 2 * kRows * 4 + 128;
+// The gather: each thread owns 16 pieces of a chunk (a piece = one 16-byte chunk of a bf16 row in shared
+// memory: 16 bytes of a bf16 row or 32 of an fp32 one), loaded in batches of kBatch, half of the batches
+// behind the S math and half behind the P.V math. fp32: 2 pieces a batch (16 registers; 4 spilled).
+// (All of a chunk's cp.async copies at once, waited for a chunk later, measured slower: 974 vs 801 us.)
+template <bool kF32>
+struct Gather {
+  static constexpr int kBatch = kF32 ? 2 : 4, kBatches = 16 / kBatch, kParts = kBatches / 2;
+};
 
 // Byte offset of 16-byte chunk c of row r in a swizzled tile: the chunk index XOR (r % 8) spreads the 8
 // rows an ldmatrix reads over all banks.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -51,37 +54,118 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Gathers chunk c's 64 rows of token t into a row buffer (rows past k or with index -1 zero-filled) and
-// its validity flags; each thread issues 16 of the 4096 16-byte copies, a row's 64 by consecutive threads.
-__device__ __forceinline__ void gather_chunk(const SparseAttnArgs& a, const int32_t* idx_t, int c, uint32_t buf,
-                                             uint8_t* valid) {
-  for (int i = threadIdx.x; i < kRows * 64; i += kThreads) {
-    const int r = i / 64, ch = i % 64, j = c * kRows + r;
+// One piece from global memory (zeros when !valid): 8 fp32 values or 8 bf16 ones, issued as volatile asm
+// so the compiler keeps the loads where they are written, ahead of the math they hide behind.
+template <bool kF32>
+struct Piece {
+  uint32_t v[kF32 ? 8 : 4];
+};
+template <bool kF32>
+__device__ __forceinline__ Piece<kF32> ldg_piece(const void* p, bool valid) {
+  Piece<kF32> r;
+  if constexpr (kF32)
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+        " mov.b32 %0, 0; mov.b32 %1, 0; mov.b32 %2, 0; mov.b32 %3, 0;\n"
+        " mov.b32 %4, 0; mov.b32 %5, 0; mov.b32 %6, 0; mov.b32 %7, 0;\n"
+        " @p ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%8];\n"
+        " @p ld.global.nc.v4.b32 {%4, %5, %6, %7}, [%8 + 16];\n}"
+        : "=r"(r.v[0]), "=r"(r.v[1]), "=r"(r.v[2]), "=r"(r.v[3]), "=r"(r.v[4]), "=r"(r.v[5]), "=r"(r.v[6]),
+          "=r"(r.v[7])
+        : "l"(p), "r"(static_cast<int>(valid)));
+  else
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " mov.b32 %0, 0; mov.b32 %1, 0; mov.b32 %2, 0; mov.b32 %3, 0;\n"
+        " @p ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n}"
+        : "=r"(r.v[0]), "=r"(r.v[1]), "=r"(r.v[2]), "=r"(r.v[3])
+        : "l"(p), "r"(static_cast<int>(valid)));
+  return r;
+}
+// The piece as 8 bf16 values (fp32 narrowed, RNE: exact for bf16-valued data) into one 16-byte chunk.
+template <bool kF32>
+__device__ __forceinline__ void sts_piece(uint32_t addr, const Piece<kF32>& x) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kF32)
+      w[i] = pack_bf16(__uint_as_float(x.v[2 * i]), __uint_as_float(x.v[2 * i + 1]));
+    else
+      w[i] = x.v[i];
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
+
+// Piece `ch` (16-byte chunk of the bf16 tile) of the row behind index ix (>= 0: pool, <= -2: fresh; -1:
+// none, then any valid address).
+template <bool kF32>
+__device__ __forceinline__ const void* piece_ptr(const SparseAttnArgs& a, int32_t ix, int ch) {
+  using T = std::conditional_t<kF32, float, uint16_t>;
+  if (ix == -1) return a.pool;
+  const T* row = ix >= 0 ? static_cast<const T*>(a.pool) + static_cast<int64_t>(ix) * a.ld_pool
+                         : static_cast<const T*>(a.fresh) + (-2 - static_cast<int64_t>(ix)) * a.ld_fresh;
+  return row + ch * 8;
+}
+
+// Batch `bt` of this thread's 16 pieces of a chunk whose indices are in sidx: piece p is row
+// threadIdx.x / 64 + 4 p, 16-byte chunk threadIdx.x % 64 (a row's 64 chunks by consecutive threads).
+template <bool kF32>
+struct Batch {
+  Piece<kF32> x[Gather<kF32>::kBatch];
+};
+template <bool kF32>
+__device__ __forceinline__ Batch<kF32> load_batch(const SparseAttnArgs& a, const int32_t* sidx, int bt) {
+  constexpr int kB = Gather<kF32>::kBatch;
+  Batch<kF32> b;
+#pragma unroll
+  for (int u = 0; u < kB; ++u) {
+    const int32_t ix = sidx[threadIdx.x / 64 + 4 * (kB * bt + u)];
+    b.x[u] = ldg_piece<kF32>(piece_ptr<kF32>(a, ix, threadIdx.x % 64), ix != -1);
+  }
+  return b;
+}
+template <bool kF32>
+__device__ __forceinline__ void store_batch(uint32_t buf, const Batch<kF32>& b, int bt) {
+  constexpr int kB = Gather<kF32>::kBatch;
+#pragma unroll
+  for (int u = 0; u < kB; ++u) sts_piece<kF32>(buf + swz(threadIdx.x / 64 + 4 * (kB * bt + u), threadIdx.x % 64), b.x[u]);
+}
+// Chunk c's indices (-1 past k) and validity flags, by threads 0..63.
+__device__ __forceinline__ void stage_indices(const SparseAttnArgs& a, const int32_t* idx_t, int c, int32_t* sidx,
+                                              uint8_t* valid) {
+  if (threadIdx.x < kRows) {
+    const int j = c * kRows + threadIdx.x;
     const int32_t ix = j < a.k ? __ldg(idx_t + j) : -1;
-    const uint16_t* row = ix >= 0 ? a.pool + static_cast<int64_t>(ix) * a.ld_pool
-                                  : a.fresh + (-2 - static_cast<int64_t>(ix)) * a.ld_fresh;
-    cp_async16(buf + swz(r, ch), ix != -1 ? row + ch * 8 : a.pool, ix != -1);
-    if (ch == 0) valid[r] = ix != -1;
+    sidx[threadIdx.x] = ix;
+    valid[threadIdx.x] = ix != -1;
   }
 }
 
+template <bool kF32>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const SparseAttnArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int t = blockIdx.y, h0 = blockIdx.x * kHeads;
+  const int t = blockIdx.x, h0 = blockIdx.y * kHeads;  // tokens on x: up to 2^31 - 1 of them
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hg = warp % 4, dh = warp / 4;
   const int g = lane / 4, tq = lane % 4;
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   float2* exch = reinterpret_cast<float2*>(smem + 3 * kTileBytes);
-  uint8_t* valid = smem + 3 * kTileBytes + kExchBytes;  // [2][64]
+  uint8_t* valid = smem + 3 * kTileBytes + kExchBytes;                            // [2][64]
+  int32_t* sidx = reinterpret_cast<int32_t*>(smem + 3 * kTileBytes + kExchBytes + 2 * kRows);  // [2][64]
   const int32_t* idx_t = a.idx + static_cast<int64_t>(t) * a.k;
   const int nchunks = static_cast<int>((a.k + kRows - 1) / kRows);
 
   // Prologue: this token's 64 heads of q, and chunk 0.
-  const uint16_t* q_t = a.q + (static_cast<int64_t>(t) * a.heads + h0) * kD;
+  using G = Gather<kF32>;
+  using T = std::conditional_t<kF32, float, uint16_t>;
+  const T* q_t = static_cast<const T*>(a.q) + (static_cast<int64_t>(t) * a.heads + h0) * kD;
   for (int i = threadIdx.x; i < kHeads * 64; i += kThreads)
-    cp_async16(s_q + swz(i / 64, i % 64), q_t + static_cast<int64_t>(i / 64) * kD + (i % 64) * 8, true);
-  if (nchunks > 0) gather_chunk(a, idx_t, 0, s_q + kTileBytes, valid);
-  cp_async_commit();
+    sts_piece<kF32>(s_q + swz(i / 64, i % 64), ldg_piece<kF32>(q_t + static_cast<int64_t>(i / 64) * kD + (i % 64) * 8, true));
+  if (nchunks > 0) stage_indices(a, idx_t, 0, sidx, valid);
+  __syncthreads();
+  if (nchunks > 0)
+#pragma unroll
+    for (int bt = 0; bt < G::kBatches; ++bt) store_batch<kF32>(s_q + kTileBytes, load_batch<kF32>(a, sidx, bt), bt);
 
   float o[32][4];
 #pragma unroll
@@ -91,27 +175,34 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   for (int c = 0; c < nchunks; ++c) {
     const int b = c & 1;
     const uint32_t s_rows = s_q + (1 + b) * kTileBytes, s_next = s_q + (2 - b) * kTileBytes;
+    const bool next = c + 1 < nchunks;
+    const int32_t* sidx_next = sidx + (b ^ 1) * kRows;
     __syncthreads();  // every warp is done with chunk c - 1, so its buffer may be refilled
-    if (c + 1 < nchunks) gather_chunk(a, idx_t, c + 1, s_next, valid + (b ^ 1) * kRows);
-    cp_async_commit();
-    cp_async_wait<1>();  // chunk c (and q) landed for this thread's copies
-    __syncthreads();     // ... and for everyone's
+    if (next) stage_indices(a, idx_t, c + 1, sidx + (b ^ 1) * kRows, valid + (b ^ 1) * kRows);
+    __syncthreads();  // chunk c (stored during chunk c - 1) and chunk c + 1's indices are visible
 
-    // S[16 heads x 64 rows] over this warp's 256 channels.
+    // S[16 heads x 64 rows] over this warp's 256 channels, in kParts stretches of channels, each hiding a
+    // batch of the next chunk's loads.
     float s[8][4];
 #pragma unroll
     for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll 4
-    for (int ks = 0; ks < 16; ++ks) {
-      uint32_t qa[4];
-      ldsm_x4(qa, s_q + swz(hg * 16 + lane % 16, dh * 32 + ks * 2 + lane / 16));
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t kb[4];
-        ldsm_x4(kb, s_rows + swz(np * 16 + lane % 8 + (lane / 16) * 8, dh * 32 + ks * 2 + (lane / 8) % 2));
-        mma(s[2 * np], qa, kb[0], kb[1]);
-        mma(s[2 * np + 1], qa, kb[2], kb[3]);
+    for (int part = 0; part < G::kParts; ++part) {
+      Batch<kF32> pre;
+      if (next) pre = load_batch<kF32>(a, sidx_next, part);
+#pragma unroll 4
+      for (int ks = part * (16 / G::kParts); ks < (part + 1) * (16 / G::kParts); ++ks) {
+        uint32_t qa[4];
+        ldsm_x4(qa, s_q + swz(hg * 16 + lane % 16, dh * 32 + ks * 2 + lane / 16));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t kb[4];
+          ldsm_x4(kb, s_rows + swz(np * 16 + lane % 8 + (lane / 16) * 8, dh * 32 + ks * 2 + (lane / 8) % 2));
+          mma(s[2 * np], qa, kb[0], kb[1]);
+          mma(s[2 * np + 1], qa, kb[2], kb[3]);
+        }
       }
+      if (next) store_batch<kF32>(s_next, pre, part);
     }
     // The two channel halves of each head group add up through shared memory (a + b == b + a, so both
     // warps of the pair hold the same S and make the same softmax).
@@ -172,31 +263,51 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
       }
     }
 
-    // O[16 heads x 256 channels] += P[16 x 64] V[64 x 256] (V = the same rows, read transposed).
+    // O[16 heads x 256 channels] += P[16 x 64] V[64 x 256] (V = the same rows, read transposed), in kParts
+    // stretches of rows, each hiding one of the other batches of loads.
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int part = 0; part < G::kParts; ++part) {
+      Batch<kF32> pre;
+      if (next) pre = load_batch<kF32>(a, sidx_next, G::kParts + part);
 #pragma unroll
-      for (int ntp = 0; ntp < 16; ++ntp) {
-        uint32_t vb[4];
-        ldsm_x4_t(vb, s_rows + swz(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dh * 32 + ntp * 2 + lane / 16));
-        mma(o[2 * ntp], pa[kk], vb[0], vb[1]);
-        mma(o[2 * ntp + 1], pa[kk], vb[2], vb[3]);
-      }
+      for (int kk = part * (4 / G::kParts); kk < (part + 1) * (4 / G::kParts); ++kk)
+#pragma unroll
+        for (int ntp = 0; ntp < 16; ++ntp) {
+          uint32_t vb[4];
+          ldsm_x4_t(vb, s_rows + swz(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dh * 32 + ntp * 2 + lane / 16));
+          mma(o[2 * ntp], pa[kk], vb[0], vb[1]);
+          mma(o[2 * ntp + 1], pa[kk], vb[2], vb[3]);
+        }
+      if (next) store_batch<kF32>(s_next, pre, G::kParts + part);
+    }
   }
 
-  cp_async_wait<0>();  // (k == 0: the q copies of the prologue)
   // out = O / (z + exp(sink - m)); rows with no index have z = 0, m = -1e30: 0 / inf = 0.
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int h = h0 + hg * 16 + g + 8 * hr;
     const float zt = z[hr] + expf(__ldg(a.sink + h) - m[hr]);
-    __nv_bfloat16* out_h = reinterpret_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(t) * a.heads + h) * kD;
+    const int64_t off = (static_cast<int64_t>(t) * a.heads + h) * kD;
 #pragma unroll
     for (int nt = 0; nt < 32; ++nt) {
       const int d = dh * 256 + nt * 8 + 2 * tq;
-      *reinterpret_cast<__nv_bfloat162*>(out_h + d) = __floats2bfloat162_rn(o[nt][2 * hr] / zt, o[nt][2 * hr + 1] / zt);
+      if constexpr (kF32)
+        *reinterpret_cast<float2*>(static_cast<float*>(a.out) + off + d) =
+            make_float2(o[nt][2 * hr] / zt, o[nt][2 * hr + 1] / zt);
+      else
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + off + d) =
+            __floats2bfloat162_rn(o[nt][2 * hr] / zt, o[nt][2 * hr + 1] / zt);
     }
   }
+}
+
+template <bool kF32>
+void launch(const SparseAttnArgs& a, cudaStream_t stream) {
+  static const bool attr_set = cudaFuncSetAttribute(sparse_attention_kernel<kF32>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
+  check(attr_set, "sparse_attention_bf16: cannot reserve ", kSmem, " bytes of shared memory");
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads / kHeads));
+  sparse_attention_kernel<kF32><<<grid, kThreads, kSmem, stream>>>(a);
 }
 
 }  // namespace
@@ -205,7 +316,9 @@ void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   check(a.dim == kD, "sparse_attention_bf16: dim must be 512, got ", a.dim);
   check(a.heads > 0 && a.heads % kHeads == 0, "sparse_attention_bf16: heads must be a multiple of 64, got ", a.heads);
   check(a.tokens >= 0 && a.tokens < (1 << 30) && a.k >= 0 && a.k < (1 << 30), "sparse_attention_bf16: bad sizes");
-  check(a.ld_pool % 8 == 0 && a.ld_fresh % 8 == 0, "sparse_attention_bf16: row strides must be multiples of 8");
+  const int per16 = a.f32 ? 4 : 8;  // elements per 16 bytes
+  check(a.ld_pool % per16 == 0 && a.ld_fresh % per16 == 0,
+        "sparse_attention_bf16: row strides must be whole 16-byte units");
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   check(a.q && a.pool && a.idx && a.sink && a.out && aligned(a.q) && aligned(a.pool) && aligned(a.out) &&
             (!a.fresh || aligned(a.fresh)),
@@ -213,11 +326,10 @@ void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   if (a.tokens == 0) return;
   SparseAttnArgs args = a;
   if (!args.fresh) args.fresh = args.pool;  // never read: only indices <= -2 point there
-  static const bool attr_set =
-      cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
-  check(attr_set, "sparse_attention_bf16: cannot reserve ", kSmem, " bytes of shared memory");
-  const dim3 grid(static_cast<unsigned>(a.heads / kHeads), static_cast<unsigned>(a.tokens));
-  sparse_attention_kernel<<<grid, kThreads, kSmem, static_cast<cudaStream_t>(stream)>>>(args);
+  if (a.f32)
+    launch<true>(args, static_cast<cudaStream_t>(stream));
+  else
+    launch<false>(args, static_cast<cudaStream_t>(stream));
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "sparse_attention_bf16: launch failed: ", cudaGetErrorString(e));
 }

@@ -7,14 +7,17 @@
 // Rows: idx >= 0 is row idx of `pool`, idx <= -2 is row ops::fresh_row_index(idx) of `fresh`, -1 is none
 // (a token with no row gives 0).
 //
-// Layouts: q [tokens, heads, 512] bf16 and out likewise (contiguous); pool [*, 512] bf16 with row stride
-// ld_pool, fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32.
+// Layouts: q [tokens, heads, 512] and out likewise (contiguous); pool [*, 512] with row stride ld_pool (in
+// elements), fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32. q, pool, fresh and out
+// are bf16 (uint16 bits), or fp32 when `f32` is set (the CUDA backend's tensors: q and the rows are read
+// rounded to bf16, exact for the model's bf16-valued data, and out is written unrounded).
 // Requirements (checked): dim == 512, heads % 64 == 0, 16-byte aligned pointers, ld_pool and ld_fresh
 // multiples of 8.
 //
 // Kernel: one CTA per (token, 64 heads), 8 warps: warp w takes heads 16 (w % 4).. and the half w / 4 of the
-// 512 channels. Each chunk's 64 rows are gathered once for all 64 heads by cp.async into a swizzled,
-// double-buffered shared-memory tile (the next chunk's gather overlaps this chunk's math); S = Q K^T by
+// 512 channels. Each chunk's 64 rows are gathered once for all 64 heads into a swizzled, double-buffered
+// shared-memory tile: each thread loads its share of the next chunk into registers in batches, each issued
+// before one stretch of this chunk's math and stored (fp32: narrowed to bf16) after it. S = Q K^T by
 // mma.sync m16n8k16 over each warp's 256 channels, the two halves summed through shared memory, then the
 // online softmax in registers and O += P V with P straight from the S registers.
 #pragma once
@@ -23,17 +26,18 @@
 namespace deepinfer::cuda {
 
 struct SparseAttnArgs {
-  const uint16_t* q = nullptr;
-  const uint16_t* pool = nullptr;
+  const void* q = nullptr;
+  const void* pool = nullptr;
   int64_t ld_pool = 512;
-  const uint16_t* fresh = nullptr;
+  const void* fresh = nullptr;
   int64_t ld_fresh = 512;
   const int32_t* idx = nullptr;
   int64_t k = 0;
   const float* sink = nullptr;
   float scale = 1.0f;
-  uint16_t* out = nullptr;
+  void* out = nullptr;
   int64_t tokens = 0, heads = 0, dim = 512;
+  bool f32 = false;  // q, pool, fresh, out fp32 instead of bf16
 };
 
 void sparse_attention_bf16(const SparseAttnArgs& args, void* stream);
