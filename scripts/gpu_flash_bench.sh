@@ -18,3 +18,14 @@ DEEPINFER_DEVICE=cuda timeout "${FLASH_TIMEOUT:-420}" "$(find_bin bench_v41_shap
 echo "bench exit ${PIPESTATUS[0]}"
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
 python3 bench/sweep/report_shapes.py "$flash" "$out/flash_shapes.jsonl" --device cuda | tee "$out/flash_report.md"
+# FLASH_PROFILE=B: the kernels of one decode step of B sequences under Nsight Compute, on a 2-layer cut
+# (the per-layer kernels are the same; loading 8 layers twice would double the run), summed per kernel.
+if [ -n "${FLASH_PROFILE:-}" ]; then
+  small=/tmp/deepinfer-flash2
+  "$(find_bin deepinfer)" make-demo-model "$small" --tokenizer "$DEMO_TOKENIZER" --flash-layers 2 || exit 1
+  DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "decode/" --metrics gpu__time_duration.sum --csv \
+    --cache-control none --clock-control none "$(find_bin bench_v41_shapes)" "$small" dummy "$FLASH_PROFILE" "" 1 \
+    > "$out/ncu_decode.csv" 2> "$out/ncu_decode.err"
+  echo "ncu exit $?"
+  python3 bench/model/ncu_summary.py "$out/ncu_decode.csv" | tee "$out/ncu_decode.md"
+fi

@@ -14,6 +14,14 @@
 #include <vector>
 
 #include "model/deepseek_v41/v41_model.h"
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>  // "decode" ranges for `ncu --nvtx --nvtx-include decode/` (scripts/gpu_flash_bench.sh)
+#define DECODE_RANGE_PUSH() nvtxRangePushA("decode")
+#define DECODE_RANGE_POP() nvtxRangePop()
+#else
+#define DECODE_RANGE_PUSH()
+#define DECODE_RANGE_POP()
+#endif
 
 namespace {
 
@@ -31,8 +39,8 @@ std::vector<int64_t> csv(const char* s) {
 int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>((s * 7919 + i * 104729 + 1000) % std::min<int64_t>(vocab, 100000)); }
 
 // Prefills `seqs` sequences with `prompt` tokens each (one forward), then times `steps` decode steps.
-// Returns {prefill seconds, best decode step seconds}.
-std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps) {
+// Returns {prefill seconds, best decode step seconds}. ranged: the decode steps are NVTX ranges (not the warm-up's).
+std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps, bool ranged = true) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
   model::ForwardBatch b;
   b.seq_start = {0};
@@ -60,7 +68,9 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
       b.logit_rows.push_back(static_cast<int32_t>(s));
     }
     t0 = Clock::now();
+    if (ranged) DECODE_RANGE_PUSH();
     m.forward(b, logits);
+    if (ranged) DECODE_RANGE_POP();
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return {prefill, best};
@@ -84,7 +94,7 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(Clock::now() - t0).count(), o.device.str().c_str(),
               static_cast<long long>(m->config().n_layers), static_cast<long long>(m->config().dim));
   std::fflush(stdout);
-  run(*m, 1, 16, 1);  // warm-up: workspaces, kernels' first launches
+  run(*m, 1, 16, 1, false);  // warm-up: workspaces, kernels' first launches
   for (int64_t p : prefills) {
     double best = 1e30;
     for (int r = 0; r < 3; ++r) best = std::min(best, run(*m, 1, p, 0).first);

@@ -27,6 +27,9 @@ enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
 // checkpoints' UE8M0 bytes widened, or fp32 where a checkpoint stores them so). scale_ue8m0, when set,
 // holds the same scales as UE8M0 bytes in the tensor-core GEMM's layout (gemm_scale_bytes), which a
 // backend uses for its fast path; it is null when a scale is not a power of two.
+// Stacked weights (the routed experts of a layer): `groups` matrices [n, k] one after another along n,
+// their scales stacked the same way (MXFP4's UE8M0 bytes K-block-major over groups * n). group(g) is
+// matrix g alone, a view whose UE8M0 rows keep the stack's stride (scale_ld; 0 = dense).
 enum class WeightType : int32_t { kF32 = 0, kFp8Block = 1, kMxfp4 = 2 };
 struct QWeight {
   WeightType type = WeightType::kF32;
@@ -34,12 +37,19 @@ struct QWeight {
   const float* scale = nullptr;
   int64_t n = 0, k = 0, block = 0;
   const uint8_t* scale_ue8m0 = nullptr;
+  int64_t groups = 1;
+  int64_t scale_ld = 0;
+  QWeight group(int64_t g) const;
 };
 
 // w's scales as UE8M0 bytes in the layout of the tensor-core GEMM (backends/cuda/kernels/fp8_gemm.h):
 // FP8 blocks [ceil(n / block), k / block] row-major; MXFP4 K-block-major [k / 32, n]. Empty when w has no
 // scales or a scale is not a power of two 2^-127 .. 2^127 (w.scale is host memory here).
 std::vector<uint8_t> gemm_scale_bytes(const QWeight& w);
+// The UE8M0 bytes of a stack (QWeight::groups) from each matrix's gemm_scale_bytes (`each`, [n, k] of
+// `type` each): FP8 blocks concatenated, MXFP4 interleaved to [k / 32, groups * n]. Empty if any is.
+std::vector<uint8_t> stack_gemm_scale_bytes(const std::vector<std::vector<uint8_t>>& each, WeightType type, int64_t n,
+                                            int64_t k);
 
 // The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }
@@ -120,6 +130,12 @@ class Backend : public DeviceMemory {
   // in linear_kblocked's order; tensor cores sum it their own way (a few fp32 ulps), the rest is the
   // same. x is not changed.
   virtual void linear_quant(const float* x, int64_t m, const QWeight& w, int64_t act_block, float* y) = 0;
+  // Grouped linear_quant over stacked weights (the routed experts): rows [offsets[g], offsets[g + 1]) of
+  // x [m, k] (offsets [w.groups + 1], backend memory, offsets[groups] = m) times w.group(g), into the
+  // same rows of y [m, n]; every group has at most max_rows rows (a host-side bound). Each group's rows
+  // get what linear_quant gives them. This default reads the offsets back and runs the groups one by one.
+  virtual void linear_quant_grouped(const float* x, int64_t m, const QWeight& w, const int32_t* offsets,
+                                    int64_t max_rows, int64_t act_block, float* y);
   // The format this backend keeps a weight stored as `stored` in (the CPU dequantizes at load).
   virtual WeightType weight_format(WeightType stored) const { return stored; }
   // On: every op gives a row the same bits whatever the batch size (kernels whose reduction order
@@ -167,6 +183,13 @@ class Backend : public DeviceMemory {
   // (j in order; slot < 0 skipped); rows of `dim` floats. shared may be null (0).
   virtual void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim,
                            const float* shared, float* out) = 0;
+  // MoE grouping of the n * k choices sel [n, k] (experts < `experts`, distinct per token) by expert,
+  // tokens ascending within an expert: expert e's rows are [offsets[e], offsets[e + 1]) (offsets
+  // [experts + 1]); row r is token perm[r]'s choice with weight row_weight[r] (weight [n, k]);
+  // slot[t*k + j] = the row of token t's j-th expert by ascending id (the order moe_combine adds them in,
+  // the reference's).
+  virtual void moe_group(const int32_t* sel, const float* weight, int64_t n, int64_t k, int64_t experts,
+                         int32_t* perm, float* row_weight, int32_t* slot, int32_t* offsets) = 0;
 
   // V4.1 indexer scores of each token over its sequence's keys. Token t's key w (w < width[t]) is row
   // key_rows[key_begin[t] + w] of `keys` (rows of `dim` floats). For w < visible[t]:

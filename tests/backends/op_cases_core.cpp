@@ -121,6 +121,35 @@ std::vector<OpCase> core_op_cases() {
                    r.backend().linear_quant(r.in(r.uniform(m * k, -2, 2)), m, w, block, r.out<float>(name, m * n));
                  }
                }});
+  // Stacked experts (QWeight::groups) with offsets on the device, some groups empty, at most max_rows
+  // rows each: each group's rows as linear_quant gives them (the CPU runs the groups one by one; a
+  // backend's grouped GEMM sums a K block its own way, as above).
+  c.push_back({"linear_quant_grouped", "linear_quant_grouped", 4e-3, [](OpRun& r) {
+                 using WT = ops::WeightType;
+                 for (auto [type, G, n, k] : {std::tuple{WT::kMxfp4, 6L, 256L, 256L}, std::tuple{WT::kFp8Block, 5L, 96L, 256L}}) {
+                   const bool fp4 = type == WT::kMxfp4;
+                   std::vector<uint8_t> bytes;
+                   std::vector<float> scale;
+                   std::vector<std::vector<uint8_t>> s8(G);
+                   for (int64_t g = 0; g < G; ++g) {
+                     std::vector<uint8_t> b(fp4 ? n * k / 2 : n * k);
+                     for (auto& v : b) v = static_cast<uint8_t>(r.rng()() & (fp4 ? 0xff : 0xfe));  // no NaN codes
+                     std::vector<float> s(fp4 ? n * k / 32 : (n / 32) * (k / 32));
+                     for (auto& v : s) v = std::ldexp(1.0f, r.below(7) - 3);
+                     s8[g] = ops::gemm_scale_bytes({type, b.data(), s.data(), n, k, 32});
+                     bytes.insert(bytes.end(), b.begin(), b.end());
+                     scale.insert(scale.end(), s.begin(), s.end());
+                   }
+                   ops::QWeight w{type, r.in(bytes), r.in(scale), n, k, 32, r.in(ops::stack_gemm_scale_bytes(s8, type, n, k))};
+                   w.groups = G;
+                   std::vector<int32_t> offsets(G + 1, 0);
+                   for (int64_t g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + (g % 3 == 1 ? 0 : 1 + r.below(40));
+                   const int64_t m = offsets[G];
+                   const std::string name = label("type ", static_cast<int>(type)) + shape({m, k, n});
+                   r.backend().linear_quant_grouped(r.in(r.uniform(m * k, -2, 2)), m, w, r.in(offsets), 40, 32,
+                                                    r.out<float>(name, m * n));
+                 }
+               }});
   c.push_back({"rms_norm", "rms_norm", 0,  // bitwise: cpu::dot's order on every backend
                [](OpRun& r) {
                  for (auto [rows, dim, weighted, in_place] : {std::tuple{5L, 4096L, true, false},

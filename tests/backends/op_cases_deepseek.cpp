@@ -118,6 +118,27 @@ std::vector<OpCase> deepseek_op_cases() {
                                            r.out<float>(shared ? "shared" : "no shared", n * dim));
                  }
                }});
+  // Bitwise: the rows and slots are a permutation fixed by the definition (tokens ascending per expert).
+  // 300 x 8 choices span several rounds of the CUDA kernel's 256-choice steps; experts 0..255 include
+  // ones no token picks.
+  c.push_back({"moe_group", "moe_group", 0, [](OpRun& r) {
+                 for (auto [n, k, E] : {std::tuple{1L, 6L, 256L}, std::tuple{37L, 6L, 64L}, std::tuple{300L, 8L, 256L}}) {
+                   std::vector<int32_t> sel(n * k);
+                   for (int64_t t = 0; t < n; ++t)
+                     for (int64_t j = 0; j < k; ++j) {
+                       bool fresh = false;
+                       while (!fresh) {  // distinct experts per token
+                         sel[t * k + j] = r.below(E / 2 + 1);
+                         fresh = std::find(sel.begin() + t * k, sel.begin() + t * k + j, sel[t * k + j]) ==
+                                 sel.begin() + t * k + j;
+                       }
+                     }
+                   const std::string name = label("n ", n) + label(" k ", k) + label(" experts ", E);
+                   r.backend().moe_group(r.in(sel), r.in(r.uniform(n * k)), n, k, E, r.out<int32_t>(name + " perm", n * k),
+                                         r.out<float>(name + " weight", n * k), r.out<int32_t>(name + " slot", n * k),
+                                         r.out<int32_t>(name + " offsets", E + 1));
+                 }
+               }});
   // bf16 roundings of fp32 dots: a fused multiply-add elsewhere can flip one.
   // dim 128 is the CUDA backend's tiled kernel (V4.1's indexer), dim 64 its generic one (the tiny models').
   c.push_back({"index_scores", "index_scores", 1e-2, [](OpRun& r) {

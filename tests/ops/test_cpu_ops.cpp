@@ -1,11 +1,13 @@
 // The CPU backend's ops against direct restatements of the spec's formulas (§2, §3.2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 
@@ -81,6 +83,94 @@ TEST(CpuOps, GemmScaleBytesLayouts) {
   s8[3] = 0.0f;
   EXPECT_TRUE(ops::gemm_scale_bytes(fp8).empty());
   EXPECT_TRUE(ops::gemm_scale_bytes({ops::WeightType::kF32, nullptr, nullptr, 2, 2, 0}).empty());
+}
+
+// moe_group against the definition: expert by expert, tokens ascending, each (token, expert) one row;
+// slot lists a token's rows by ascending expert id.
+TEST(CpuOps, MoeGroupOrdersRowsByExpert) {
+  const int64_t n = 41, k = 6, E = 20;
+  std::mt19937 rng(9);
+  std::vector<int32_t> sel(n * k);
+  std::vector<float> weight(n * k);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t> ids(E);
+    for (int32_t e = 0; e < E; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int64_t j = 0; j < k; ++j) sel[t * k + j] = ids[j], weight[t * k + j] = static_cast<float>(t * 10 + j);
+  }
+  std::vector<int32_t> perm(n * k, -7), slot(n * k, -7), offsets(E + 1, -7);
+  std::vector<float> rw(n * k, NAN);
+  be().moe_group(sel.data(), weight.data(), n, k, E, perm.data(), rw.data(), slot.data(), offsets.data());
+  int64_t r = 0;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> rows_of(n);  // token -> (expert, row)
+  for (int32_t e = 0; e < E; ++e) {
+    EXPECT_EQ(offsets[e], r) << e;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        if (sel[t * k + j] == e) {
+          EXPECT_EQ(perm[r], t) << r;
+          EXPECT_EQ(rw[r], weight[t * k + j]) << r;
+          rows_of[t].push_back({e, static_cast<int32_t>(r++)});
+        }
+  }
+  EXPECT_EQ(offsets[E], n * k);
+  for (int64_t t = 0; t < n; ++t)  // rows_of[t] is in ascending expert order already
+    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(slot[t * k + j], rows_of[t][j].second) << t << "," << j;
+  sel[5] = E;
+  EXPECT_THROW(be().moe_group(sel.data(), weight.data(), n, k, E, perm.data(), rw.data(), slot.data(), offsets.data()),
+               Error);
+}
+
+// Stacked weights: group(g) is matrix g (data, fp32 scales, UE8M0 bytes with the stack's stride), and
+// linear_quant_grouped gives each group's rows what linear_quant on that matrix alone gives them.
+TEST(CpuOps, GroupedLinearQuantIsEachGroupAlone) {
+  const int64_t G = 3, n = 64, k = 128;
+  std::mt19937 rng(11);
+  using WT = ops::WeightType;
+  for (WT type : {WT::kFp8Block, WT::kMxfp4, WT::kF32}) {
+    const bool fp4 = type == WT::kMxfp4;
+    const int64_t bytes = fp4 ? n * k / 2 : n * k, nscale = fp4 ? n * k / 32 : (n / 32) * (k / 32);
+    std::vector<std::vector<uint8_t>> data(G), s8(G);
+    std::vector<std::vector<float>> scale(G), f32(G);
+    std::vector<uint8_t> all;
+    std::vector<float> all_scale, all_f32;
+    for (int64_t g = 0; g < G; ++g) {
+      data[g].resize(bytes);
+      for (auto& b : data[g]) b = static_cast<uint8_t>(rng() % 256) & (fp4 ? 0xff : 0xfe);
+      scale[g].resize(nscale);
+      for (auto& v : scale[g]) v = std::ldexp(1.0f, static_cast<int>(rng() % 7) - 3);
+      f32[g] = randn(n * k, 20 + static_cast<uint32_t>(g));
+      s8[g] = ops::gemm_scale_bytes({type, data[g].data(), scale[g].data(), n, k, 32});
+      all.insert(all.end(), data[g].begin(), data[g].end());
+      all_scale.insert(all_scale.end(), scale[g].begin(), scale[g].end());
+      all_f32.insert(all_f32.end(), f32[g].begin(), f32[g].end());
+    }
+    const std::vector<uint8_t> all_s8 = ops::stack_gemm_scale_bytes(s8, type, n, k);
+    ops::QWeight stack = type == WT::kF32 ? ops::QWeight{type, all_f32.data(), nullptr, n, k, 0}
+                                          : ops::QWeight{type, all.data(), all_scale.data(), n, k, 32, all_s8.data()};
+    stack.groups = G;
+    const std::vector<int32_t> offsets = {0, 3, 3, 8};  // group 1 empty
+    const int64_t m = offsets[G];
+    auto x = randn(m * k, 12);
+    std::vector<float> got(m * n, NAN), want(m * n, NAN);
+    be().linear_quant_grouped(x.data(), m, stack, offsets.data(), 5, 32, got.data());
+    for (int64_t g = 0; g < G; ++g) {
+      const ops::QWeight one = type == WT::kF32 ? ops::QWeight{type, f32[g].data(), nullptr, n, k, 0}
+                                                : ops::QWeight{type, data[g].data(), scale[g].data(), n, k, 32};
+      const ops::QWeight view = stack.group(g);
+      EXPECT_EQ(view.data, static_cast<const uint8_t*>(stack.data) + g * (type == WT::kF32 ? n * k * 4 : bytes));
+      if (type != WT::kF32) {
+        EXPECT_TRUE(std::equal(scale[g].begin(), scale[g].end(), view.scale));
+        const int64_t ld = fp4 ? view.scale_ld : k / 32, rows = fp4 ? k / 32 : n / 32, cols = fp4 ? n : k / 32;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(view.scale_ue8m0[i * ld + c], s8[g][i * cols + c]) << i << "," << c;
+      }
+      const int64_t rows = offsets[g + 1] - offsets[g];
+      if (rows) be().linear_quant(x.data() + offsets[g] * k, rows, one, 32, want.data() + offsets[g] * n);
+    }
+    EXPECT_EQ(got, want) << static_cast<int>(type);
+  }
+  EXPECT_THROW(ops::QWeight{}.group(1), Error);
 }
 
 TEST(CpuOps, SparseAttentionWithSink) {

@@ -64,6 +64,8 @@ class CpuBackend final : public ops::Backend {
                  const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) override;
   void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim, const float* shared,
                    float* out) override;
+  void moe_group(const int32_t* sel, const float* weight, int64_t n, int64_t k, int64_t experts, int32_t* perm,
+                 float* row_weight, int32_t* slot, int32_t* offsets) override;
   void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const float* keys,
                     const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
                     int64_t ld, float* scores) override;

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/torch_topk.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 
 namespace deepinfer::cpu {
@@ -87,6 +88,28 @@ void CpuBackend::moe_combine(const float* y, const int32_t* slot, int64_t n, int
         out[t * dim + d] = rb(acc + (shared ? shared[t * dim + d] : 0.0f));
       }
   });
+}
+
+void CpuBackend::moe_group(const int32_t* sel, const float* weight, int64_t n, int64_t k, int64_t experts,
+                          int32_t* perm, float* row_weight, int32_t* slot, int32_t* offsets) {
+  std::vector<int64_t> next(experts + 1, 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    check(sel[i] >= 0 && sel[i] < experts, "moe_group: expert ", sel[i], " outside 0..", experts - 1);
+    ++next[sel[i] + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) next[e + 1] += next[e];
+  for (int64_t e = 0; e <= experts; ++e) offsets[e] = static_cast<int32_t>(next[e]);
+  std::vector<std::pair<int32_t, int64_t>> mine(k);  // (expert, j) of one token, by expert
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) mine[j] = {sel[t * k + j], j};
+    std::sort(mine.begin(), mine.end());
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = next[mine[j].first]++;
+      perm[r] = static_cast<int32_t>(t);
+      row_weight[r] = weight[t * k + mine[j].second];
+      slot[t * k + j] = static_cast<int32_t>(r);
+    }
+  }
 }
 
 void CpuBackend::index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,

@@ -67,6 +67,8 @@ class CudaBackend final : public ops::Backend {
   void round_bf16(float* x, int64_t n) override;
   // Weights stay stored (FP8 / MXFP4); the call dequantizes into scratch (quant_linear.cu).
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
+  void linear_quant_grouped(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets, int64_t max_rows,
+                            int64_t act_block, float* y) override;
   void set_batch_invariant(bool on) override;
   void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
@@ -88,6 +90,8 @@ class CudaBackend final : public ops::Backend {
                  const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) override;
   void moe_combine(const float* y, const int32_t* slot, int64_t n, int64_t k, int64_t dim, const float* shared,
                    float* out) override;
+  void moe_group(const int32_t* sel, const float* weight, int64_t n, int64_t k, int64_t experts, int32_t* perm,
+                 float* row_weight, int32_t* slot, int32_t* offsets) override;
   void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const float* keys,
                     const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
                     int64_t ld, float* scores) override;
@@ -129,6 +133,8 @@ class CudaBackend final : public ops::Backend {
   void* cublas_handle() const;  // the cublasHandle_t bound to stream()
 
  private:
+  void gemm_tensor_cores(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets, int64_t max_rows,
+                         float* y);  // quant_linear.cu
   struct Impl;  // cuda_internal.cuh
   std::unique_ptr<Impl> impl_;
 };

@@ -6,6 +6,8 @@
 // n even (MXFP4: n % 128 == 0). Anything else (small test models, fp32 scales) takes the exact path:
 // the weight dequantized into scratch and the CPU reference's order, bitwise the CPU's; so does every
 // shape under DEEPINFER_FP8_GEMM=exact (verification against the goldens).
+#include <algorithm>
+
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/kernels/fp8_gemm.h"
 #include "ops/ops.h"
@@ -40,11 +42,49 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 bool tensor_core_path(const ops::QWeight& w, int64_t act_block) {
   const bool fp4 = w.type == ops::WeightType::kMxfp4;
-  return w.scale_ue8m0 && w.k % 128 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+  return w.scale_ue8m0 && (w.groups == 1 || (fp4 ? w.scale_ld == 0 : w.n % w.block == 0)) && w.k % 128 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
          (fp4 ? act_block == 32 && w.n % 128 == 0 : w.block == act_block && (w.block == 32 || w.block == 128) && w.n % 2 == 0);
 }
 
 }  // namespace
+
+// The tensor-core path: activations quantized, then fp8_gemm (grouped over w.groups when offsets is set).
+void CudaBackend::gemm_tensor_cores(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets,
+                                    int64_t max_rows, float* y) {
+  const bool fp4 = w.type == ops::WeightType::kMxfp4;
+  const int blk = fp4 ? 32 : static_cast<int>(w.block);
+  const int64_t ld_as = static_cast<int64_t>(round_up(m, 16));
+  const size_t qbytes = round_up(m * w.k, 256), sbytes = round_up((w.k / blk) * ld_as, 256),
+               ybytes = round_up(m * w.n * 2, 256),
+               // the FP8 plan splits at least as often as the MXFP4 one: an upper bound for both
+               gbytes = offsets ? 0 : fp8_gemm_workspace_bytes(m, w.n, w.k, blk, impl_->batch_invariant);
+  auto* ws = static_cast<uint8_t*>(impl_->workspace(qbytes + sbytes + ybytes + gbytes));
+  uint8_t *aq = ws, *as = ws + qbytes;
+  auto* yb = reinterpret_cast<uint16_t*>(ws + qbytes + sbytes);
+  fp8_quantize_act(x, w.k, m, w.k, blk, aq, w.k, as, ld_as, impl_->stream);
+  Fp8GemmArgs a;
+  a.a = aq, a.lda = w.k, a.a_scale = as, a.ld_as = ld_as;
+  a.w = static_cast<const uint8_t*>(w.data), a.ldw = fp4 ? w.k / 2 : w.k;
+  a.w_scale = w.scale_ue8m0, a.ld_ws = fp4 ? (w.scale_ld ? w.scale_ld : w.groups * w.n) : w.k / blk;
+  a.y = yb, a.ldy = w.n, a.m = m, a.n = w.n, a.k = w.k, a.blk = blk;
+  a.wfmt = fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8Block;
+  a.batch_invariant = impl_->batch_invariant;
+  if (offsets) a.groups = static_cast<int>(w.groups), a.group_offsets = offsets, a.max_group_rows = std::min(max_rows, m);
+  fp8_gemm(a, gbytes ? ws + qbytes + sbytes + ybytes : nullptr, impl_->stream);
+  widen_bf16_kernel<<<grid_for(m * w.n, 256), 256, 0, impl_->stream>>>(yb, m * w.n, y);
+  check_launch("widen_bf16_kernel");
+}
+
+void CudaBackend::linear_quant_grouped(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets,
+                                       int64_t max_rows, int64_t act_block, float* y) {
+  impl_->bind();
+  check_sizes(m >= 0 && w.groups >= 1 && max_rows >= 0, "linear_quant_grouped");
+  if (m == 0 || w.n == 0) return;
+  if (w.type != ops::WeightType::kF32 && !impl_->exact_gemm && w.groups <= 512 && tensor_core_path(w, act_block) &&
+      reinterpret_cast<uintptr_t>(x) % 16 == 0)
+    return gemm_tensor_cores(x, m, w, offsets, max_rows, y);
+  ops::Backend::linear_quant_grouped(x, m, w, offsets, max_rows, act_block, y);  // group by group
+}
 
 void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {
   impl_->bind();
@@ -53,30 +93,8 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   const bool stored = w.type != ops::WeightType::kF32;
   check(!stored || w.block > 0, "cuda linear_quant: a stored weight needs its scale block");
   check(w.type != ops::WeightType::kMxfp4 || w.k % 32 == 0, "cuda linear_quant: MXFP4 needs k % 32 == 0");
-  if (stored && !impl_->exact_gemm && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    const bool fp4 = w.type == ops::WeightType::kMxfp4;
-    const int blk = fp4 ? 32 : static_cast<int>(w.block);
-    const int64_t ld_as = static_cast<int64_t>(round_up(m, 16));
-    const size_t qbytes = round_up(m * w.k, 256), sbytes = round_up((w.k / blk) * ld_as, 256),
-                 ybytes = round_up(m * w.n * 2, 256),
-                 // the FP8 plan splits at least as often as the MXFP4 one: an upper bound for both
-                 gbytes = fp8_gemm_workspace_bytes(m, w.n, w.k, blk, impl_->batch_invariant);
-    auto* ws = static_cast<uint8_t*>(impl_->workspace(qbytes + sbytes + ybytes + gbytes));
-    uint8_t *aq = ws, *as = ws + qbytes;
-    auto* yb = reinterpret_cast<uint16_t*>(ws + qbytes + sbytes);
-    fp8_quantize_act(x, w.k, m, w.k, blk, aq, w.k, as, ld_as, impl_->stream);
-    Fp8GemmArgs a;
-    a.a = aq, a.lda = w.k, a.a_scale = as, a.ld_as = ld_as;
-    a.w = static_cast<const uint8_t*>(w.data), a.ldw = fp4 ? w.k / 2 : w.k;
-    a.w_scale = w.scale_ue8m0, a.ld_ws = fp4 ? w.n : w.k / blk;
-    a.y = yb, a.ldy = w.n, a.m = m, a.n = w.n, a.k = w.k, a.blk = blk;
-    a.wfmt = fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8Block;
-    a.batch_invariant = impl_->batch_invariant;
-    fp8_gemm(a, gbytes ? ws + qbytes + sbytes + ybytes : nullptr, impl_->stream);
-    widen_bf16_kernel<<<grid_for(m * w.n, 256), 256, 0, impl_->stream>>>(yb, m * w.n, y);
-    check_launch("widen_bf16_kernel");
-    return;
-  }
+  if (stored && !impl_->exact_gemm && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0)
+    return gemm_tensor_cores(x, m, w, nullptr, m, y);
   const size_t xbytes = static_cast<size_t>(m * w.k) * sizeof(float);
   const size_t wbytes = stored ? static_cast<size_t>(w.n * w.k) * sizeof(float) : 0;
   char* ws = static_cast<char*>(impl_->workspace((xbytes + 255) / 256 * 256 + wbytes));

@@ -105,6 +105,74 @@ V41Expert load_expert(ops::Backend& mem, const V41Config& c, const WeightLoader&
   return {load_linear(mem, w, x + "w1", I, D), load_linear(mem, w, x + "w2", D, I), load_linear(mem, w, x + "w3", I, D)};
 }
 
+// The routed experts of layer l stacked per projection, one device allocation each (the grouped GEMM
+// walks them by offset), and experts[e] as views into the stacks.
+V41Linear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vector<std::string>& bases, int64_t n,
+                       int64_t k) {
+  const int64_t E = static_cast<int64_t>(bases.size());
+  V41Linear L;
+  L.n = n;
+  L.k = k;
+  std::vector<float> scales;
+  std::vector<std::vector<uint8_t>> s8;
+  size_t offset = 0;
+  ops::WeightType first = ops::WeightType::kF32;
+  for (int64_t e = 0; e < E; ++e) {
+    StoredMatrix m = w.stored(bases[e], n, k);
+    if (e == 0) first = m.type, L.quant = m.type != ops::WeightType::kF32;
+    check(m.type == first, "v41: the routed experts of one layer must share one stored format (", bases[e], ")");
+    const bool stored = L.quant && be.weight_format(m.type) == m.type;
+    if (!stored && m.type != ops::WeightType::kF32) {
+      m.f32.resize(n * k);
+      cpu::dequantize(m.view(), m.f32.data());
+    }
+    const void* bytes = stored ? static_cast<const void*>(m.bytes) : m.f32.data();
+    const size_t count = stored ? m.byte_count() : m.f32.size() * sizeof(float);
+    if (e == 0) {
+      L.w = {Buffer(be, count * E), 0};
+      L.q = {stored ? m.type : ops::WeightType::kF32, L.w.buf.data(), nullptr, n, k, stored ? m.block : 0};
+      L.q.groups = E;
+    }
+    be.upload(static_cast<uint8_t*>(L.w.buf.data()) + offset, bytes, count);
+    offset += count;
+    if (!stored) continue;
+    scales.insert(scales.end(), m.scale.begin(), m.scale.end());
+    s8.push_back(ops::gemm_scale_bytes(m.view()));
+  }
+  if (L.q.type != ops::WeightType::kF32) {
+    L.scale = to_param(be, scales);
+    L.q.scale = L.scale.data();
+    const std::vector<uint8_t> stacked = ops::stack_gemm_scale_bytes(s8, L.q.type, n, k);
+    if (!stacked.empty()) L.scale_ue8m0 = upload_buffer(be, stacked.data(), stacked.size());
+    L.q.scale_ue8m0 = static_cast<const uint8_t*>(L.scale_ue8m0.data());
+  }
+  return L;
+}
+
+V41Linear group_view(const V41Linear& stack, int64_t g) {
+  V41Linear v;
+  v.n = stack.n;
+  v.k = stack.k;
+  v.quant = stack.quant;
+  v.q = stack.q.group(g);
+  return v;
+}
+
+void load_routed(ops::Backend& be, const V41Config& c, const WeightLoader& w, int64_t l, V41Block& B) {
+  const std::string x = (l >= c.n_layers ? "mtp." + std::to_string(l - c.n_layers) : "layers." + std::to_string(l)) +
+                        ".ffn.experts.";
+  const int64_t E = c.experts_for(l), D = c.dim, I = c.moe_inter_dim;
+  auto names = [&](const char* proj) {
+    std::vector<std::string> v;
+    for (int64_t e = 0; e < E; ++e) v.push_back(x + std::to_string(e) + "." + proj);
+    return v;
+  };
+  B.routed = {load_stacked(be, w, names("w1"), I, D), load_stacked(be, w, names("w2"), D, I),
+              load_stacked(be, w, names("w3"), I, D)};
+  for (int64_t e = 0; e < E; ++e)
+    B.experts[e] = {group_view(B.routed.w1, e), group_view(B.routed.w2, e), group_view(B.routed.w3, e)};
+}
+
 // routed = false: the routed experts are left out (expert parallelism loads the held ones).
 void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, std::vector<std::vector<uint8_t>>& keep,
                 int64_t l, V41Block& B, bool routed) {
@@ -149,7 +217,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
   B.gate_bias = F(f + "gate.bias", {E});
   if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = F(f + "gate.bias_vl", {E});
   B.experts.resize(E);
-  for (int64_t e = 0; e < E && routed; ++e) B.experts[e] = load_expert(mem, c, w, l, e);
+  if (routed) load_routed(mem, c, w, l, B);
   B.shared = {load_linear(mem, w, f + "shared_experts.w1", I, D), load_linear(mem, w, f + "shared_experts.w2", D, I),
               load_linear(mem, w, f + "shared_experts.w3", I, D)};
   if (!mtp && c.has_engram(l)) {
@@ -298,8 +366,20 @@ void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool
     be_.linear_quant(x, m, W.q, c_.fp8_block, y);
     return;
   }
-  be_.linear(x, m, W.k, W.w.data(), W.n, y);
+  be_.linear(x, m, W.k, static_cast<const float*>(W.q.data), W.n, y);
   if (to_bf16) be_.round_bf16(y, m * W.n);
+}
+
+void V41Model::lin_grouped(const float* x, int64_t m, const V41Linear& W, const int32_t* offsets, int64_t max_rows,
+                           float* y) {
+  if (W.quant) return be_.linear_quant_grouped(x, m, W.q, offsets, max_rows, c_.fp8_block, y);
+  std::vector<int32_t> off(W.q.groups + 1);  // float experts (test checkpoints): group by group
+  be_.download(off.data(), offsets, off.size() * sizeof(int32_t));
+  for (int64_t g = 0; g < W.q.groups; ++g)
+    if (off[g + 1] > off[g])
+      be_.linear(x + off[g] * W.k, off[g + 1] - off[g], W.k, static_cast<const float*>(W.q.group(g).data), W.n,
+                 y + off[g] * W.n);
+  be_.round_bf16(y, m * W.n);
 }
 
 void V41Model::rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim) {

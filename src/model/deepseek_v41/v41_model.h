@@ -64,7 +64,8 @@ struct V41Block {
   Param i_k_norm;
   // MoE
   Param gate, gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
-  std::vector<V41Expert> experts;
+  std::vector<V41Expert> experts;  // without expert parallelism: views into `routed`
+  V41Expert routed;                // the routed experts stacked (q.groups = experts); empty with expert parallelism
   V41Expert shared;
   // Engram (engram layers): wkv, q_weight*k_weight, and the memory-mapped table read row by row
   V41Linear e_wkv;
@@ -179,8 +180,9 @@ class V41Model final : public CausalLM {
   void dspark_attention(int64_t l, Step& s, const float* x, float* out);
   void moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps);
   // One expert's SwiGLU FFN on m rows (g, u, h: [m, moe_inter_dim] scratch); row_scale: routing weights.
+  // offsets: ex is a stack of experts, and rows [offsets[e], offsets[e + 1]) (at most max_rows) go to expert e.
   void expert_ffn(const V41Expert& ex, const float* x, int64_t m, const float* row_scale, float* y, float* g, float* u,
-                  float* h);
+                  float* h, const int32_t* offsets = nullptr, int64_t max_rows = 0);
   // Expert parallelism (v41_expert_parallel.cpp): the forward of this rank's batch in lock-step with
   // the other ranks, the MoE exchange of one layer (n = 0: an idle rank), loading the held experts.
   void forward_batch(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps);
@@ -190,6 +192,7 @@ class V41Model final : public CausalLM {
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
+  void lin_grouped(const float* x, int64_t m, const V41Linear& W, const int32_t* offsets, int64_t max_rows, float* y);
   void output_projection(const V41Block& B, const float* o, int64_t n, float* out);
   void rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim);
   // rows_for / rows: optional embedding replacements (ForwardBatch::embed_tokens / embed_rows).
