@@ -217,6 +217,46 @@ __device__ __forceinline__ void copy_act_scales(const Params& p, int tok0, int k
   }
 }
 
+// MXFP4: the widening warps 1 and 2 also bring a stage's scales (weights: 4 K blocks x the tile's 128
+// rows; activations: the stage's K blocks x the tile's tokens). Their global loads are issued a stage
+// ahead and held in registers, so a stage's widening never waits on them: the widening warps are the
+// pipeline's slowest part, and a load issued at the stage itself cost its full latency every stage.
+template <typename C>
+struct ScalePrefetch {
+  static constexpr int kActPerLane = C::kKbs * C::kAsCols / 32;
+  uint4 w;                                // warp 1: 16 weight-scale bytes a lane
+  uint32_t a[(kActPerLane + 3) / 4] = {};  // warp 2: activation-scale bytes, 4 a word
+};
+template <typename C, int BN, bool SWAP>
+__device__ __forceinline__ void fetch_scales(const Params& p, const Tile& t, int ks, int warp, int lane,
+                                             ScalePrefetch<C>& f) {
+  if (warp == 1) {
+    const int w_row0 = t.g * p.n + (SWAP ? t.tp * kBM : t.tq * BN);
+    const int64_t row = ks * 4 + lane / 8, col = w_row0 + (lane % 8) * 16;
+    f.w = __ldg(reinterpret_cast<const uint4*>(p.w_scale + row * p.ld_ws + col));
+  } else if (warp == 2) {
+    const int tok0 = t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), kb0 = ks * C::kKbs;
+#pragma unroll
+    for (int i = 0; i < ScalePrefetch<C>::kActPerLane; ++i) {
+      const int e = lane + 32 * i, kb = e / C::kAsCols, c = e % C::kAsCols;
+      if (i % 4 == 0) f.a[i / 4] = 0;
+      f.a[i / 4] |= static_cast<uint32_t>(__ldg(p.a_scale + static_cast<int64_t>(kb0 + kb) * p.ld_as +
+                                                min(tok0 + c, p.m - 1)))
+                    << (8 * (i % 4));
+    }
+  }
+}
+template <typename C>
+__device__ __forceinline__ void store_scales(const ScalePrefetch<C>& f, uint8_t* stage_s, int warp, int lane) {
+  if (warp == 1) {
+    *reinterpret_cast<uint4*>(stage_s + lane * 16) = f.w;
+  } else if (warp == 2) {
+#pragma unroll
+    for (int i = 0; i < ScalePrefetch<C>::kActPerLane; ++i)
+      stage_s[512 + lane + 32 * i] = static_cast<uint8_t>(f.a[i / 4] >> (8 * (i % 4)));
+  }
+}
+
 template <int BN, int BLK, bool SWAP, bool W4>
 __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_p, const __grid_constant__ CUtensorMap map_q,
@@ -258,6 +298,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
       tma_prefetch_map(&map_as);
     }
     int it = 0;
+    ScalePrefetch<C> pre;  // MXFP4, warps 1 and 2: the scales of the stage they handle next
+    const int lane = threadIdx.x % 32;
+    if (W4 && (warp == 1 || warp == 2) && static_cast<int>(blockIdx.x) < ntiles) {
+      const Tile t0 = tile_of<BN, SWAP>(p, tile_start, blockIdx.x);
+      fetch_scales<C, BN, SWAP>(p, t0, t0.z * kt / p.splits, warp, lane, pre);
+    }
     for (int w = blockIdx.x; w < ntiles; w += gridDim.x) {
       const Tile t = tile_of<BN, SWAP>(p, tile_start, w);
       const int s0 = t.z * kt / p.splits, nst = (t.z + 1) * kt / p.splits - s0;
@@ -294,16 +340,14 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
             tma_load_2d(st + C::kPBytes, &map_q, kx, q_y, &full[slot]);
           }
         } else if (W4 && warp > 0) {
-          // Scales first, as soon as the slot is free (their loads overlap the stage's TMA), then widen.
+          // Scales (fetched a stage ago) as soon as the slot is free, the next stage's fetched, then widen.
           mbar_wait(&empty[slot], ph ^ 1);
-          uint8_t* stage_s = st + C::kStageBytes - C::kWsBytes;
-          const int lane = threadIdx.x % 32;
-          if (warp == 1) {  // weight scales: 4 K blocks x the tile's 128 rows, 16 bytes a lane
-            const int64_t row = (s0 + s) * 4 + lane / 8, col = (SWAP ? p_y : q_y) + (lane % 8) * 16;
-            *reinterpret_cast<uint4*>(stage_s + lane * 16) =
-                __ldg(reinterpret_cast<const uint4*>(p.w_scale + row * p.ld_ws + col));
-          } else if (warp == 2) {
-            copy_act_scales<C>(p, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs, stage_s + 512, lane);
+          store_scales<C>(pre, st + C::kStageBytes - C::kWsBytes, warp, lane);
+          if (s + 1 < nst) {
+            fetch_scales<C, BN, SWAP>(p, t, s0 + s + 1, warp, lane, pre);
+          } else if (w + static_cast<int>(gridDim.x) < ntiles) {
+            const Tile tn = tile_of<BN, SWAP>(p, tile_start, w + static_cast<int>(gridDim.x));
+            fetch_scales<C, BN, SWAP>(p, tn, tn.z * kt / p.splits, warp, lane, pre);
           }
           mbar_wait(&full[slot], ph);
           widen_fp4_stage<W4_ROWS>(st + C::kPBytes + C::kQBytes, st + w4_off, threadIdx.x - 32, 96);
@@ -314,12 +358,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           mbar_wait(&empty[slot], ph ^ 1);
           if (p.group_offsets)
             copy_act_scales<C>(p, t.a0 + (SWAP ? t.tq * BN : t.tp * kBM), (s0 + s) * C::kKbs,
-                               st + C::kStageBytes - C::kWsBytes + 512, threadIdx.x % 32);
+                               st + C::kStageBytes - C::kWsBytes + 512, lane);
           __syncwarp();
           if (threadIdx.x % 32 == 0) mbar_arrive(&ready[slot]);
         } else if (!W4 && warp == 1) {  // FP8 blocks: copy the stage's few weight-block scales
           constexpr int kRb = (SWAP ? kBM : BN) / BLK;  // weight row blocks in the tile
-          const int lane = threadIdx.x % 32;
           mbar_wait(&empty[slot], ph ^ 1);
           if (lane < kRb * C::kKbs) {
             const int w_rows = (p.n + BLK - 1) / BLK, kbl = lane / kRb, rb = lane % kRb;
