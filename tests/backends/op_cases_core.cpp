@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/dtype.h"
 #include "op_table.h"
 
 namespace deepinfer::optest {
@@ -31,6 +32,12 @@ std::vector<float> quant_input(OpRun& r, int64_t n) {
     do x = nd(r.rng()); while (x == 0.0f);
     v[i] = std::ldexp(x, e + wide(r.rng()));
   }
+  return v;
+}
+
+// v rounded to bf16 values (RNE), as the model's activations and KV rows are.
+std::vector<float> bf16_values(std::vector<float> v) {
+  for (float& x : v) x = round_to_bf16(x);
   return v;
 }
 
@@ -190,15 +197,20 @@ std::vector<OpCase> core_op_cases() {
                                                 r.out<float>(shape({heads, dim, k}), tokens * heads * dim));
                  }
                }});
-  // bf16-rounded probabilities: scores one fp32 ulp apart (dot order, expf) flip a few roundings.
+  // bf16-rounded probabilities: scores one fp32 ulp apart (dot order, expf, tensor-core sums) flip a few
+  // roundings. q and the rows are bf16 values, as in the model (CUDA's tensor-core path for 64 heads x 512
+  // at block 64 reads them as bf16); the second to fourth shapes take that path (k 640, 2 head groups with
+  // k % 64 != 0, k < 16).
   c.push_back({"sparse_attention_online", "sparse_attention_online", 3e-4, [](OpRun& r) {
                  for (auto [tokens, heads, dim, pool_rows, k, block] : {std::array<int64_t, 6>{8, 4, 512, 300, 37, 16},
                                                                         {4, 64, 512, 2048, 640, 64},
+                                                                        {3, 128, 512, 500, 100, 64},
+                                                                        {2, 64, 512, 100, 7, 64},
                                                                         {6, 3, 72, 100, 21, 8}}) {
                    const int64_t fresh_rows = 17;
-                   const float* q = r.in(r.uniform(tokens * heads * dim));
-                   const float* pool = r.in(r.uniform(pool_rows * dim));
-                   const float* fresh = r.in(r.uniform(fresh_rows * dim));
+                   const float* q = r.in(bf16_values(r.uniform(tokens * heads * dim)));
+                   const float* pool = r.in(bf16_values(r.uniform(pool_rows * dim)));
+                   const float* fresh = r.in(bf16_values(r.uniform(fresh_rows * dim)));
                    const float* sink = r.in(r.uniform(heads));
                    const int32_t* idx = r.in(attention_indices(r, tokens, k, pool_rows, fresh_rows));
                    const float scale = 4.0f / std::sqrt(static_cast<float>(dim));

@@ -158,9 +158,12 @@ std::vector<OpCase> deepseek_op_cases() {
                                             r.out<float>(label("scores d", dim), tokens * ld));
                  }
                }});
+  // Candidate blocks: top 5 (partial_sort's heap at nb >= 320, nth_element below), and at ld 20000 the top
+  // 1000 of 2500 (nth_element, V4.1-Flash's regime: top 2048 blocks of 8); 6 levels, so ties straddle.
   c.push_back({"candidate_mask,index_select", "candidate_mask_index_select", 0, [](OpRun& r) {
-                 for (int64_t ld : {70, 600, 4096}) {
+                 for (int64_t ld : {70, 600, 4096, 20000}) {
                    const int64_t tokens = 40, block = 8, nb = (ld + block - 1) / block, K = 96;
+                   const int64_t topk_blocks = ld == 20000 ? 1000 : 5;
                    auto s = r.levels(tokens * ld, 6);
                    for (auto& x : s)
                      if (r.chance(5)) x = -kInf;
@@ -173,7 +176,8 @@ std::vector<OpCase> deepseek_op_cases() {
                    const float* ds = r.in(s);
                    const std::string l = label("ld ", ld);
                    uint8_t* mask = r.out<uint8_t>(l + " mask", tokens * ld);
-                   r.backend().candidate_mask(ds, tokens, ld, r.in(width), r.in(clen), r.in(ranked), block, 5, mask);
+                   r.backend().candidate_mask(ds, tokens, ld, r.in(width), r.in(clen), r.in(ranked), block, topk_blocks,
+                                              mask);
                    for (int64_t t = 0; t < tokens; ++t) {  // k = n (topk = ranked), ranked 0, visible < ranked
                      ranked[t] = t % 4 == 0 ? static_cast<int32_t>(ld) : r.below(ld + 1);
                      topk[t] = t % 7 == 0 ? ranked[t] : t % 7 == 1 ? static_cast<int32_t>(K)
