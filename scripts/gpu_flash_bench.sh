@@ -18,14 +18,16 @@ DEEPINFER_DEVICE=cuda timeout "${FLASH_TIMEOUT:-420}" "$(find_bin bench_v41_shap
 echo "bench exit ${PIPESTATUS[0]}"
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
 python3 bench/sweep/report_shapes.py "$flash" "$out/flash_shapes.jsonl" --device cuda | tee "$out/flash_report.md"
-# FLASH_PROFILE=B: the kernels of one decode step of B sequences under Nsight Compute, on a 2-layer cut
-# (the per-layer kernels are the same; loading 8 layers twice would double the run), summed per kernel.
+# FLASH_PROFILE="B ...": the kernels of one decode step of B sequences under Nsight Compute, on the smallest cut
+# (6 layers: each kind of layer once; loading FLASH_LAYERS twice would double the run), summed per kernel.
 if [ -n "${FLASH_PROFILE:-}" ]; then
-  small=/tmp/deepinfer-flash2
-  "$(find_bin deepinfer)" make-demo-model "$small" --tokenizer "$DEMO_TOKENIZER" --flash-layers 2 || exit 1
-  DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "decode/" --metrics gpu__time_duration.sum --csv \
-    --cache-control none --clock-control none "$(find_bin bench_v41_shapes)" "$small" dummy "$FLASH_PROFILE" "" 1 \
-    > "$out/ncu_decode.csv" 2> "$out/ncu_decode.err"
-  echo "ncu exit $?"
-  python3 bench/model/ncu_summary.py "$out/ncu_decode.csv" | tee "$out/ncu_decode.md"
+  small=/tmp/deepinfer-flash6
+  "$(find_bin deepinfer)" make-demo-model "$small" --tokenizer "$DEMO_TOKENIZER" --flash-layers 6 || exit 1
+  for b in $FLASH_PROFILE; do  # e.g. FLASH_PROFILE="1 32"
+    DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "decode/" --metrics gpu__time_duration.sum --csv \
+      --cache-control none --clock-control none "$(find_bin bench_v41_shapes)" "$small" dummy "$b" "" 1 \
+      > "$out/ncu_decode_b$b.csv" 2> "$out/ncu_decode_b$b.err"
+    echo "ncu (decode batch $b) exit $?"
+    python3 bench/model/ncu_summary.py "$out/ncu_decode_b$b.csv" | tee "$out/ncu_decode_b$b.md"
+  done
 fi

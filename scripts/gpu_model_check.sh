@@ -36,9 +36,10 @@ for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test paralle
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
 export DEEPINFER_DEVICE=cuda
-# The goldens twice: with DEEPINFER_FP8_GEMM=exact every op gives the CPU's bits but the transcendentals
-# (the model code on the GPU against the reference), then with the tensor-core GEMM (the default).
-DEEPINFER_FP8_GEMM=exact run test_v41_goldens-cuda-exact "$(find_bin test_v41_goldens)"
+# The goldens twice: with DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact every op gives the CPU's bits
+# but the transcendentals (the model code on the GPU against the reference), then with the tensor cores
+# (the default).
+DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact run test_v41_goldens-cuda-exact "$(find_bin test_v41_goldens)"
 for t in test_v41_goldens test_v41_image_tokens speculation_v41_test test_vision_logits test_vision_engine \
          test_v41_dummy_weights; do
   run "$t-cuda" "$(find_bin $t)"

@@ -152,7 +152,7 @@ std::vector<OpCase> core_op_cases() {
                    std::vector<int32_t> offsets(G + 1, 0);
                    for (int64_t g = 0; g < G; ++g) offsets[g + 1] = offsets[g] + (g % 3 == 1 ? 0 : 1 + r.below(40));
                    const int64_t m = offsets[G];
-                   const std::string name = label("type ", static_cast<int>(type)) + shape({m, k, n});
+                   const std::string name = label("type ", static_cast<int>(type)) + " " + shape({m, k, n});
                    r.backend().linear_quant_grouped(r.in(r.uniform(m * k, -2, 2)), m, w, r.in(offsets), 40, 32,
                                                     r.out<float>(name, m * n));
                  }
