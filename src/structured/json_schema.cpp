@@ -892,8 +892,25 @@ class Converter {
   }
 
   // {"not": {"enum": V}}: null and booleans drop out of their types, strings become "a string
-  // none of V" (key_not_in's trie); numbers, objects or arrays in V are unsupported where the
-  // schema allows them.
+  // none of V" (key_not_in's trie), numbers cut the range into the open intervals between them
+  // (by value, so 2.0 goes with 2); objects or arrays in V are unsupported where the schema
+  // allows them.
+  // A numeric schema s without the values `nums`: the anyOf of s in each open interval between
+  // them (an empty one matches nothing and is dropped).
+  Json excluding_numbers(const Json& s, std::vector<Json> nums) const {
+    std::sort(nums.begin(), nums.end(), [](const Json& a, const Json& b) { return a.get<double>() < b.get<double>(); });
+    nums.erase(std::unique(nums.begin(), nums.end(), [](const Json& a, const Json& b) { return a.get<double>() == b.get<double>(); }),
+               nums.end());
+    Json alts = Json::array();
+    for (size_t i = 0; i <= nums.size(); ++i) {
+      Json interval = Json::object();
+      if (i > 0) interval["exclusiveMinimum"] = nums[i - 1];
+      if (i < nums.size()) interval["exclusiveMaximum"] = nums[i];
+      alts.push_back(Json{{"allOf", Json::array({s, interval})}});
+    }
+    return Json{{"anyOf", alts}};
+  }
+
   int not_literals(const Json& rest, const Json& values, const std::string& path) {
     if (rest.contains("enum") || rest.contains("const")) {  // a finite set: drop the values
       Json s = rest, keep = Json::array();
@@ -905,14 +922,16 @@ class Converter {
       return convert(s, path);
     }
     std::vector<std::string> types = types_of(rest), strs;
+    std::vector<Json> nums;
     bool no_null = false, no_true = false, no_false = false;
     auto allows = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
     for (const Json& v : values) {
       if (v.is_string()) strs.push_back(Json(v).dump().substr(1, Json(v).dump().size() - 2));
       else if (v.is_null()) no_null = true;
       else if (v.is_boolean()) (v.get<bool>() ? no_true : no_false) = true;
-      else if (v.is_number() ? (allows("number") || allows("integer")) : allows(v.is_object() ? "object" : "array"))
-        unsupported(path, "'not' of enum/const with a number, object or array the schema allows");
+      else if (v.is_number()) nums.push_back(v);
+      else if (allows(v.is_object() ? "object" : "array"))
+        unsupported(path, "'not' of enum/const with an object or array the schema allows");
     }
     std::vector<int> alts;
     Json base = rest;
@@ -929,6 +948,11 @@ class Converter {
         std::sort(strs.begin(), strs.end());
         strs.erase(std::unique(strs.begin(), strs.end()), strs.end());
         alts.push_back(key_not_in(strs));
+      } else if ((t == "integer" || t == "number") && !nums.empty()) {
+        Json s = base;
+        s["type"] = t;
+        const int e = convert_or_none(excluding_numbers(s, nums), path);
+        if (e >= 0) alts.push_back(e);
       } else {
         Json s = base;
         s["type"] = t;

@@ -205,6 +205,16 @@ CASES = [
     ({"properties": {"a": {"allOf": [False, {"type": "integer"}]}}}, [{}, {"a": 1}, {"b": 1}, 1]),
     ({"required": ["a"], "dependentSchemas": {"a": False}}, [{"a": 1}, {}, 1, "x", [1]]),
     ({"anyOf": [{"required": ["a"], "properties": {"a": {"enum": []}}}, {"type": "string"}]}, [{"a": 1}, {}, "s", 1]),
+    # not of numeric enum/const: the open intervals between the values (2.0 is 2)
+    ({"type": "integer", "minimum": 1024, "maximum": 65535, "not": {"enum": [6379, 6380, 43215]}},
+     [1024, 6378, 6379, 6380, 6381, 43215, 43214, 43216, 65535, 65536, 1023, 6379.0, 2000.5]),
+    ({"not": {"enum": [10500, 10920, 11760]}}, [10500, 10500.0, 10501, "x", None, [1], {"a": 1}, 10920, 11760, 11761, -5, 1.5]),
+    ({"not": {"const": -837}}, [-837, -837.0, -836, -838, 0, "a"]),
+    ({"type": "number", "not": {"enum": [-2.0, 1.5]}}, [-2, -2.0, -2.5, 1.5, 1.4, 1.6, 0, 3]),
+    ({"not": {"enum": [6, None]}}, [6, 6.0, None, 7, "s", True]),
+    ({"type": "integer", "not": {"enum": [2.5, 3]}}, [2, 3, 4, 2.5]),
+    ({"$schema": D4, "type": "integer", "minimum": 0, "exclusiveMinimum": True, "not": {"enum": [5]}}, [0, 1, 5, 6, 5.0]),
+    ({"anyOf": [{"type": "integer", "not": {"enum": [1]}}, {"type": "string"}]}, [1, 2, "a"]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
