@@ -825,6 +825,7 @@ class Converter {
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
+    if (k == "propertyNames") return not_property_names(normalize(v), path);
     if (k == "items" && !v.is_array())  // some item its schema rejects
       return Json{{"type", "array"}, {"contains", negate(v, path, depth + 1)}};
     if (k == "pattern" || k == "format")  // strings the regex does not match
@@ -843,6 +844,26 @@ class Converter {
       return Json{{"type", it->second.first}, {it->second.second, is_min ? n - 1 : n + 1}};
     }
     unsupported(path, "'not' of '" + k + "' (its complement is not supported)");
+  }
+
+  // `not` of propertyNames P: an object with a key P rejects. P false: any key; P an enum (or
+  // const): a key none of its strings; P the `not` of one: a key among its strings.
+  Json not_property_names(const Json& pn, const std::string& path) {
+    if (is_always(pn)) return Json(false);
+    if (is_never(pn)) return Json{{"type", "object"}, {"minProperties", 1}};
+    auto names = [](const Json& x) {
+      Json out = Json::array();
+      for (const Json& v : x.contains("const") ? Json::array({x["const"]}) : x["enum"]) if (v.is_string()) out.push_back(v);
+      return out;
+    };
+    auto literals = [](const Json& x) { return x.is_object() && x.size() == 1 && (x.contains("enum") || x.contains("const")); };
+    if (literals(pn)) return Json{{"type", "object"}, {kSomeKey, Json::array({Json{{"not_in", names(pn)}, {"value", true}}})}};
+    if (pn.is_object() && pn.size() == 1 && pn.contains("not") && literals(normalize(pn["not"]))) {
+      Json alts = Json::array();
+      for (const Json& n : names(normalize(pn["not"]))) alts.push_back(Json{{"type", "object"}, {"required", Json::array({n})}});
+      return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
+    }
+    unsupported(path, "'not' of 'propertyNames' (only false, enum/const, or the 'not' of enum/const)");
   }
 
   // `not` of a single type / required keyword spelled positively: the other types, or an object

@@ -215,6 +215,16 @@ CASES = [
     ({"type": "integer", "not": {"enum": [2.5, 3]}}, [2, 3, 4, 2.5]),
     ({"$schema": D4, "type": "integer", "minimum": 0, "exclusiveMinimum": True, "not": {"enum": [5]}}, [0, 1, 5, 6, 5.0]),
     ({"anyOf": [{"type": "integer", "not": {"enum": [1]}}, {"type": "string"}]}, [1, 2, "a"]),
+    # not of propertyNames: some key it rejects (false: any key; enum: a key none of them; not enum: one of them)
+    ({"type": "object", "not": {"propertyNames": {"not": {"const": "0"}}}}, [{}, {"0": 1}, {"1": 1}, {"1": 1, "0": 2}]),
+    ({"not": {"propertyNames": {"not": {"enum": ["a", "b", 3]}}}}, [{}, {"a": 1}, {"b": 1}, {"c": 1}, 1, "x", {"c": 1, "b": 2}]),
+    ({"not": {"propertyNames": False}}, [{}, {"a": 1}, {"a": 1, "b": 2}, 1]),
+    ({"type": "object", "not": {"propertyNames": {"enum": ["a", "b"]}}}, [{}, {"a": 1}, {"a": 1, "b": 1}, {"c": 1}, {"a": 1, "c": 2}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "c": {"type": "string"}}, "not": {"propertyNames": {"const": "a"}}},
+     [{}, {"a": 1}, {"c": "x"}, {"c": 1}, {"a": 1, "d": None}]),
+    ({"type": "object", "not": {"anyOf": [{"propertyNames": {"not": {"enum": ["1", "3"]}}}, {"propertyNames": {"not": {"enum": ["2", "3"]}}}]},
+      "minProperties": 2},
+     [{"1": 0, "2": 0}, {"3": 0}, {"3": 0, "4": 0}, {"1": 0}, {"1": 0, "4": 0}, {"2": 0, "1": 0, "5": 0}]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
