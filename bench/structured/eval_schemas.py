@@ -258,6 +258,8 @@ def main():
         print(f"{engine}: {st['compiled']} of {len(schemas)} compiled, {st['timeout']} timeouts,"
               f" {st['valid_refused']} valid refused, {st['invalid_accepted']} invalid accepted", flush=True)
         print_rows(rows[-1:], len(schemas), args)  # at once: a later engine may not finish
+        if args.out:  # likewise the per-schema results so far
+            pathlib.Path(args.out).write_text(json.dumps(per_schema, indent=1))
         if engine == "ours" or os.environ.get("EVAL_PRINT_ERRORS"):
             print(f"\n{engine}: most common compile errors")
             for e, c in errors.most_common(25):
