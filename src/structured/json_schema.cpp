@@ -404,7 +404,9 @@ class Converter {
           if (merged[k].size() * v.size() > 64) unsupported(path, "allOf of anyOfs with more than 64 combinations");
           Json alts = Json::array();
           for (const Json& a : merged[k])
-            for (const Json& b : v) alts.push_back(Json{{"allOf", Json::array({a, b})}});
+            for (const Json& b : v)
+              if (!is_never(a) && !is_never(b)) alts.push_back(Json{{"allOf", Json::array({a, b})}});
+          if (alts.empty()) nothing(path, "allOf of anyOfs whose branches all match nothing");
           merged[k] = alts;
         } else if (k == "oneOf") {  // exactly one of A, and exactly one of B: B joins every A
           Json alts = Json::array();
@@ -542,7 +544,14 @@ class Converter {
           if (is_never(b)) continue;
           Json s = siblings;
           s["allOf"] = Json::array({b});
-          Json m = merge_all_of(s, path);
+          Json m;
+          const Mark mk = mark();
+          try {
+            m = merge_all_of(s, path);
+          } catch (const NothingMatches&) {  // this branch matches nothing: dropped
+            rollback(mk);
+            continue;
+          }
           if (m.contains("type") && m["type"].is_array() && m["type"].empty()) continue;
           branches_in.push_back(m);
           raw.push_back(normalize(b));
@@ -751,6 +760,13 @@ class Converter {
   // properties become "some key present with a value its schema rejects", anyOf / allOf swap,
   // several keywords (a conjunction) become the anyOf of their negations. Anything else (a
   // pattern, items, ...) needs a grammar complement: an error naming it.
+  // anyOf of alts without those that match nothing (false when none is left).
+  Json any_of(const Json& alts) const {
+    Json kept = Json::array();
+    for (const Json& a : alts) if (!is_never(a)) kept.push_back(a);
+    return kept.empty() ? Json(false) : kept.size() == 1 ? kept[0] : Json{{"anyOf", kept}};
+  }
+
   Json negate(const Json& s0, const std::string& path, int depth = 0) {
     if (depth > 16) unsupported(path, "'not' nested too deep");
     Json s = normalize(s0);
@@ -771,14 +787,15 @@ class Converter {
       if (!is_never(bad)) alts.push_back(Json{{"type", "object"}, {kSomeKey, Json::array({Json{{"not_in", names}, {"value", bad}}})}});
       for (auto& [k, v] : s.items())
         if (k != "properties" && k != "additionalProperties") alts.push_back(negate(Json{{k, v}}, path, depth + 1));
-      return Json{{"anyOf", alts}};
+      return any_of(alts);
     }
     if (s.size() > 1) {
-      for (auto [a, b] : {std::pair{"prefixItems", "items"}, {"properties", "patternProperties"}})
+      for (auto [a, b] : {std::pair{"prefixItems", "items"}, {"properties", "patternProperties"}, {"contains", "minContains"},
+                          {"contains", "maxContains"}})
         if (s.contains(a) && s.contains(b)) unsupported(path, std::string("'not' of '") + a + "' with '" + b + "'");
       Json alts = Json::array();
       for (auto& [k, v] : s.items()) alts.push_back(negate(Json{{k, v}}, path, depth + 1));
-      return Json{{"anyOf", alts}};
+      return any_of(alts);
     }
     const std::string k = s.begin().key();
     const Json& v = s.begin().value();
@@ -826,6 +843,7 @@ class Converter {
     }
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
     if (k == "propertyNames") return not_property_names(normalize(v), path);
+    if (k == "contains") return Json{{"type", "array"}, {"items", negate(v, path, depth + 1)}};  // no item matches
     if (k == "items" && !v.is_array())  // some item its schema rejects
       return Json{{"type", "array"}, {"contains", negate(v, path, depth + 1)}};
     if (k == "pattern" || k == "format")  // strings the regex does not match

@@ -225,6 +225,17 @@ CASES = [
     ({"type": "object", "not": {"anyOf": [{"propertyNames": {"not": {"enum": ["1", "3"]}}}, {"propertyNames": {"not": {"enum": ["2", "3"]}}}]},
       "minProperties": 2},
      [{"1": 0, "2": 0}, {"3": 0}, {"3": 0, "4": 0}, {"1": 0}, {"1": 0, "4": 0}, {"2": 0, "1": 0, "5": 0}]),
+    # anyOf branches that match nothing (false, through allOf products) are dropped, never the whole oneOf branch
+    ({"type": "object", "oneOf": [{"required": ["c"]}, {"required": ["a"], "properties": {"a": {}}},
+                                  {"required": ["m"], "properties": {"m": {"type": "object"}}}]},
+     [{"c": 1}, {"a": 1}, {"m": {}}, {"m": 1}, {"c": 1, "m": 1}, {"c": 1, "m": {}}]),
+    ({"type": "object", "allOf": [{"anyOf": [{"required": ["a"]}, False]}, {"anyOf": [{"required": ["b"]}, {"required": ["c"]}]},
+                                  {"not": {"required": ["m"], "properties": {"m": {"type": "object"}}}}]},
+     [{"c": 1}, {"a": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1, "m": {}}, {"a": 1, "b": 1, "m": 2}]),
+    # not of contains: no item matches
+    ({"not": {"contains": {"type": "integer"}}}, [[], [1], ["a"], ["a", 2], 1, "x", {}]),
+    ({"type": "array", "not": {"contains": {"minimum": 5}}}, [[], [1], [5], [1, 6], ["a", 7], ["z"]]),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "not": {"contains": {"type": "string"}}}, [[], ["a"], [1], [1, "b"]]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
