@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Soak with hostile traffic (issue 17): N requests from several client threads into one engine while the
 main thread steps it. The mix: good requests (token-id and text prompts, long prompts that prefill in
-chunks, seeded sampling, logprobs, penalties, stops, n=2, structured output), malformed ones (each must
-be refused at submission with its error type), good ones aborted at a random moment, and requests with a
+chunks, prompts behind one shared 200-token prefix (prefix-cache hits), seeded sampling, logprobs,
+penalties, stops, n=2, structured output), malformed ones (each must be refused at submission with its error type), good ones aborted at a random moment, and requests with a
 schema no other request has (the grammar cache must stay bounded).
 
 Checked: every good request's output (token ids, text, finish reason, of each of its n sequences)
@@ -34,6 +34,7 @@ from deepinfer import LLM, SamplingParams  # noqa: E402
 
 MAX_MODEL_LEN = 1024
 WORDS = "the a cat dog runs fast slow red blue one two three and or if then sky sea tree house".split()
+SHARED_PREFIX = random.Random(17).choices(range(3, 120000), k=200)  # the "shared" requests' system prompt
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}}, "required": ["a", "b"]}
 
 
@@ -46,7 +47,7 @@ def rss_mib():
 
 def good_template(r, i):
     """One good request (prompt, SamplingParams); seeded whenever it samples, so it is reproducible."""
-    kind = r.choices(["ids", "text", "long", "structured", "n2"], [40, 20, 10, 20, 10])[0]
+    kind = r.choices(["ids", "text", "long", "structured", "n2", "shared"], [35, 15, 10, 15, 10, 15])[0]
     kw = dict(temperature=r.choice([0.0, 0.7, 1.0]), top_k=r.choice([0, 5, 50]), top_p=r.choice([1.0, 0.9]),
               seed=i, max_tokens=r.randint(1, 8), ignore_eos=r.random() < 0.7)
     if r.random() < 0.3:
@@ -60,6 +61,8 @@ def good_template(r, i):
     if kind == "text":
         prompt = " ".join(r.choice(WORDS) for _ in range(r.randint(1, 30)))
         kw["stop"] = [r.choice(WORDS)]
+    elif kind == "shared":  # one long system prompt in front of its own question: prefix-cache hits
+        prompt = {"prompt_token_ids": SHARED_PREFIX + [r.randrange(3, 120000) for _ in range(r.randint(1, 60))]}
     elif kind == "long":
         prompt = {"prompt_token_ids": [r.randrange(3, 120000) for _ in range(r.randint(400, MAX_MODEL_LEN - 16))]}
     else:
@@ -268,7 +271,9 @@ def main():
                   refused_kinds=len(refused), good_kinds=kinds, mismatched=len(mismatched), failures=len(failures),
                   preemptions=stats["preemptions"], steps=stats["steps"], forward_tokens=stats["forward_tokens"],
                   rss_start_mib=round(rss_start, 1), rss_end_mib=round(rss_end, 1),
-                  state_blocks_end=stats["state_blocks_allocated"], prefix_cached_blocks=stats.get("prefix_cached_blocks", 0), solo_s=round(t_solo, 1), soak_s=round(t_soak, 1))
+                  state_blocks_end=stats["state_blocks_allocated"], prefix_cached_blocks=stats.get("prefix_cached_blocks", 0),
+                  prefix_hits=stats.get("prefix_hits", 0), prefix_snapshots=stats.get("prefix_snapshots", 0),
+                  prefix_evictions=stats.get("prefix_evictions", 0), solo_s=round(t_solo, 1), soak_s=round(t_soak, 1))
     print("soak:", json.dumps(report))
     if a.report:
         pathlib.Path(a.report).write_text(json.dumps(report, indent=1))

@@ -55,6 +55,7 @@ bool StateManager::snapshot(int64_t id, std::span<const int32_t> prefix) {
   model::SequenceState* live = state(id);
   check(live->length() == n, "internal: snapshot of sequence ", id, " at ", n, ", its state is at ", live->length());
   if (prefix_->has_snapshot(prefix)) return false;
+  check_recycled("snapshot");
   const int64_t blocks = blocks_for(n);
   if (!fits(blocks)) return false;
   std::shared_ptr<model::SequenceState> snap = model_.new_sequence();
@@ -63,7 +64,16 @@ bool StateManager::snapshot(int64_t id, std::span<const int32_t> prefix) {
   return true;
 }
 
-void StateManager::restore(int64_t id, const model::SequenceState& snap) { state(id)->copy_from(snap); }
+void StateManager::restore(int64_t id, const model::SequenceState& snap) {
+  check_recycled("restore");
+  state(id)->copy_from(snap);
+}
+
+void StateManager::check_recycled(const char* what) const {
+  // The copy allocates now, against a budget that already counts released states' blocks as free.
+  check(retiring_.empty(), "internal: prefix-cache ", what, " while released states still hold their blocks (",
+        "recycle() first)");
+}
 
 void StateManager::release(int64_t id) {
   auto it = seqs_.find(id);

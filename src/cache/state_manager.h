@@ -41,8 +41,10 @@ class StateManager {
   PrefixCache* prefix_cache() const { return prefix_.get(); }  // null when off
   // Keeps a snapshot of sequence id's state, whose length must be prefix.size(); false (nothing kept)
   // when the cache has one already or the budget has no room for it even after evicting older ones.
+  // Both this and restore() allocate at once: call them after recycle(), with no forward in flight
+  // (released states hold their blocks until then, though the budget counts them free).
   bool snapshot(int64_t id, std::span<const int32_t> prefix);
-  // Sequence id's state becomes a copy of `snap` (call when no forward is in flight).
+  // Sequence id's state becomes a copy of `snap`.
   void restore(int64_t id, const model::SequenceState& snap);
   int64_t evictions() const { return evictions_; }
   // Returns the sequence's blocks at once. Its state object retires: a forward in flight may
@@ -61,6 +63,7 @@ class StateManager {
     int64_t blocks = 0;
   };
   bool fits(int64_t more_blocks);  // within the budget, evicting snapshots if need be
+  void check_recycled(const char* what) const;  // no released state still holds blocks
   const model::CausalLM& model_;
   int64_t total_blocks_;
   std::shared_ptr<BlockPool> pool_;

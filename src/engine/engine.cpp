@@ -601,6 +601,10 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
   }
   if (inflight_) {
     worker_->wait();
+    // Safe point: no forward in flight, so released states can be reset. Before the snapshots: a state
+    // released while that forward ran (an abort, a preemption by the schedule above) still holds pool
+    // blocks the budget counts as free, and a snapshot allocates at once.
+    states_.recycle();
     std::unique_ptr<Job> done = std::move(inflight_);
     if (done->failed) {
       recover_from_failure(*done, next.get());
@@ -609,8 +613,6 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
       resolve(*done);
       take_snapshots(*done);  // before the next forward moves the states on
     }
-    // Safe point: no forward in flight, so released states can be reset.
-    states_.recycle();
     if (next) next = drop_unresolvable(std::move(next));
     if (next) launch(std::move(next));
     if (!done->failed) {

@@ -167,6 +167,47 @@ TEST(PrefixCacheV41, SpeculationAndRollbackLeaveSharedRowsIntact) {
   EXPECT_EQ(again.at("s0").metrics.num_cached_tokens, 128);
 }
 
+// The bug the CI soak found (docs/prefix_caching.md, "Released states and snapshots"): a sequence
+// aborted while the forward that reaches another one's snapshot point is in flight still holds its
+// pool blocks until the engine recycles it, though the budget already counts them free; the snapshot
+// taken after that forward must not allocate before they are back. A budget with room for exactly both
+// sequences makes the snapshot's allocation fail ("state memory exhausted" from step()) when it does.
+TEST(PrefixCacheV41, SnapshotAfterAnAbortAllocatesOnlyOnceTheAbortedStateIsReturned) {
+  EngineOptions o = opts(true);
+  ASSERT_TRUE(o.async_scheduling);  // step 2's abort lands while the forward reaching the snapshot runs
+  o.max_num_batched_tokens = 64;
+  Driver probe(o);
+  const auto& model = probe.engine.model();
+  // b: 40 prompt tokens, prompt logprobs (it neither uses nor fills the cache), then one decode token;
+  // a: 33 prompt tokens, snapshotted at 32 (its last block boundary before its last token)
+  o.num_state_blocks = model.state_blocks_for(41) + model.state_blocks_for(32);
+  const auto a = tokens(70, 33), b = tokens(71, 40);
+  SamplingParams pb = greedy(4);
+  pb.prompt_logprobs = 1;
+  for (bool cache : {true, false}) {
+    o.prefix_caching = cache;
+    Driver d(o);
+    d.engine.add_request(Prompt::from_ids(b), pb, "b");
+    d.engine.add_request(Prompt::from_ids(a), greedy(4), "a");
+    Outputs got;
+    // step 1 runs b[0,40) + a[0,24) and launches b's token 41 + a[24,32) ahead (async scheduling)
+    for (auto& out : d.engine.step()) got[out.request_id] = out;
+    d.engine.abort("b");
+    // step 2 releases b, waits for that forward, snapshots a at 32, then finishes a
+    while (d.engine.has_unfinished())
+      for (auto& out : d.engine.step()) got[out.request_id] = out;
+    ASSERT_EQ(got.at("b").outputs[0].finish_reason, "abort");
+    Outputs alone = Driver(opts(false)).wave({a}, "a", greedy(4));
+    expect_same(Outputs{{"a0", got.at("a")}}, alone);
+    if (cache) {
+      EXPECT_EQ(d.engine.stats().prefix_snapshots, 1);
+      Outputs hit = d.wave({a}, "a", greedy(4));  // and the snapshot is exact
+      expect_same(hit, alone);
+      EXPECT_EQ(hit.at("a0").metrics.num_cached_tokens, 32);
+    }
+  }
+}
+
 TEST(PrefixCacheV41, PromptLogprobsRequestsComputeTheirWholePrompt) {
   const auto prefix = tokens(60, 100);
   Driver on(opts(true)), off(opts(false));
