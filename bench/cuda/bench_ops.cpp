@@ -105,6 +105,9 @@ int main(int argc, char** argv) try {
   ck(cudaGetDeviceProperties(&prop, 0), "props");
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   CudaBackend be;
+  setenv("DEEPINFER_ATTENTION", "exact", 1);
+  CudaBackend exact_attn;  // sparse_attention_online on the fp32 kernel
+  unsetenv("DEEPINFER_ATTENTION");
   std::mt19937 rng(12345);
   const size_t l2 = static_cast<size_t>(prop.l2CacheSize);
 
@@ -229,10 +232,16 @@ int main(int argc, char** argv) try {
       cudaFree(q); cudaFree(out); cudaFree(didx);
       continue;
     }
+    // The default is the BF16 tensor-core kernel (q and rows read as bf16; these random fp32 inputs are
+    // not bf16 values, which changes nothing in the timing); DEEPINFER_ATTENTION=exact the fp32 one.
     double t = time_ms(be, [&](int) {
       be.sparse_attention_online(q, tokens, heads, dim, pool, nullptr, didx, k, sink, 0.044f, 64, out);
     }, quick ? 3 : 10);
-    report("sparse_attn_online b64", shape, t, bytes, flops, bw, fp32_rate);
+    report("sparse_attn_online b64 (bf16 mma)", shape, t, bytes, flops, bw, bf16_rate);
+    t = time_ms(exact_attn, [&](int) {
+      exact_attn.sparse_attention_online(q, tokens, heads, dim, pool, nullptr, didx, k, sink, 0.044f, 64, out);
+    }, quick ? 3 : 10);
+    report("sparse_attn_online b64 (exact fp32)", shape, t, bytes, flops, bw, fp32_rate);
     cudaFree(q); cudaFree(out); cudaFree(didx);
   }
   cudaFree(pool); cudaFree(sink);
