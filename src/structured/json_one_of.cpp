@@ -44,7 +44,7 @@ unsigned value_bits(const Json& v) {
 unsigned applies_to(const std::string& k) {
   static const std::map<std::string, unsigned> m = {
       {"minimum", kInt | kFrac}, {"maximum", kInt | kFrac}, {"exclusiveMinimum", kInt | kFrac}, {"exclusiveMaximum", kInt | kFrac},
-      {"multipleOf", kInt | kFrac}, {"minLength", kStr}, {"maxLength", kStr}, {"pattern", kStr}, {"format", kStr}, {"\x01patterns", kStr}, {"\x01notPatterns", kStr}, {"\x01someKey", kObj},
+      {"multipleOf", kInt | kFrac}, {"minLength", kStr}, {"maxLength", kStr}, {"pattern", kStr}, {"format", kStr}, {"\x01patterns", kStr}, {"\x01notPatterns", kStr}, {"\x01alsoContains", kArr}, {"\x01someKey", kObj},
       {"properties", kObj}, {"required", kObj}, {"additionalProperties", kObj}, {"patternProperties", kObj},
       {"propertyNames", kObj}, {"minProperties", kObj}, {"maxProperties", kObj}, {"items", kArr}, {"prefixItems", kArr},
       {"minItems", kArr}, {"maxItems", kArr}, {"contains", kArr}, {"uniqueItems", kArr}, {"type", 0}, {"nullable", 0},

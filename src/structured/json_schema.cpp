@@ -32,7 +32,7 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -56,6 +56,8 @@ const std::string kNonInteger = "\x01non-integer number";
 // Internal keywords (arrays of regexes) for strings: more patterns that must all match (allOf
 // of patterns, pattern with format), and patterns that must not match ('not' of a pattern).
 const std::string kAlsoPatterns = "\x01patterns", kNotPatterns = "\x01notPatterns";
+// Internal keyword for arrays: a second `contains` of an allOf (each needs an item of its own).
+const std::string kAlsoContains = "\x01alsoContains";
 // Internal keyword for objects ('not' of additionalProperties): a list of witnesses
 // {"not_in": [names], "value": S}, each met by some member whose key is none of the names and
 // whose value matches S.
@@ -425,9 +427,11 @@ class Converter {
           }
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
+        } else if (k == "contains") {  // some item matches each: the second joins kAlsoContains
+          merged[kAlsoContains].push_back(v);
         } else if (k == "multipleOf" && integral(merged[k]) && integral(v)) {  // multiples of both: of their lcm
           merged[k] = std::lcm(merged[k].get<long>(), v.get<long>());
-        } else if (k == kAlsoPatterns || k == kNotPatterns || k == kSomeKey || k == kNotMultipleOf) {
+        } else if (k == kAlsoPatterns || k == kNotPatterns || k == kSomeKey || k == kNotMultipleOf || k == kAlsoContains) {
           for (const Json& p : v) merged[k].push_back(p);
         } else if (merged[k].is_number() && v.is_number() && (kLowerBounds.count(k) || kUpperBounds.count(k))) {
           const bool lower = kLowerBounds.count(k) > 0;  // keep the tighter bound
@@ -437,6 +441,8 @@ class Converter {
         }
       }
     }
+    if (merged.contains(kAlsoContains) && (merged.contains("minContains") || merged.contains("maxContains")))
+      unsupported(path, "allOf of several 'contains' with minContains/maxContains");
     for (auto& [k, aps] : key_aps.items()) {
       Json all = Json::array({merged["properties"][k]});
       for (const Json& x : aps) all.push_back(x);
@@ -481,7 +487,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf};
+          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -1673,6 +1679,15 @@ class Converter {
     const int item = convert(items, path + "/items");
     const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    if (s.contains(kAlsoContains)) {  // two contains: one item matching both, or one each in either order
+      if (s[kAlsoContains].size() > 1 || n != 1) unsupported(path, "allOf of more than two 'contains'");
+      const int other = convert(Json{{"allOf", Json::array({items, s[kAlsoContains][0]})}}, path + "/contains");
+      const int any = g_.star(g_.seq({sep, item}));
+      std::vector<int> hits{g_.seq({hit, any, sep, other}), g_.seq({other, any, sep, hit})};
+      const int both = convert_or_none(Json{{"allOf", Json::array({items, s["contains"], s[kAlsoContains][0]})}}, path + "/contains");
+      if (both >= 0) hits.push_back(both);
+      return g_.seq({g_.lit("["), ws(), g_.star(g_.seq({item, sep})), g_.alt(hits), any, ws(), g_.lit("]")});
+    }
     std::vector<int> body{g_.star(g_.seq({item, sep})), hit};
     for (long i = 1; i < n; ++i) body.insert(body.end(), {g_.star(g_.seq({sep, item})), sep, hit});
     body.push_back(g_.star(g_.seq({sep, item})));

@@ -236,6 +236,15 @@ CASES = [
     ({"not": {"contains": {"type": "integer"}}}, [[], [1], ["a"], ["a", 2], 1, "x", {}]),
     ({"type": "array", "not": {"contains": {"minimum": 5}}}, [[], [1], [5], [1, 6], ["a", 7], ["z"]]),
     ({"type": "array", "prefixItems": [{"type": "string"}], "not": {"contains": {"type": "string"}}}, [[], ["a"], [1], [1, "b"]]),
+    # two contains (allOf): one item matching both, or one item for each in either order
+    ({"type": "array", "allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}]},
+     [[], [1], ["a"], [1, "a"], ["a", 1], [None, "a", True, 2, None], [1, 2]]),
+    ({"allOf": [{"contains": {"minimum": 5}}, {"contains": {"maximum": 6}}]}, [[5], [7], [4], [7, 4], [4, 7], [3, 9, 5.5], "x", {}]),
+    ({"type": "array", "items": {"type": "integer"}, "allOf": [{"contains": {"minimum": 5}}, {"contains": {"maximum": 1}}]},
+     [[5, 1], [1, 5], [3], [5, "a", 1], [0, 2, 9]]),
+    ({"type": "array", "oneOf": [{"allOf": [{"items": {"type": "integer"}}, {"contains": {"minimum": 3}}]},
+                                 {"allOf": [{"items": {"minimum": 3}}, {"contains": {"type": "integer"}}]}]},
+     [[], [3], [1, 3], [3.5], [3.5, 4], [1], [4, 5], [2, 3.5]]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},

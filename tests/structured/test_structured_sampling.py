@@ -38,6 +38,8 @@ SCHEMAS = [
     {"type": "integer", "multipleOf": 7, "minimum": -50, "maximum": 300},  # range times remainders
     {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 3, "not": {"enum": [0, 1, 2.5]}}, "minItems": 2,
      "maxItems": 4},  # numbers between the excluded values
+    {"type": "array", "items": {"type": ["integer", "string"], "maxLength": 3, "maximum": 99},
+     "allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}]},  # two contains
     {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
      "additionalProperties": False},  # any order, each key at most once
 ]
