@@ -59,7 +59,15 @@ bool EarleyParser::may_take(uint32_t seen, uint32_t rule, int32_t perm) const {
   if (m < 0 && !a_->rule_extra[rule]) return true;
   const std::vector<uint64_t>& s = seen_sets_[seen];
   if (m >= 0 && size_t(m / 64 + 1) < s.size() && ((s[m / 64 + 1] >> (m % 64)) & 1)) return false;
-  return a_->perm_max[perm] < 0 || count(seen) < uint64_t(a_->perm_max[perm]);
+  if (a_->perm_max[perm] < 0) return true;
+  // Under maxProperties a member is taken only where the required ones still missing fit after
+  // it (else the object could never end: a dead end the masks would lead into).
+  const std::vector<uint64_t>& req = a_->perm_required[perm];
+  uint64_t need = count(seen) + 1;
+  for (size_t w = 0; w < req.size(); ++w)
+    need += static_cast<uint64_t>(__builtin_popcountll(req[w] & ~(w + 1 < s.size() ? s[w + 1] : 0)));
+  if (m >= 0 && size_t(m / 64) < req.size() && ((req[m / 64] >> (m % 64)) & 1)) --need;  // m is one of them
+  return need <= uint64_t(a_->perm_max[perm]);
 }
 
 uint32_t EarleyParser::take(uint32_t seen, uint32_t rule, int32_t perm) {

@@ -245,6 +245,9 @@ CASES = [
     ({"type": "array", "oneOf": [{"allOf": [{"items": {"type": "integer"}}, {"contains": {"minimum": 3}}]},
                                  {"allOf": [{"items": {"minimum": 3}}, {"contains": {"type": "integer"}}]}]},
      [[], [3], [1, 3], [3.5], [3.5, 4], [1], [4, 5], [2, 3.5]]),
+    # maxProperties with required keys and extra keys allowed
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"], "maxProperties": 3},
+     [{"a": 1, "b": 2}, {"x": 0, "a": 1, "b": 2}, {"x": 0, "y": 0, "a": 1}, {"a": 1, "b": 2, "x": 1, "y": 2}, {"x": 0, "b": 1, "a": 3}]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},

@@ -40,6 +40,8 @@ SCHEMAS = [
      "maxItems": 4},  # numbers between the excluded values
     {"type": "array", "items": {"type": ["integer", "string"], "maxLength": 3, "maximum": 99},
      "allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}]},  # two contains
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"],
+     "maxProperties": 3},  # extra keys only while the required ones still fit: never a dead end
     {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdefghij"}, "required": ["a", "j"],
      "additionalProperties": False},  # any order, each key at most once
 ]
