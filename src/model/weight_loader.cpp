@@ -79,6 +79,7 @@ StoredMatrix WeightLoader::stored(const std::string& base, int64_t n, int64_t k)
       if (base.find(f) != std::string::npos) {
         StoredMatrix m;
         m.n = n, m.k = k, m.f32 = dummy_floats(dummy_.seed, base + ".weight", {n, k});
+        for (float& v : m.f32) v = round_to_bf16(v);  // BF16 in the release
         return m;
       }
     const bool fp4 = !dummy_.fp4_infix.empty() && base.find(dummy_.fp4_infix) != std::string::npos && k % 32 == 0;

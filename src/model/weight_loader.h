@@ -38,8 +38,9 @@ struct DummyWeights {
   uint64_t seed = 0;
   std::string fp4_infix = ".ffn.experts.";  // empty: no MXFP4
   // Projections the release stores as BF16 (spec §7.2's precision map): float matrices here.
+  // Their values are bf16s (the release's dtype). "head" also names the LM head.
   std::vector<std::string> float_infixes = {".compressor.", ".indexer.wk", ".indexer.weights_proj", ".markov_head.",
-                                            ".confidence_head."};
+                                            ".confidence_head.", "head"};
 };
 
 class WeightLoader {

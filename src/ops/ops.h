@@ -21,7 +21,8 @@ struct RopeFreqs {
 // The activation of bias_act's epilogue (kGeluErf: x/2 (1 + erf(x / sqrt 2))).
 enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
 
-// A weight in its stored format, in a backend's memory (spec §3.1, §5.1). kF32: float [n, k];
+// A weight in its stored format, in a backend's memory (spec §3.1, §5.1). kF32: float [n, k]; kBf16: bf16
+// bits [n, k] (a float weight the release stores as BF16, on a backend that keeps it so);
 // kFp8Block: e4m3 [n, k] with a scale per block x block ([ceil(n/block), ceil(k/block)]); kMxfp4: e2m1
 // pairs [n, k/2] (low nibble = even k) with a scale per 1 x 32 ([n, k/32]). Scales are fp32 (the
 // checkpoints' UE8M0 bytes widened, or fp32 where a checkpoint stores them so). scale_ue8m0, when set,
@@ -30,7 +31,7 @@ enum class Activation : int32_t { kNone = 0, kGeluErf = 1 };
 // Stacked weights (the routed experts of a layer): `groups` matrices [n, k] one after another along n,
 // their scales stacked the same way (MXFP4's UE8M0 bytes K-block-major over groups * n). group(g) is
 // matrix g alone, a view whose UE8M0 rows keep the stack's stride (scale_ld; 0 = dense).
-enum class WeightType : int32_t { kF32 = 0, kFp8Block = 1, kMxfp4 = 2 };
+enum class WeightType : int32_t { kF32 = 0, kFp8Block = 1, kMxfp4 = 2, kBf16 = 3 };
 struct QWeight {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
@@ -136,6 +137,10 @@ class Backend : public DeviceMemory {
   // get what linear_quant gives them. This default reads the offsets back and runs the groups one by one.
   virtual void linear_quant_grouped(const float* x, int64_t m, const QWeight& w, const int32_t* offsets,
                                     int64_t max_rows, int64_t act_block, float* y);
+  // y[m, n] = x[m, k] w[n, k]^T, fp32 out, for a float weight (kF32, kBf16) run without activation
+  // quantization: linear()'s bits for kF32; kBf16 sums x (bf16 values here, as in the reference) times
+  // the bf16 weight in fp32 in the backend's own order (the CPU: linear() on the widened weight).
+  virtual void linear_plain(const float* x, int64_t m, const QWeight& w, float* y);
   // The format this backend keeps a weight stored as `stored` in (the CPU dequantizes at load).
   virtual WeightType weight_format(WeightType stored) const { return stored; }
   // On: every op gives a row the same bits whatever the batch size (kernels whose reduction order

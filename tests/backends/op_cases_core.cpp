@@ -157,6 +157,21 @@ std::vector<OpCase> core_op_cases() {
                                                     r.out<float>(name, m * n));
                  }
                }});
+  // Float weights without activation quantization: kF32 is linear() (bitwise); bf16 weights with bf16
+  // inputs sum in fp32 in the backend's order (cuBLAS, the GEMV up to m = 4): a few fp32 ulps of the sum.
+  c.push_back({"linear_plain", "linear_plain", 1e-5, [](OpRun& r) {
+                 for (auto [m, k, n] : {std::tuple{1L, 512L, 300L}, std::tuple{3L, 256L, 129L}, std::tuple{37L, 512L, 200L}}) {
+                   auto xh = r.uniform(m * k), wh = r.uniform(n * k);
+                   std::vector<uint16_t> bits(n * k);
+                   for (auto& v : xh) v = round_to_bf16(v);
+                   for (size_t i = 0; i < wh.size(); ++i) wh[i] = bf16_to_float(bits[i] = float_to_bf16(wh[i]));
+                   const float* x = r.in(xh);
+                   r.backend().linear_plain(x, m, {ops::WeightType::kF32, r.in(wh), nullptr, n, k, 0},
+                                            r.out<float>("f32 " + shape({m, k, n}), m * n));
+                   r.backend().linear_plain(x, m, {ops::WeightType::kBf16, r.in(bits), nullptr, n, k, 0},
+                                            r.out<float>("bf16 " + shape({m, k, n}), m * n));
+                 }
+               }});
   c.push_back({"rms_norm", "rms_norm", 0,  // bitwise: cpu::dot's order on every backend
                [](OpRun& r) {
                  for (auto [rows, dim, weighted, in_place] : {std::tuple{5L, 4096L, true, false},

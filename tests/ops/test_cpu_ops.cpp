@@ -173,6 +173,24 @@ TEST(CpuOps, GroupedLinearQuantIsEachGroupAlone) {
   EXPECT_THROW(ops::QWeight{}.group(1), Error);
 }
 
+// linear_plain: linear() for kF32; a bf16 weight is linear() on its widened values; stacked bf16 views.
+TEST(CpuOps, LinearPlainOnFloatAndBf16Weights) {
+  const int64_t m = 4, k = 64, n = 24;
+  auto x = randn(m * k, 31), w = randn(2 * n * k, 32);
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(bits[i] = float_to_bf16(w[i]));
+  std::vector<float> want(m * n), got(m * n, NAN), got16(m * n, NAN);
+  be().linear(x.data(), m, k, w.data() + n * k, n, want.data());
+  ops::QWeight f32{ops::WeightType::kF32, w.data(), nullptr, n, k, 0}, b16{ops::WeightType::kBf16, bits.data(), nullptr, n, k, 0};
+  f32.groups = b16.groups = 2;
+  be().linear_plain(x.data(), m, f32.group(1), got.data());
+  be().linear_plain(x.data(), m, b16.group(1), got16.data());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got16, want);
+  EXPECT_THROW(be().linear_plain(x.data(), m, {ops::WeightType::kFp8Block, bits.data(), nullptr, n, k, 32}, got.data()),
+               Error);
+}
+
 TEST(CpuOps, SparseAttentionWithSink) {
   const int64_t T = 3, H = 2, D = 16, N = 9, K = 5;
   auto q = randn(T * H * D, 3), pool = randn(N * D, 4);

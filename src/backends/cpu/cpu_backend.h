@@ -36,6 +36,7 @@ class CpuBackend final : public ops::Backend {
 
   // quantized weights (cpu_quant_ops.cpp): kept dequantized
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
+  void linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) override;
   ops::WeightType weight_format(ops::WeightType) const override { return ops::WeightType::kF32; }
 
   // memory (host memory: the CPU backend's device is the host)

@@ -40,6 +40,15 @@ void dequantize(const ops::QWeight& w, float* out) {
   fail("dequantize: unknown weight type");
 }
 
+void CpuBackend::linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) {
+  if (w.type != ops::WeightType::kBf16) return ops::Backend::linear_plain(x, m, w, y);
+  thread_local std::vector<float> wf;  // the CPU keeps float weights as fp32; bf16 ones come from tests
+  wf.resize(w.n * w.k);
+  const auto* bits = static_cast<const uint16_t*>(w.data);
+  for (int64_t i = 0; i < w.n * w.k; ++i) wf[i] = bf16_to_float(bits[i]);
+  linear(x, m, w.k, wf.data(), w.n, y);
+}
+
 void CpuBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {
   thread_local std::vector<float> xq, wf;  // reused: no allocation per call once warm
   xq.assign(x, x + m * w.k);

@@ -67,6 +67,7 @@ class CudaBackend final : public ops::Backend {
   void round_bf16(float* x, int64_t n) override;
   // Weights stay stored (FP8 / MXFP4); the call dequantizes into scratch (quant_linear.cu).
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
+  void linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) override;
   void linear_quant_grouped(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets, int64_t max_rows,
                             int64_t act_block, float* y) override;
   void set_batch_invariant(bool on) override;

@@ -6,9 +6,14 @@
 // n even (MXFP4: n % 128 == 0). Anything else (small test models, fp32 scales) takes the exact path:
 // the weight dequantized into scratch and the CPU reference's order, bitwise the CPU's; so does every
 // shape under DEEPINFER_FP8_GEMM=exact (verification against the goldens).
+// CudaBackend::linear_plain on bf16 weights (the release's BF16 projections and head, kept bf16): x
+// rounded to bf16 (the reference's values), cuBLAS's bf16 GEMM with fp32 accumulation (the GEMV up
+// to m = 4); batch invariant: the GEMV, whose order does not depend on m, over chunks of rows; exact:
+// the weight widened and linear()'s CPU order.
 #include <algorithm>
 
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels/fp8_gemm.h"
 #include "ops/ops.h"
 
@@ -36,6 +41,11 @@ __global__ void dequant_mxfp4_kernel(const uint8_t* __restrict__ q, const float*
 __global__ void widen_bf16_kernel(const uint16_t* __restrict__ in, int64_t n, float* __restrict__ out) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e < n) out[e] = __uint_as_float(static_cast<uint32_t>(in[e]) << 16);
+}
+
+__global__ void to_bf16_kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) out[e] = static_cast<uint16_t>(__float_as_uint(bf16_round(in[e])) >> 16);
 }
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -116,6 +126,27 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   fake_quant_fp8(xq, m, w.k, act_block);
   linear_kblocked(xq, m, w.k, wf, w.n, 32, y);  // FP8/FP4 kernels walk K in blocks of 32
   round_bf16(y, m * w.n);
+}
+
+void CudaBackend::linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) {
+  if (w.type != ops::WeightType::kBf16) return ops::Backend::linear_plain(x, m, w, y);
+  impl_->bind();
+  check_sizes(m >= 0 && w.n >= 0 && w.k >= 0 && m <= INT32_MAX && w.n <= INT32_MAX && w.k <= INT32_MAX, "linear_plain");
+  if (m == 0 || w.n == 0) return;
+  const auto* wb = static_cast<const uint16_t*>(w.data);
+  const bool invariant_gemv = impl_->batch_invariant && gemv_fits(wb, 1, w.k, wb, w.n, 2);
+  if (impl_->exact_gemm || (impl_->batch_invariant && !invariant_gemv)) {
+    auto* wf = static_cast<float*>(impl_->workspace(static_cast<size_t>(w.n * w.k) * sizeof(float)));
+    widen_bf16_kernel<<<grid_for(w.n * w.k, 256), 256, 0, impl_->stream>>>(wb, w.n * w.k, wf);
+    check_launch("widen_bf16_kernel");
+    return linear(x, m, w.k, wf, w.n, y);
+  }
+  auto* xb = static_cast<uint16_t*>(impl_->workspace(round_up(static_cast<size_t>(m * w.k) * 2, 256)));
+  to_bf16_kernel<<<grid_for(m * w.k, 256), 256, 0, impl_->stream>>>(x, m * w.k, xb);
+  check_launch("to_bf16_kernel");
+  if (!invariant_gemv) return linear_bf16(xb, m, w.k, wb, w.n, y);
+  for (int64_t r = 0; r < m; r += kGemvMaxM)  // the same order for every row, whatever m
+    gemv_bf16(xb + r * w.k, std::min<int64_t>(kGemvMaxM, m - r), w.k, wb, w.n, y + r * w.n, impl_->stream);
 }
 
 void CudaBackend::set_batch_invariant(bool on) { impl_->batch_invariant = on; }

@@ -93,6 +93,19 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
     m.f32.resize(n * k);
     cpu::dequantize(m.view(), m.f32.data());
   }
+  if (!L.quant && be.weight_format(ops::WeightType::kBf16) == ops::WeightType::kBf16) {
+    // A float weight of bf16 values (the release's BF16 projections and head) stays bf16 where the
+    // backend keeps it so: half the bytes, and its tensor cores.
+    std::vector<uint16_t> bits(m.f32.size());
+    bool exact = true;
+    for (size_t i = 0; i < bits.size() && exact; ++i)
+      exact = bf16_to_float(bits[i] = float_to_bf16(m.f32[i])) == m.f32[i] || std::isnan(m.f32[i]);
+    if (exact) {
+      L.w = {upload_buffer(be, bits.data(), bits.size() * sizeof(uint16_t)), 0};
+      L.q = {ops::WeightType::kBf16, L.w.buf.data(), nullptr, n, k, 0};
+      return L;
+    }
+  }
   L.w = to_param(be, m.f32);
   L.q = {ops::WeightType::kF32, L.w.data(), nullptr, n, k, 0};
   return L;
@@ -289,7 +302,7 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
   }
   const WeightLoader& w = *loader;
   m->embed_ = to_param(m->be_, w.floats("embed.weight", {c.vocab_size, c.dim}));
-  m->head_ = to_param(m->be_, w.floats("head.weight", {c.vocab_size, c.dim}));
+  m->head_ = load_linear(m->be_, w, "head", c.vocab_size, c.dim, true);
   m->norm_ = to_param(m->be_, w.floats("norm.weight", {c.dim}));
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
@@ -366,7 +379,7 @@ void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool
     be_.linear_quant(x, m, W.q, c_.fp8_block, y);
     return;
   }
-  be_.linear(x, m, W.k, static_cast<const float*>(W.q.data), W.n, y);
+  be_.linear_plain(x, m, W.q, y);
   if (to_bf16) be_.round_bf16(y, m * W.n);
 }
 
@@ -377,8 +390,7 @@ void V41Model::lin_grouped(const float* x, int64_t m, const V41Linear& W, const 
   be_.download(off.data(), offsets, off.size() * sizeof(int32_t));
   for (int64_t g = 0; g < W.q.groups; ++g)
     if (off[g + 1] > off[g])
-      be_.linear(x + off[g] * W.k, off[g + 1] - off[g], W.k, static_cast<const float*>(W.q.group(g).data), W.n,
-                 y + off[g] * W.n);
+      be_.linear_plain(x + off[g] * W.k, off[g + 1] - off[g], W.q.group(g), y + off[g] * W.n);
   be_.round_bf16(y, m * W.n);
 }
 
@@ -610,7 +622,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   if (has_dspark) dspark_rings(s, main_hidden.f32());
   for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
   Tensor out = ws_.f32({std::max<int64_t>(R, 1), c_.vocab_size});
-  be_.linear(normed.f32(), R, D, head_.data(), c_.vocab_size, out.f32());
+  be_.linear_plain(normed.f32(), R, head_.q, out.f32());
   logits.resize(R * c_.vocab_size);
   be_.download(logits.data(), out.data, logits.size() * sizeof(float));
 }
@@ -680,7 +692,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
   be_.hc_collapse(X.f32(), pre_mix.f32(), T, hc, D, true, y.f32());
   be_.copy(yn.data, y.data, y.bytes());
   rmsnorm(yn.f32(), L.final_norm, T, D);
-  be_.linear(yn.f32(), T, D, head_.data(), V, logits.f32());
+  be_.linear_plain(yn.f32(), T, head_.q, logits.f32());
   // The Markov chain, every sequence at once: bias from the previous token's embedding row, greedy
   // choice (read back: the next position's embedding row depends on it), confidence.
   std::vector<V41Draft> out(S);
@@ -691,7 +703,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
     be_.upload(tok.data, prev.data(), S * sizeof(int32_t));
     be_.upload(rows.data, row.data(), S * sizeof(int32_t));
     be_.copy_rows(L.markov_embed.data(), tok.i32(), S, R, emb.f32(), nullptr);
-    be_.linear(emb.f32(), S, R, L.markov_head.w.data(), V, bias.f32());
+    be_.linear_plain(emb.f32(), S, L.markov_head.q, bias.f32());
     be_.copy_rows(logits.f32(), rows.i32(), S, V, pick.f32(), nullptr);
     be_.add(pick.f32(), bias.f32(), S * V);
     be_.copy_rows(pick.f32(), nullptr, S, V, logits.f32(), rows.i32());  // the logits keep the bias
@@ -700,7 +712,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
     be_.copy_rows(y.f32(), rows.i32(), S, D, pick.f32(), nullptr);  // feat = [y row, embedding row]
     be_.copy_2d(pick.f32(), D, S, D, feat.f32(), D + R);
     be_.copy_2d(emb.f32(), R, S, R, feat.f32() + D, D + R);
-    be_.linear(feat.f32(), S, D + R, L.confidence.w.data(), 1, bias.f32());
+    be_.linear_plain(feat.f32(), S, L.confidence.q, bias.f32());
     be_.copy_rows(bias.f32(), nullptr, S, 1, conf.f32(), rows.i32());
     for (int64_t q = 0; q < S; ++q) {
       out[q].tokens.push_back(next[q]);

@@ -219,7 +219,8 @@ class V41Model final : public CausalLM {
   int64_t image_token_ = -1, rollback_ = 0;
   std::unique_ptr<io::Checkpoint> ckpt_;
   std::vector<std::vector<uint8_t>> dummy_tables_;  // host tables of dummy weights (Engram)
-  Param embed_, head_, norm_;
+  Param embed_, norm_;
+  V41Linear head_;  // fp32 logits (linear_plain) from the bf16 weight where the backend keeps it bf16
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;
   Param rope_main_freq_, rope_compress_freq_;  // inv_freq on the device

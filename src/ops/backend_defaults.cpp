@@ -1,5 +1,5 @@
-// The parts of the op interface that are plain host code over the ops: stacked-weight views and the
-// group-by-group linear_quant_grouped every backend can fall back to.
+// The parts of the op interface that are plain host code over the ops: stacked-weight views, the
+// group-by-group linear_quant_grouped and the kF32 linear_plain every backend can fall back to.
 #include <algorithm>
 #include <vector>
 
@@ -17,6 +17,9 @@ QWeight QWeight::group(int64_t g) const {
   switch (type) {
     case WeightType::kF32:
       v.data = static_cast<const float*>(data) + g * n * k;
+      break;
+    case WeightType::kBf16:
+      v.data = static_cast<const uint16_t*>(data) + g * n * k;
       break;
     case WeightType::kFp8Block: {  // scale blocks [ceil(n / block), ceil(k / block)] per matrix
       check(n % block == 0, "QWeight::group: stacked FP8 matrices need n % block == 0");
@@ -63,6 +66,11 @@ void Backend::linear_quant_grouped(const float* x, int64_t m, const QWeight& w, 
     check(rows >= 0, "linear_quant_grouped: offsets must not decrease");
     if (rows) linear_quant(x + off[g] * w.k, rows, w.group(g), act_block, y + off[g] * w.n);
   }
+}
+
+void Backend::linear_plain(const float* x, int64_t m, const QWeight& w, float* y) {
+  check(w.type == WeightType::kF32, "linear_plain: backend '", name(), "' takes float weights as kF32 only");
+  linear(x, m, w.k, static_cast<const float*>(w.data), w.n, y);
 }
 
 }  // namespace deepinfer::ops
