@@ -121,6 +121,8 @@ class Backend : public DeviceMemory {
   // (relative to the running max) before the P.V product, exp(sink - max) added to the denominator.
   // Rows come from two places: r >= 0 is row r of `pool` (the state arena, read in place), r <= -2 is
   // row fresh_row_index(r) of `fresh` (this step's rows, not yet in the arena), r == -1 is no row.
+  // q and the rows are bf16 values in the model; a backend may read them as bf16 and sum in its own order
+  // (CUDA's tensor-core kernel at 64 heads x 512, block 64; DEEPINFER_ATTENTION=exact keeps fp32).
   virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                                        const float* fresh, const int32_t* idx, int64_t k, const float* sink,
                                        float scale, int64_t block, float* out) = 0;
