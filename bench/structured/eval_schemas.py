@@ -156,9 +156,13 @@ class Worker:
         self.proc = None
 
     def start(self):
+        # Started outside the per-schema timeout: a restart after a timeout must not eat the next
+        # schema's time (loading the vocabulary takes seconds on a loaded host).
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
-        if self.ready_line:
-            self.read(600)
+        if not self.ready_line:  # ours prints nothing until asked: a trivial request loads it
+            self.proc.stdin.write(json.dumps({"cmd": "check", "schema_type": "json", "schema": "{}", "inputs": []}) + "\n")
+            self.proc.stdin.flush()
+        self.read(600)
 
     def read(self, timeout):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)

@@ -1184,6 +1184,26 @@ class Converter {
       if (empty) nothing(path, "empty numeric range (matches nothing)");
     }
     if (s.contains(kNotMultipleOf)) return not_multiple(s, integer, lo, hi, path);
+    if (s.contains("multipleOf") && !integer) {
+      if (const int j = decimal_places(s["multipleOf"]); j > 0) {  // 10^-j: at most j fractional digits
+        const auto places = [j](Grammar& g) {
+          const int d = g.cls({{'0', '9'}});
+          const int whole = g.seq({g.opt(g.lit("-")), g.alt({g.lit("0"), g.seq({g.cls({{'1', '9'}}), g.star(d)})})});
+          return g.seq({whole, g.opt(g.seq({g.lit("."), g.rep(d, 1, j), g.star(g.lit("0"))}))});
+        };
+        if (!lo && !hi) return places(g_);
+        Grammar both;  // the range's DFA times the digits' (numbers without exponent: a safe subset)
+        const int r = both.declare_rule("range"), p = both.declare_rule("places");
+        both.define_rule(r, number_in_range(both, lo, hi));
+        both.define_rule(p, places(both));
+        both.set_root(r);
+        const ByteDfa in_range = rule_dfa(both, r), digits = rule_dfa(both, p);
+        const ProductDfa prod = product_dfa({&in_range, &digits}, kMaxDfaStates, "multipleOf together with minimum/maximum");
+        const ByteDfa d = select_dfa(prod, [](uint64_t acc) { return acc == 3; });
+        if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
+        return g_.dfa(d);
+      }
+    }
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
@@ -1203,6 +1223,15 @@ class Converter {
     }
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
     return integer ? g_.seq({integer_in_range(g_, lo, hi), zero_fraction()}) : number_in_range(g_, lo, hi);
+  }
+
+  // j where multipleOf is 10^-j (0.1, 0.01, 1e-3, ... up to 10^-12), else 0: its multiples are
+  // the numbers with at most j fractional digits.
+  static int decimal_places(const Json& m) {
+    if (!m.is_number() || m.get<double>() <= 0 || m.get<double>() >= 1) return 0;
+    for (int j = 1; j <= 12; ++j)
+      if (Json::parse("1e-" + std::to_string(j)).get<double>() == m.get<double>()) return j;
+    return 0;
   }
 
   // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.

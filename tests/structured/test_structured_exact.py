@@ -248,6 +248,12 @@ CASES = [
     # maxProperties with required keys and extra keys allowed
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"], "maxProperties": 3},
      [{"a": 1, "b": 2}, {"x": 0, "a": 1, "b": 2}, {"x": 0, "y": 0, "a": 1}, {"a": 1, "b": 2, "x": 1, "y": 2}, {"x": 0, "b": 1, "a": 3}]),
+    # multipleOf 10^-j on numbers: at most j fractional digits, no exponent (a safe subset); values
+    # the float oracle divides exactly (it calls 100.3 no multiple of 0.1)
+    ({"type": "number", "multipleOf": 0.01}, [1, 1.5, 1.25, 1.255, 0.01, -3.5, 100.5, 2.0, 0.001]),
+    ({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 10}, [0, 10, 10.01, 9.75, 5.555, -0.01, 3.5]),
+    ({"type": "number", "multipleOf": 0.1, "exclusiveMinimum": 1.5}, [1.5, 1.6, 1.55, 2, 1.51]),
+    ({"type": ["number", "string"], "multipleOf": 0.0001}, [1.0001, 1.00001, 3, "x"]),
     # an item no value matches ends the array before it
     ({"prefixItems": [True, False]}, [[1], [1, "x"], [], "s", 1]),
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
