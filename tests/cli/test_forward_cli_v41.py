@@ -97,3 +97,24 @@ def test_generate_v41_greedy_matches_reference(tmp_path, case):
     assert len(outs) == 2
     for o in outs:
         assert o["token_ids"] == [int(t) for t in g["greedy.output_ids"]]
+
+
+def test_loading_shows_progress_when_asked(tmp_path):
+    """DEEPINFER_PROGRESS=1: one progress line per loaded layer on stderr (a log, not a terminal), ending at
+    all layers; 0 (and auto when stderr is not a terminal) prints none; a bad value is named."""
+    d = model_dir(tmp_path, "tiny-b")
+    layers = 6 + 1  # tiny-b: 6 layers and 1 DSpark stage (num_nextn_predict_layers)
+    args = ["forward", "--model", d, "--input-ids", "5,6", "--output", tmp_path / "o.st"]
+    env = dict(os.environ, DEEPINFER_PROGRESS="1")
+    r = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("loading DeepSeek-V4.1 [")]
+    assert len(lines) == layers + 1, r.stderr
+    assert f" {layers}/{layers} layers" in lines[-1] and "[" + "=" * 30 + "]" in lines[-1]
+    for value in ("0", "auto"):
+        r = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                           env=dict(os.environ, DEEPINFER_PROGRESS=value))
+        assert r.returncode == 0 and "loading DeepSeek-V4.1" not in r.stderr, r.stderr
+    r = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True,
+                       env=dict(os.environ, DEEPINFER_PROGRESS="sometimes"))
+    assert r.returncode != 0 and "DEEPINFER_PROGRESS" in r.stderr

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "model/deepseek_v41/v41_step.h"
 #include "model/weight_loader.h"
 #include "parallel/expert_parallel.h"
@@ -307,7 +308,11 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
   m->blocks_.resize(nb);
   const bool ep = options.expert_parallel != nullptr;  // main layers' routed experts: the held ones only
-  for (int64_t l = 0; l < nb; ++l) load_block(m->be_, m->c_, w, m->dummy_tables_, l, m->blocks_[l], !ep || l >= c.n_layers);
+  Progress progress(options.dummy_weights ? "DeepSeek-V4.1 dummy weights" : "loading DeepSeek-V4.1", nb, "layers");
+  for (int64_t l = 0; l < nb; ++l) {
+    load_block(m->be_, m->c_, w, m->dummy_tables_, l, m->blocks_[l], !ep || l >= c.n_layers);
+    progress.update(l + 1);
+  }
   if (ep) m->load_held_experts();
   // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
