@@ -198,15 +198,9 @@ void write_v4(const fs::path& out, const fs::path& tmpl, const fs::path& tok_dir
 
 // Engram's compressed vocabulary size, exactly as the model builds its token map at load (V41Model::load).
 int64_t engram_compressed_vocab(const tokenizer::Tokenizer& tok) {
-  const int64_t vocab = tok.vocab_size();
-  std::vector<std::string> decoded(vocab), raw(vocab);
-  for (int64_t id = 0; id < vocab; ++id) {
-    const int32_t one = static_cast<int32_t>(id);
-    decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
-    raw[id] = tok.token_string(one);
-  }
+  const model::EngramTokenStrings strings = model::engram_token_strings(tok);
   int64_t compressed = 0;
-  model::build_compressed_token_map(decoded, raw, &compressed);
+  model::build_compressed_token_map(strings.decoded, strings.raw, &compressed);
   return compressed;
 }
 

@@ -1,12 +1,14 @@
 #include "model/deepseek_v41/v41_engram.h"
 
 #include <limits>
+#include <span>
 #include <set>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "model/deepseek_v41/numpy_rng.h"
 #include "tokenizer/normalizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::model {
 namespace {
@@ -20,6 +22,17 @@ bool is_prime(int64_t n) {
 }
 
 }  // namespace
+
+EngramTokenStrings engram_token_strings(const tokenizer::Tokenizer& tok) {
+  const int64_t V = tok.vocab_size();
+  EngramTokenStrings s{std::vector<std::string>(V), std::vector<std::string>(V)};
+  for (int64_t id = 0; id < V; ++id) {
+    const int32_t one = static_cast<int32_t>(id);
+    s.decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
+    s.raw[id] = tok.token_string(one);
+  }
+  return s;
+}
 
 std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& decoded,
                                                 const std::vector<std::string>& raw, int64_t* compressed_size) {

@@ -8,6 +8,10 @@
 
 #include "model/deepseek_v41/v41_config.h"
 
+namespace deepinfer::tokenizer {
+class Tokenizer;
+}
+
 namespace deepinfer::model {
 
 // token id -> compressed id, in first-seen order of token id. decoded[i] is the single-token decode
@@ -15,6 +19,13 @@ namespace deepinfer::model {
 // key when the decode holds U+FFFD).
 std::vector<int64_t> build_compressed_token_map(const std::vector<std::string>& decoded,
                                                 const std::vector<std::string>& raw, int64_t* compressed_size);
+
+// What build_compressed_token_map reads, from a tokenizer: every id decoded alone (special tokens kept)
+// and its vocabulary string.
+struct EngramTokenStrings {
+  std::vector<std::string> decoded, raw;
+};
+EngramTokenStrings engram_token_strings(const tokenizer::Tokenizer& tok);
 
 // The odd int64 multipliers of a layer, numpy's default_rng(10007*layer).integers(0,
 // (int64max // compressed_vocab) // 2, max_ngram, int64) * 2 + 1, computed (numpy_rng.h).

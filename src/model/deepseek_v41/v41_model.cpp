@@ -5,7 +5,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <span>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
@@ -318,15 +317,8 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
   const std::string tok_path = dir + "/tokenizer.json";
   if (!c.engram_layer_ids.empty() && std::ifstream(tok_path).good()) {
-    tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_path);
-    const int64_t V = tok.vocab_size();
-    std::vector<std::string> decoded(V), raw(V);
-    for (int64_t id = 0; id < V; ++id) {
-      const int32_t one = static_cast<int32_t>(id);
-      decoded[id] = tok.decode(std::span<const int32_t>(&one, 1), false);
-      raw[id] = tok.token_string(one);
-    }
-    m->set_engram_tokens(decoded, raw);
+    const EngramTokenStrings strings = engram_token_strings(tokenizer::Tokenizer::load(tok_path));
+    m->set_engram_tokens(strings.decoded, strings.raw);
   }
   return m;
 }
