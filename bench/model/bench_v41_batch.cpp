@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/json_file.h"
+#include "greedy_batch.h"
 #include "model/deepseek_v41/v41_model.h"
 
 namespace {
@@ -20,29 +21,15 @@ using namespace deepinfer;
 
 double generate(model::V41Model& m, int64_t seqs, int64_t decode, int64_t prompt) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
-  for (int64_t s = 0; s < seqs; ++s) st.push_back(m.new_sequence());
-  model::ForwardBatch b;
-  b.seq_start = {0};
-  for (int64_t s = 0; s < seqs; ++s) {
-    for (int64_t i = 0; i < prompt; ++i) b.token_ids.push_back(static_cast<int32_t>((s * 131 + i * 37 + 11) % m.vocab_size()));
-    b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
-    b.states.push_back(st[s].get());
-  }
+  const int64_t V = m.vocab_size();
+  model::ForwardBatch b = bench::prompt_batch(m, seqs, prompt, st, [&](int64_t s, int64_t i) {
+    return static_cast<int32_t>((s * 131 + i * 37 + 11) % V);
+  });
   std::vector<float> logits;
   m.forward(b, logits);  // prefill (not timed)
-  const int64_t V = m.vocab_size();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < decode; ++step) {
-    b.token_ids.clear();
-    b.seq_start = {0};
-    b.logit_rows.clear();
-    for (int64_t s = 0; s < seqs; ++s) {
-      const float* row = logits.data() + s * V;
-      b.token_ids.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
-      b.seq_start.push_back(static_cast<int32_t>(s + 1));
-      b.logit_rows.push_back(static_cast<int32_t>(s));
-    }
+    bench::next_greedy_step(logits, V, b);
     m.forward(b, logits);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "greedy_batch.h"
 #include "model/deepseek_v41/v41_model.h"
 #if __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>  // "decode" ranges for `ncu --nvtx --nvtx-include decode/` (scripts/gpu_flash_bench.sh)
@@ -42,31 +43,15 @@ int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>
 // Returns {prefill seconds, best decode step seconds}. ranged: the decode steps are NVTX ranges (not the warm-up's).
 std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps, bool ranged = true) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
-  model::ForwardBatch b;
-  b.seq_start = {0};
-  for (int64_t s = 0; s < seqs; ++s) {
-    st.push_back(m.new_sequence());
-    for (int64_t i = 0; i < prompt; ++i) b.token_ids.push_back(token(s, i, m.vocab_size()));
-    b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
-    b.states.push_back(st[s].get());
-  }
+  const int64_t V = m.vocab_size();
+  model::ForwardBatch b = bench::prompt_batch(m, seqs, prompt, st, [&](int64_t s, int64_t i) { return token(s, i, V); });
   std::vector<float> logits;
   auto t0 = Clock::now();
   m.forward(b, logits);
   const double prefill = std::chrono::duration<double>(Clock::now() - t0).count();
   double best = 1e30;
-  const int64_t V = m.vocab_size();
   for (int64_t step = 0; step < steps; ++step) {
-    b.token_ids.clear();
-    b.seq_start = {0};
-    b.logit_rows.clear();
-    for (int64_t s = 0; s < seqs; ++s) {
-      const float* row = logits.data() + s * V;
-      b.token_ids.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
-      b.seq_start.push_back(static_cast<int32_t>(s + 1));
-      b.logit_rows.push_back(static_cast<int32_t>(s));
-    }
+    bench::next_greedy_step(logits, V, b);
     t0 = Clock::now();
     if (ranged) DECODE_RANGE_PUSH();
     m.forward(b, logits);

@@ -30,18 +30,16 @@ def main() -> int:
     print(f"model {a.model} ({head.get('layers', '?')} layers, dim {head.get('dim', '?')}), loaded in "
           f"{head.get('load_seconds', '?')} s; {floors.flops_per_token(work) / 1e9:.2f} GFLOP/token; rates "
           f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s, {rates['bytes_per_s'] / 1e12:.2f} TB/s")
-    print("\n| prefill tokens | measured ms | floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
-    for r in rows:
-        if "prefill_tokens" in r:
-            f = floors.prefill_floor_s(work, rates, r["prefill_tokens"])
-            print(f"| {r['prefill_tokens']} | {1e3 * r['seconds']:.2f} | {1e3 * f:.3f} | "
-                  f"{r['prefill_tokens'] / r['seconds']:.0f} | {f / r['seconds']:.2%} |")
-    print("\n| decode batch | step ms | floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
-    for r in rows:
-        if "decode_batch" in r:
-            f = floors.decode_step_floor_s(work, rates, r["decode_batch"])
-            print(f"| {r['decode_batch']} | {1e3 * r['step_seconds']:.2f} | {1e3 * f:.3f} | "
-                  f"{r['decode_batch'] / r['step_seconds']:.0f} | {f / r['step_seconds']:.2%} |")
+    # (row key, seconds key, header, floor of n tokens / sequences)
+    tables = [("prefill_tokens", "seconds", "| prefill tokens | measured ms |",
+               lambda n: floors.prefill_floor_s(work, rates, n)),
+              ("decode_batch", "step_seconds", "| decode batch | step ms |",
+               lambda n: floors.decode_step_floor_s(work, rates, n))]
+    for key, sec, header, floor in tables:
+        print(f"\n{header} floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
+        for r in (r for r in rows if key in r):
+            n, t = r[key], r[sec]
+            print(f"| {n} | {1e3 * t:.2f} | {1e3 * floor(n):.3f} | {n / t:.0f} | {floor(n) / t:.2%} |")
     return 0
 
 
