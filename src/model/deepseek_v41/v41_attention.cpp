@@ -43,37 +43,44 @@ void V41Model::append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t wi
 // The compressor of KV source l: latents of the groups this step completes. The carry holds the
 // kv/score rows of earlier positions; this step's come from kvf/sc directly (a long step wraps the
 // carry ring before its groups are pooled), and only each sequence's last carry positions are written.
+//
+// With context parallelism x holds this rank's rows (s) and the latents are the whole step's (w):
+// the projections of every rank's rows are gathered and every rank pools the whole step.
 void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
   const V41Block& B = blocks_[l];
-  const int64_t ratio = c_.compress_ratios[l], hd = c_.head_dim, T = s.rows();
-  lat.begin.assign(s.num() + 1, 0);
-  // a step completes at most one group per row: T rows bound the latents (in the caller's scope)
-  lat.rows = ws_.f32({T, hd});
-  if (ratio == 1) {
-    lin(x, T, B.c_wkv, lat.rows.f32());
-    rmsnorm(lat.rows.f32(), B.c_norm, T, hd);
-    lat.pos = s.pos;
-    lat.pos_d = s.pos_d;
-    lat.begin = s.begin;
+  Step& w = s.whole();
+  const int64_t ratio = c_.compress_ratios[l], hd = c_.head_dim, T = w.rows(), n = s.rows();
+  lat.begin.assign(w.num() + 1, 0);
+  if (ratio == 1) {  // the latents are the normalized rows (in the caller's scope)
+    Tensor mine = ws_.f32({n, hd});
+    lin(x, n, B.c_wkv, mine.f32());
+    rmsnorm(mine.f32(), B.c_norm, n, hd);
+    lat.rows = everyone(s, mine, hd);
+    lat.pos = w.pos;
+    lat.pos_d = w.pos_d;
+    lat.begin = w.begin;
     return;
   }
+  // a step completes at most one group per row: T rows bound the latents (in the caller's scope)
+  lat.rows = ws_.f32({T, hd});
   lat.pos_d = ws_.take(DType::I64, {T});
   Workspace::Scope scope(ws_);
-  Tensor kvf = ws_.f32({T, hd}), sc = ws_.f32({T, hd});
-  lin(x, T, B.c_wkv, kvf.f32(), false);  // fp32 weights, fp32 pooling
-  lin(x, T, B.c_wgate, sc.f32(), false);
+  Tensor kvf_mine = ws_.f32({n, hd}), sc_mine = ws_.f32({n, hd});
+  lin(x, n, B.c_wkv, kvf_mine.f32(), false);  // fp32 weights, fp32 pooling
+  lin(x, n, B.c_wgate, sc_mine.f32(), false);
+  const Tensor kvf = everyone(s, kvf_mine, hd), sc = everyone(s, sc_mine, hd);
   std::vector<int32_t> carry_src, carry_kv, carry_sc;  // this step's rows into the carry ring
   std::vector<int32_t> old_kv, old_sc, old_dst, fresh_src, fresh_dst;  // group slots: arena rows / fresh rows
-  for (int64_t q = 0; q < s.num(); ++q) {
-    V41SequenceState& st = *s.st[q];
-    const int64_t b = s.begin[q], P0 = s.first(q), carry = st.carry_size(l);
+  for (int64_t q = 0; q < w.num(); ++q) {
+    V41SequenceState& st = *w.st[q];
+    const int64_t b = w.begin[q], P0 = w.first(q), carry = st.carry_size(l);
     lat.begin[q] = lat.count();
-    for (int64_t i = b; i < s.begin[q + 1]; ++i) {
-      const int64_t p = s.pos[i];
-      if (p >= s.end_pos[q] - carry) {
+    for (int64_t i = b; i < w.begin[q + 1]; ++i) {
+      const int64_t p = w.pos[i];
+      if (p >= w.end_pos[q] - carry) {
         carry_src.push_back(i32(i));
-        carry_kv.push_back(arena_row(s, st.carry_kv(l, p), hd));
-        carry_sc.push_back(arena_row(s, st.carry_score(l, p), hd));
+        carry_kv.push_back(arena_row(w, st.carry_kv(l, p), hd));
+        carry_sc.push_back(arena_row(w, st.carry_score(l, p), hd));
       }
       if ((p + 1) % ratio != 0) continue;
       const int64_t g0 = p + 1 - ratio, slot0 = lat.count() * ratio;  // positions g0 .. p, pooled in order
@@ -83,15 +90,15 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
           fresh_src.push_back(i32(b + pp - P0));
           fresh_dst.push_back(i32(slot0 + j));
         } else {
-          old_kv.push_back(arena_row(s, st.carry_kv(l, pp), hd));
-          old_sc.push_back(arena_row(s, st.carry_score(l, pp), hd));
+          old_kv.push_back(arena_row(w, st.carry_kv(l, pp), hd));
+          old_sc.push_back(arena_row(w, st.carry_score(l, pp), hd));
           old_dst.push_back(i32(slot0 + j));
         }
       }
       lat.pos.push_back(g0);
     }
   }
-  lat.begin[s.num()] = lat.count();
+  lat.begin[w.num()] = lat.count();
   const int64_t ng = lat.count();
   if (ng) {
     Tensor kvg = ws_.f32({ng * ratio, hd}), scg = ws_.f32({ng * ratio, hd});
@@ -99,8 +106,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
     Tensor od = ws_.upload(old_dst, DType::I32), fs = ws_.upload(fresh_src, DType::I32);
     Tensor fd = ws_.upload(fresh_dst, DType::I32);
     const int64_t no = static_cast<int64_t>(old_dst.size()), nf = static_cast<int64_t>(fresh_dst.size());
-    be_.copy_rows(arena(s), okv.i32(), no, hd, kvg.f32(), od.i32());
-    be_.copy_rows(arena(s), osc.i32(), no, hd, scg.f32(), od.i32());
+    be_.copy_rows(arena(w), okv.i32(), no, hd, kvg.f32(), od.i32());
+    be_.copy_rows(arena(w), osc.i32(), no, hd, scg.f32(), od.i32());
     be_.copy_rows(kvf.f32(), fs.i32(), nf, hd, kvg.f32(), fd.i32());
     be_.copy_rows(sc.f32(), fs.i32(), nf, hd, scg.f32(), fd.i32());
     be_.softmax_pool_v41(kvg.f32(), scg.f32(), ng, ratio, hd, lat.rows.f32());
@@ -110,8 +117,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
   const int64_t nc = static_cast<int64_t>(carry_src.size());
   Tensor cs = ws_.upload(carry_src, DType::I32), ck = ws_.upload(carry_kv, DType::I32);
   Tensor cg = ws_.upload(carry_sc, DType::I32);
-  be_.copy_rows(kvf.f32(), cs.i32(), nc, hd, arena(s), ck.i32());
-  be_.copy_rows(sc.f32(), cs.i32(), nc, hd, arena(s), cg.i32());
+  be_.copy_rows(kvf.f32(), cs.i32(), nc, hd, arena(w), ck.i32());
+  be_.copy_rows(sc.f32(), cs.i32(), nc, hd, arena(w), cg.i32());
   be_.upload(lat.pos_d.data, lat.pos.data(), lat.pos.size() * sizeof(int64_t));
 }
 
@@ -279,6 +286,8 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
   queries(B, x, s, rope, qr.f32(), q.f32());
   window_kv(B, x, s, rope, kv.f32());
+  Step& w = s.whole();  // context parallelism: this step's window rows from every rank
+  const Tensor kv_all = everyone(s, kv, hd);
 
   const int64_t ratio = c_.compress_ratios[l];
   const int64_t src = ratio > 0 ? c_.kv_source_of[l] : -1;
@@ -311,12 +320,12 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   std::vector<int32_t> idx(T * K, -1);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
     V41SequenceState& st = *s.st[qi];
-    const int64_t b = s.begin[qi], P0 = s.first(qi), from = st.ring_from[l];
-    for (int64_t i = b; i < s.begin[qi + 1]; ++i) {
+    const int64_t wb = w.begin[qi], P0 = w.first(qi), from = st.ring_from[l];
+    for (int64_t i = s.begin[qi]; i < s.begin[qi + 1]; ++i) {
       const int64_t p = s.pos[i];
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(from, p - W + 1); qp <= p; ++qp)
-        idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), hd) : ops::fresh_row(b + qp - P0);
+        idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), hd) : ops::fresh_row(wb + qp - P0);
     }
   }
   Tensor idx_d = ws_.upload(idx, DType::I32);
@@ -325,9 +334,9 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
     be_.lookup_rows(sel->i32(), T, ksel, t.table.i32(), t.begin.i32(), idx_d.i32() + W, K);
   }
   Tensor o = ws_.f32({T, H, hd});
-  attend(B, s, q.f32(), kv.f32(), idx_d, K, rope, o.f32());
+  attend(B, s, q.f32(), kv_all.f32(), idx_d, K, rope, o.f32());
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
-  write_rings(s, l, kv.f32());
+  write_rings(w, l, kv_all.f32());
   output_projection(B, o.f32(), T, out);
 }
 

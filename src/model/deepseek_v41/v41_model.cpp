@@ -281,6 +281,8 @@ void V41Model::set_options(const V41Options& o) {
   for (int64_t l = 0; l < c_.n_layers && !o.expert_parallel && l < static_cast<int64_t>(blocks_.size()); ++l)
     check(loaded_experts(l) == c_.n_routed_experts, "v41: the model was loaded with expert parallelism (some experts "
           "live on other ranks); it cannot run without it");
+  check(!o.expert_parallel || !o.context_parallel, "v41: context parallelism together with expert parallelism is not "
+        "built yet (docs/parallelism.md); use one of them");
   o_ = o;
   const bool dspark = c_.dspark_block_size > 0 && c_.n_mtp_layers > 0;
   rollback_ = o.max_rollback_tokens == V41Options::kAuto ? (dspark ? c_.dspark_block_size : 0) : o.max_rollback_tokens;
@@ -547,18 +549,51 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   }
   const bool any_cut = std::any_of(cut.begin(), cut.end(), [](int64_t v) { return v > 0; });
 
+  // Context parallelism: from here this rank computes its share of every sequence's rows; the whole
+  // step stays in `whole` for what crosses rows (v41_context_parallel.cpp).
+  Step whole;
+  std::vector<int64_t> cut_mine = cut;  // the cut in this rank's rows
+  std::vector<int32_t> embed_tokens = batch.embed_tokens;
+  std::vector<float> embed_rows = batch.embed_rows;
+  if (o_.context_parallel) {
+    check(taps == nullptr, "forward: taps observe the whole batch; with context parallelism each rank holds a part");
+    whole = std::move(s);
+    std::vector<int32_t> mine;
+    s = local_step(whole, mine);
+    const int64_t HC = NL * (engram_ ? engram_->cols() : 0), n = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> ids_mine(n), hash_mine(n * HC), local(T, -1);
+    for (int64_t k = 0; k < n; ++k) {
+      ids_mine[k] = ids[mine[k]];
+      std::copy_n(hash.begin() + mine[k] * HC, HC, hash_mine.begin() + k * HC);
+      local[mine[k]] = k;
+    }
+    ids.swap(ids_mine);
+    hash.swap(hash_mine);
+    embed_tokens.clear(), embed_rows.clear();
+    for (size_t i = 0; i < batch.embed_tokens.size(); ++i)
+      if (const int64_t k = local[batch.embed_tokens[i]]; k >= 0) {
+        embed_tokens.push_back(static_cast<int32_t>(k));
+        embed_rows.insert(embed_rows.end(), batch.embed_rows.begin() + i * D, batch.embed_rows.begin() + (i + 1) * D);
+      }
+    for (int64_t q = 0; q < s.num(); ++q) {
+      cut_mine[q] = 0;
+      for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) cut_mine[q] += s.pos[i] < whole.first(q) + cut[q];
+    }
+  }
+
   ws_.reset();
   fws_.reset();
   s.pos_d = fws_.upload(s.pos, DType::I64);
   s.image_d = fws_.upload(s.image, DType::U8);
+  if (s.all) whole.pos_d = fws_.upload(whole.pos, DType::I64);
   s.sel.assign(c_.n_layers, Tensor{});
   Tensor X, pre_mix;
-  embed(ids, X, pre_mix, batch.embed_tokens, batch.embed_rows);
+  embed(ids, X, pre_mix, embed_tokens, embed_rows);
   const int64_t nt = static_cast<int64_t>(c_.dspark_target_layer_ids.size());
-  Tensor main_hidden = has_dspark ? fws_.f32({T, nt, D}) : Tensor{};  // [rows, targets, D] for the DSpark rings
+  Tensor main_hidden = has_dspark ? fws_.f32({s.rows(), nt, D}) : Tensor{};  // [rows, targets, D] for the DSpark rings
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     if (any_cut && l == c_.last_kv_source + 1) {
-      const std::vector<int32_t> kept = s.kept_rows(cut);
+      const std::vector<int32_t> kept = s.kept_rows(cut_mine);
       const int64_t nk = static_cast<int64_t>(kept.size());
       Tensor kd = fws_.upload(kept, DType::I32);
       X = compact(be_, fws_, X, hc * D, kd, nk);
@@ -567,10 +602,14 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
       for (int64_t j = 0; j < l; ++j)
         if (s.sel[j].data) s.sel[j] = compact(be_, fws_, s.sel[j], std::max<int64_t>(s.sel_k[j], 1), kd, nk);
       if (s.cand.data) s.cand = compact(be_, fws_, s.cand, s.cand_ld / 4, kd, nk);
-      s.cut_rows(hash, NL * (engram_ ? engram_->cols() : 0), cut);
-      s.commit_cut(cut);
+      s.cut_rows(hash, NL * (engram_ ? engram_->cols() : 0), cut_mine);
+      s.commit_cut(cut_mine);
       s.pos_d = fws_.upload(s.pos, DType::I64);
       s.image_d = fws_.upload(s.image, DType::U8);
+      if (s.all) {
+        whole.commit_cut(cut);
+        whole.pos_d = fws_.upload(whole.pos, DType::I64);
+      }
       for (int64_t q = 0; q < s.num(); ++q)
         for (int64_t r = l; r < c_.n_layers && cut[q]; ++r) s.st[q]->ring_from[r] = cut[q];
     }
@@ -612,10 +651,10 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
     while (batch.seq_start[q + 1] == batch.seq_start[q]) ++q;  // skip sequences without tokens
     const int64_t qs = seq_of_step[q], local = r - batch.seq_start[q] - cut[qs];
     check(local >= 0, "forward: internal error: logit row ", r, " outside the kept tail");
-    pick[i] = static_cast<int32_t>(s.begin[qs] + local);
+    pick[i] = static_cast<int32_t>(s.whole().begin[qs] + local);
   }
-  Tensor pick_d = ws_.upload(pick, DType::I32), normed = ws_.f32({std::max<int64_t>(R, 1), D});
-  be_.copy_rows(yn.f32(), pick_d.i32(), R, D, normed.f32(), nullptr);
+  Tensor normed = ws_.f32({std::max<int64_t>(R, 1), D});
+  cp_logits_rows(s, pick, yn.f32(), normed);
   if (has_dspark) dspark_rings(s, main_hidden.f32());
   for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
   Tensor out = ws_.f32({std::max<int64_t>(R, 1), c_.vocab_size});
@@ -635,11 +674,12 @@ void V41Model::dspark_rings(Step& s, const float* main_hidden) {
   for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) {
     const int64_t l = c_.n_layers + stage;
     window_kv(blocks_[l], mx.f32(), s, main_rope(), kv.f32());
-    for (int64_t q = 0; q < s.num(); ++q) {
-      V41SequenceState& st = *s.st[q];
-      if (s.begin[q + 1] > s.begin[q] && st.length_ == 0 && s.first(q) > 0) st.ring_from[l] = s.first(q);  // compact replay
+    Step& w = s.whole();  // context parallelism: every rank's rows into the rings
+    for (int64_t q = 0; q < w.num(); ++q) {
+      V41SequenceState& st = *w.st[q];
+      if (w.begin[q + 1] > w.begin[q] && st.length_ == 0 && w.first(q) > 0) st.ring_from[l] = w.first(q);  // compact replay
     }
-    write_rings(s, l, kv.f32());
+    write_rings(w, l, everyone(s, kv, hd).f32());
   }
 }
 

@@ -23,6 +23,7 @@
 #include "ops/ops.h"
 
 namespace deepinfer::parallel {
+class ContextParallel;
 class ExpertParallel;
 }
 
@@ -111,6 +112,10 @@ struct V41Options {
   // MoE expert parallelism (v41_expert_parallel.cpp): this rank loads only its routed experts of the
   // main layers and every forward exchanges tokens with the other ranks; null: all experts local.
   std::shared_ptr<parallel::ExpertParallel> expert_parallel;
+  // Balanced context parallelism (v41_context_parallel.cpp): every CP rank is given the same batch
+  // and computes its share of each sequence's tokens; the rows the others need are all-gathered and
+  // every rank's states end up whole. Null: one rank computes every row.
+  std::shared_ptr<parallel::ContextParallel> context_parallel;
 
   static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
 };
@@ -189,6 +194,12 @@ class V41Model final : public CausalLM {
   void moe_expert_parallel(int64_t l, const float* x, int64_t n, const std::vector<int32_t>& sel,
                            const std::vector<float>& weights, float* out);
   void load_held_experts();
+  // Context parallelism (v41_context_parallel.cpp): this rank's part of the whole step w (the rows of
+  // w it computes: `mine`), and the gather of rows computed on several ranks.
+  Step local_step(Step& w, std::vector<int32_t>& mine) const;
+  void gather_rows(const Step& s, const std::vector<int32_t>& want, const float* mine, int64_t width, float* out);
+  Tensor everyone(const Step& s, const Tensor& mine, int64_t width);  // every row of the whole step
+  void cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed);
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);

@@ -28,6 +28,12 @@ struct V41Model::Step {
   std::vector<int64_t> cand_width;    // [S] compressed rows the mask covers
   std::map<int64_t, CompressedRows> ckv_rows;  // per KV source, built at first use in a step
   bool dspark = false;                // DSpark draft blocks (positions p+1 .. p+block)
+  // Context parallelism (v41_context_parallel.cpp): a rank's step holds the rows it computes and
+  // points to the whole step (`all`), whose `owner` names the rank computing each row.
+  Step* all = nullptr;
+  std::vector<int32_t> owner;         // whole step: [T] CP rank of each row
+
+  Step& whole() { return all ? *all : *this; }
 
   int64_t rows() const { return static_cast<int64_t>(pos.size()); }
   int64_t num() const { return static_cast<int64_t>(st.size()); }
@@ -54,6 +60,7 @@ struct V41Model::Step {
     ckv_rows.clear();  // their per-row starts follow the old rows
     cut_rows(pos, 1, cut);
     cut_rows(image, 1, cut);
+    if (!owner.empty()) cut_rows(owner, 1, cut);
     int64_t r = 0;
     for (int64_t q = 0; q < num(); ++q) {
       const int64_t n = begin[q + 1] - begin[q] - cut[q];

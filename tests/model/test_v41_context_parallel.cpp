@@ -1,0 +1,154 @@
+// DeepSeek-V4.1 with balanced context parallelism on CPU ranks (threads): every rank is given the
+// same batches and computes its share of each sequence's tokens (zigzag or round-robin), exchanging
+// the window KV and compressor rows. Every logit row, prefill (whole and chunked, with SWA bounded
+// replay) and decode, equals the single-rank model's bitwise on every rank, with rank boundaries
+// inside compressor groups and inside the sliding window.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "core/error.h"
+#include "model/deepseek_v41/v41_model.h"
+#include "parallel/context_parallel.h"
+#include "parallel/cpu_communicator.h"
+#include "v41_golden_model.h"
+
+namespace deepinfer {
+namespace {
+
+using parallel::CpLayout;
+
+int32_t token(int64_t seq, int64_t pos, int64_t vocab) { return static_cast<int32_t>((seq * 131 + pos * 37 + 11) % vocab); }
+
+// steps[k][q]: how many tokens sequence q takes in forward k (0: none). Returns the logits of every
+// row of every forward (last_only: of each sequence's last row, as an engine asks), concatenated.
+std::vector<float> run(model::V41Model& m, const std::vector<std::vector<int64_t>>& steps, bool last_only) {
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  for (size_t q = 0; q < steps[0].size(); ++q) st.push_back(m.new_sequence());
+  std::vector<float> all;
+  for (const auto& step : steps) {
+    model::ForwardBatch b;
+    b.seq_start = {0};
+    for (size_t q = 0; q < step.size(); ++q) {
+      const int64_t from = st[q]->length();
+      for (int64_t p = from; p < from + step[q]; ++p) {
+        if (!last_only || p + 1 == from + step[q]) b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
+        b.token_ids.push_back(token(static_cast<int64_t>(q), p, m.vocab_size()));
+      }
+      b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.states.push_back(st[q].get());
+    }
+    std::vector<float> logits;
+    m.forward(b, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// SWA bounded replay; the tests then ask for each sequence's last row only (else nothing is cut).
+void compact_replay(model::V41Options& o) {
+  o.replay_compact = true;
+  o.replay_keep = 12;  // the window (8) plus the DSpark block (4): the smallest allowed
+}
+
+// Every rank's logits for `steps` with context parallelism over `ranks` ranks.
+std::vector<std::vector<float>> run_cp(int ranks, CpLayout layout, const std::vector<std::vector<int64_t>>& steps,
+                                       bool replay = false) {
+  std::vector<std::vector<float>> out(ranks);
+  parallel::run_cpu_ranks(ranks, [&](parallel::Communicator& comm) {
+    auto m = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
+      o.context_parallel = std::make_shared<parallel::ContextParallel>(comm, layout);
+      if (replay) compact_replay(o);
+    });
+    out[comm.rank()] = run(*m, steps, replay);
+  });
+  return out;
+}
+
+std::vector<float> run_one(const std::vector<std::vector<int64_t>>& steps, bool replay = false) {
+  auto m = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
+    if (replay) compact_replay(o);
+  });
+  return run(*m, steps, replay);
+}
+
+void expect_equal_on_every_rank(const std::vector<std::vector<int64_t>>& steps, bool replay = false) {
+  const std::vector<float> want = run_one(steps, replay);
+  ASSERT_FALSE(want.empty());
+  for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kRoundRobin})
+    for (int ranks : {1, 2, 4}) {
+      SCOPED_TRACE("ranks " + std::to_string(ranks) + (layout == CpLayout::kZigzag ? " zigzag" : " round-robin"));
+      const auto got = run_cp(ranks, layout, steps, replay);
+      for (int r = 0; r < ranks; ++r) EXPECT_EQ(got[r], want) << "rank " << r;  // bitwise
+    }
+}
+
+TEST(CpLayout, ZigzagOwnsMirroredBlocks) {
+  // 16 tokens on 2 ranks: blocks of 4; rank 0 owns blocks 0 and 3, rank 1 blocks 1 and 2.
+  std::vector<int> want = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(parallel::cp_owner(CpLayout::kZigzag, i, 16, 2), want[i]) << i;
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(parallel::cp_owner(CpLayout::kRoundRobin, i, 10, 4), i % 4);
+  // Uneven lengths: blocks differ by at most one token, so each rank's share by at most two.
+  for (int ranks : {2, 3, 4, 8})
+    for (int64_t n = 1; n < 70; ++n) {
+      std::vector<int64_t> count(ranks, 0);
+      int last = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int r = parallel::cp_owner(CpLayout::kZigzag, i, n, ranks);
+        ASSERT_TRUE(r >= 0 && r < ranks);
+        ++count[r];
+        if (i == 0 && n >= 2 * ranks) EXPECT_EQ(r, 0);
+        last = r;
+      }
+      EXPECT_EQ(last, 0) << "the last block is rank 0's";
+      if (n >= 2 * ranks)
+        EXPECT_LE(*std::max_element(count.begin(), count.end()) - *std::min_element(count.begin(), count.end()), 2);
+    }
+  EXPECT_THROW(parallel::parse_cp_layout("ring"), Error);
+  EXPECT_EQ(parallel::parse_cp_layout("round_robin"), CpLayout::kRoundRobin);
+}
+
+TEST(V41ContextParallel, PrefillThenDecodeBitwise) {
+  // Four prompts (1 to 37 tokens: shorter than the ranks, past the window of 8, many ratio-2
+  // groups), then three decode steps, which leave most ranks without a row.
+  const std::vector<int64_t> prompts = {1, 7, 19, 37};
+  // Zigzag on 2 ranks cuts 37 tokens at 9, 18, 27: the ratio-2 group (8, 9) lies on two ranks. On 4
+  // ranks 19 tokens come in blocks of 2 or 3, shorter than the window, and the group (6, 7) is split.
+  EXPECT_NE(parallel::cp_owner(CpLayout::kZigzag, 8, 37, 2), parallel::cp_owner(CpLayout::kZigzag, 9, 37, 2));
+  EXPECT_NE(parallel::cp_owner(CpLayout::kZigzag, 6, 19, 4), parallel::cp_owner(CpLayout::kZigzag, 7, 19, 4));
+  std::vector<std::vector<int64_t>> steps = {prompts};
+  for (int k = 0; k < 3; ++k) steps.push_back(std::vector<int64_t>(prompts.size(), 1));
+  expect_equal_on_every_rank(steps);
+}
+
+TEST(V41ContextParallel, ChunkedPrefillContinuesAcrossRanks) {
+  // Chunks of 13 and 11 after 5 tokens: each chunk starts mid-group and mid-window, reading the
+  // carry and the rings that the previous (split) chunk left in every rank's state.
+  expect_equal_on_every_rank({{5, 3}, {13, 0}, {11, 9}, {1, 1}});
+}
+
+TEST(V41ContextParallel, BoundedReplayKeepsTheTail) {
+  // 40 tokens with SWA bounded replay (keep 12): the layers after the last KV source run on the
+  // tail only, which lies on some of the ranks.
+  expect_equal_on_every_rank({{40, 25}, {1, 1}}, true);
+}
+
+TEST(V41ContextParallel, RefusesExpertParallelAndTaps) {
+  parallel::run_cpu_ranks(1, [&](parallel::Communicator& comm) {
+    auto m = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
+      o.context_parallel = std::make_shared<parallel::ContextParallel>(comm);
+    });
+    std::unique_ptr<model::SequenceState> st = m->new_sequence();
+    model::ForwardBatch b;
+    b.token_ids = {3, 4};
+    b.seq_start = {0, 2};
+    b.states = {st.get()};
+    b.logit_rows = {1};
+    std::vector<float> logits;
+    model::ForwardTaps taps;
+    EXPECT_THROW(m->forward(b, logits, &taps), Error);
+  });
+}
+
+}  // namespace
+}  // namespace deepinfer
