@@ -56,6 +56,11 @@ struct EngineConfig {
   // (docs/parallelism.md); 0 / unset: DEEPINFER_DATA_PARALLEL_SIZE, DEEPINFER_ENABLE_EXPERT_PARALLEL.
   int data_parallel_size = 0;
   std::optional<bool> enable_expert_parallel;
+  // Balanced context parallelism: each forward's tokens split over this many ranks (CPU threads),
+  // laid out as context_parallel_layout ("zigzag" or "round_robin"); 0 / empty:
+  // DEEPINFER_CONTEXT_PARALLEL_SIZE, DEEPINFER_CONTEXT_PARALLEL_LAYOUT.
+  int context_parallel_size = 0;
+  std::string context_parallel_layout;
 };
 
 struct Prompt {

@@ -91,7 +91,10 @@ class LLM:
     prefix_block_tokens (tokens per cache block, default 64),
     data_parallel_size (attention-DP engine ranks stepping in lock-step, CPU threads; default
     DEEPINFER_DATA_PARALLEL_SIZE), enable_expert_parallel (routed experts split over those ranks, V4.1;
-    default DEEPINFER_ENABLE_EXPERT_PARALLEL; see docs/parallelism.md).
+    default DEEPINFER_ENABLE_EXPERT_PARALLEL), context_parallel_size (balanced context parallelism: each
+    forward's tokens split over this many CPU-thread ranks, V4.1; default DEEPINFER_CONTEXT_PARALLEL_SIZE)
+    with context_parallel_layout ("zigzag" or "round_robin"; default DEEPINFER_CONTEXT_PARALLEL_LAYOUT);
+    see docs/parallelism.md.
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 
@@ -104,6 +107,7 @@ class LLM:
                  speculative: Union[bool, int, dict, None] = None, load_format: Optional[str] = None,
                  enable_prefix_caching: Optional[bool] = None, prefix_block_tokens: Optional[int] = None,
                  data_parallel_size: Optional[int] = None, enable_expert_parallel: Optional[bool] = None,
+                 context_parallel_size: Optional[int] = None, context_parallel_layout: Optional[str] = None,
                  **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - _ACCEPTED_VLLM_ARGS)
         if unknown:
@@ -115,7 +119,8 @@ class LLM:
                       allow_long_max_model_len=allow_long_max_model_len,
                       speculative=speculative_config(speculative), load_format=load_format,
                       enable_prefix_caching=enable_prefix_caching, prefix_block_tokens=prefix_block_tokens,
-                      data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel)
+                      data_parallel_size=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
+                      context_parallel_size=context_parallel_size, context_parallel_layout=context_parallel_layout)
         if not isinstance(model, str):
             raise TypeError(f"LLM: model must be a str (a folder or a repo id), got {type(model).__name__}")
         self._engine = _core.Engine(model, {k: v for k, v in config.items() if v is not None})

@@ -29,6 +29,8 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},
       {"DEEPINFER_DATA_PARALLEL_SIZE", "1", "default for data_parallel_size: attention-DP engine ranks stepping in lock-step (CPU threads)"},
       {"DEEPINFER_ENABLE_EXPERT_PARALLEL", "0", "default for enable_expert_parallel: 1 splits the routed experts over the DP ranks (MoE EP)"},
+      {"DEEPINFER_CONTEXT_PARALLEL_SIZE", "1", "default for context_parallel_size: ranks (CPU threads) that split each forward's tokens (balanced CP for long prefills)"},
+      {"DEEPINFER_CONTEXT_PARALLEL_LAYOUT", "zigzag", "context parallelism: zigzag (2·cp blocks, rank r owns r and 2·cp-1-r) or round_robin (token t to rank t mod cp)"},
       {"DEEPINFER_EPLB_INTERVAL", "0", "MoE EP: steps between EPLB rebalances from the router's expert-load counts (0: never)"},
       {"DEEPINFER_EPLB_REDUNDANT_EXPERTS", "0", "MoE EP: extra expert slots over all ranks for EPLB's replicas of hot experts (experts + these must split evenly over the EP ranks)"},
       {"DEEPINFER_HF_MODEL_DIR", "", "local folder holding the model named by a repo id (skips the HF cache and download)"},

@@ -12,6 +12,7 @@
 #include "parallel/expert_parallel.h"
 
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
+#include "model/context_parallel_lm.h"
 #include "model/deepseek_v41/v41_config.h"
 #include "model/load.h"
 #endif
@@ -48,6 +49,37 @@ DataParallelModels load_data_parallel_models(const std::string& dir, const Engin
   fail("this build has no model loader (src/model/load.h)");
 #endif
   return out;
+}
+
+int context_parallel_size(const EngineConfig& config) {
+  check(config.context_parallel_size >= 0, "context_parallel_size must be >= 1, got ", config.context_parallel_size);
+  const int cp = config.context_parallel_size > 0 ? config.context_parallel_size
+                                                  : static_cast<int>(env_int("DEEPINFER_CONTEXT_PARALLEL_SIZE"));
+  check(cp >= 1, "context_parallel_size must be >= 1, got ", cp);
+  if (cp == 1) return cp;
+  const int dp = config.data_parallel_size > 0 ? config.data_parallel_size
+                                               : static_cast<int>(env_int("DEEPINFER_DATA_PARALLEL_SIZE"));
+  const bool ep = config.enable_expert_parallel.value_or(env_bool("DEEPINFER_ENABLE_EXPERT_PARALLEL"));
+  check(dp == 1 && !ep, "context_parallel_size together with data_parallel_size / enable_expert_parallel is not "
+        "built yet (docs/parallelism.md); use one of them");
+  check(Device::resolve(config.device).is_cpu(), "context_parallel_size: the ranks run as CPU threads in this build "
+        "(the NCCL ranks are not wired into the engine yet), but device ", Device::resolve(config.device).str(),
+        " was asked for");
+  return cp;
+}
+
+std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& dir, const EngineConfig& config, int cp) {
+#ifdef DEEPINFER_HAVE_MODEL_LOADER
+  const std::string layout = config.context_parallel_layout.empty() ? env_string("DEEPINFER_CONTEXT_PARALLEL_LAYOUT")
+                                                                    : config.context_parallel_layout;
+  return std::make_unique<model::ContextParallelLM>(
+      cp, parallel::parse_cp_layout(layout), [&](std::shared_ptr<parallel::ContextParallel> c) {
+        return model::load_causal_lm(dir, config.device, config.load_format, nullptr, std::move(c));
+      });
+#else
+  (void)dir, (void)config, (void)cp;
+  fail("this build has no model loader (src/model/load.h)");
+#endif
 }
 
 DataParallelGroup::DataParallelGroup(Engine& front, std::vector<std::unique_ptr<Engine>> others, DataParallelModels comm)

@@ -29,6 +29,12 @@ struct DataParallelModels {
 // Checks the configuration (sizes, device, speculation) and loads the model folder once per rank.
 DataParallelModels load_data_parallel_models(const std::string& model_dir, const EngineConfig& config);
 
+// Context parallelism: context_parallel_size (or DEEPINFER_CONTEXT_PARALLEL_SIZE) after its checks.
+int context_parallel_size(const EngineConfig& config);
+// The model of `cp` context-parallel ranks (model/context_parallel_lm.h), each loaded from the folder.
+std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& model_dir, const EngineConfig& config,
+                                                             int cp);
+
 // The front end's view of the ranks (owned by rank 0's Engine).
 class DataParallelGroup {
  public:

@@ -100,8 +100,10 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& cfg) {
 std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
                                             std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
                                             const nlohmann::json& model_config, int64_t context_length,
-                                            bool lockstep = false) {
+                                            bool lockstep = false, bool context_parallel = false) {
   engine::EngineOptions o = engine::resolve_options(config);
+  check(!context_parallel || !o.speculative, "speculative decoding (DSpark) with context parallelism is not supported "
+        "yet (the drafter runs on one rank's model); turn one of them off");
   if (lockstep) {
     check(!o.speculative, "speculative decoding (DSpark) with expert parallelism is not supported yet: the ranks "
           "must run one forward per step in lock-step; turn one of them off");
@@ -139,12 +141,15 @@ LLM::LLM(EngineConfig config) {
   const bool ep = config.enable_expert_parallel.value_or(env_bool("DEEPINFER_ENABLE_EXPERT_PARALLEL"));
   check(config.data_parallel_size >= 0, "data_parallel_size must be >= 1, got ", config.data_parallel_size);
   const bool parallel = dp != 1 || ep;
+  const int cp = engine::context_parallel_size(config);
   std::vector<std::unique_ptr<model::CausalLM>> models;
   engine::DataParallelModels ranks;
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
   if (parallel) {
     ranks = engine::load_data_parallel_models(model_dir_, config);
     models = std::move(ranks.models);
+  } else if (cp > 1) {
+    models.push_back(engine::load_context_parallel_model(model_dir_, config, cp));
   } else {
     models.push_back(model::load_causal_lm(model_dir_, config.device, config.load_format));
   }
@@ -172,7 +177,7 @@ LLM::LLM(EngineConfig config) {
     return nullptr;
   };
   auto make_rank = [&](std::unique_ptr<model::CausalLM> m) {
-    auto e = make_engine(std::move(m), make_codec(), config, cfg, context_length, ep);
+    auto e = make_engine(std::move(m), make_codec(), config, cfg, context_length, ep, cp > 1);
     // The vision stage runs on the model's device.
     e->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
     return e;

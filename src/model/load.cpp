@@ -32,7 +32,8 @@ std::string model_type_of(const std::string& dir) {
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::string& device,
                                          const std::string& load_format,
-                                         std::shared_ptr<parallel::ExpertParallel> expert_parallel) {
+                                         std::shared_ptr<parallel::ExpertParallel> expert_parallel,
+                                         std::shared_ptr<parallel::ContextParallel> context_parallel) {
   const std::string type = model_type_of(dir);
   V41Options options = V41Options::from_env();
   options.device = Device::resolve(device);
@@ -41,9 +42,11 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::stri
         "': not supported (auto: the checkpoint; dummy: random weights)");
   options.dummy_weights = format == "dummy";
   options.expert_parallel = std::move(expert_parallel);
+  options.context_parallel = std::move(context_parallel);
   check(!options.dummy_weights || type == "deepseek_v41", dir, ": load_format = dummy is for DeepSeek-V4.1 configs");
   if (type == "deepseek_v4") {
     check(!options.expert_parallel, dir, ": expert parallelism is built for DeepSeek-V4.1 only, this is a V4 checkpoint");
+    check(!options.context_parallel, dir, ": context parallelism is built for DeepSeek-V4.1 only, this is a V4 checkpoint");
     check(options.device.is_cpu(), dir, ": DeepSeek-V4 runs on the CPU only in this build (device ", options.device.str(),
           " asked); V4.1 runs on CUDA");
     return V4Model::load(dir);

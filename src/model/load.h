@@ -6,6 +6,7 @@
 #include "model/causal_lm.h"
 
 namespace deepinfer::parallel {
+class ContextParallel;
 class ExpertParallel;
 }
 
@@ -15,9 +16,11 @@ namespace deepinfer::model {
 // device: "cpu", "cuda", "cuda:N", or empty for DEEPINFER_DEVICE (V4 runs on the CPU only).
 // load_format: "auto" (the checkpoint), "dummy" (random weights, V4.1 only); empty: DEEPINFER_LOAD_FORMAT.
 // expert_parallel: this rank's MoE expert parallelism (V4.1 only; it loads the rank's experts).
+// context_parallel: this rank's context parallelism (V4.1 only; model/context_parallel_lm.h runs the ranks).
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& model_dir, const std::string& device = "",
                                          const std::string& load_format = "",
-                                         std::shared_ptr<parallel::ExpertParallel> expert_parallel = nullptr);
+                                         std::shared_ptr<parallel::ExpertParallel> expert_parallel = nullptr,
+                                         std::shared_ptr<parallel::ContextParallel> context_parallel = nullptr);
 
 // The context the checkpoint was trained for: max_position_embeddings wherever the released layout
 // keeps it (V4: the root; V4.1: text_config), validated with the rest of the config.

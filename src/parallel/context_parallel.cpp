@@ -19,6 +19,12 @@ int cp_owner(CpLayout layout, int64_t i, int64_t n, int ranks) {
   return static_cast<int>(b < ranks ? b : B - 1 - b);
 }
 
+void ContextParallel::rebind(Communicator& comm) {
+  check(comm.rank() == rank() && comm.size() == size(), "context parallel: rebinding rank ", rank(), " of ", size(),
+        " to rank ", comm.rank(), " of ", comm.size());
+  comm_ = &comm;
+}
+
 void ContextParallel::all_gather_rows(const void* mine, const std::vector<int64_t>& rows_of, size_t row_bytes,
                                       void* all) {
   const int n = size();
@@ -31,8 +37,8 @@ void ContextParallel::all_gather_rows(const void* mine, const std::vector<int64_
     recv_offsets[r] = at;
     at += recv_bytes[r];
   }
-  comm_.all_to_all_v(mine, send_bytes, send_offsets, all, recv_bytes, recv_offsets);
-  comm_.synchronize();
+  comm_->all_to_all_v(mine, send_bytes, send_offsets, all, recv_bytes, recv_offsets);
+  comm_->synchronize();
 }
 
 }  // namespace deepinfer::parallel

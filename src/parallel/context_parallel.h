@@ -20,9 +20,11 @@ int cp_owner(CpLayout layout, int64_t i, int64_t n, int ranks);
 
 class ContextParallel {
  public:
-  explicit ContextParallel(Communicator& comm, CpLayout layout = CpLayout::kZigzag) : comm_(comm), layout_(layout) {}
-  int rank() const { return comm_.rank(); }
-  int size() const { return comm_.size(); }
+  explicit ContextParallel(Communicator& comm, CpLayout layout = CpLayout::kZigzag) : comm_(&comm), layout_(layout) {}
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  // A new communicator of the same rank and size (after a failed forward broke the old group).
+  void rebind(Communicator& comm);
   CpLayout layout() const { return layout_; }
   int owner(int64_t i, int64_t n) const { return cp_owner(layout_, i, n, size()); }
   // Every rank's rows, concatenated in rank order into `all` (sum of rows_of[r] rows of `row_bytes`):
@@ -30,7 +32,7 @@ class ContextParallel {
   void all_gather_rows(const void* mine, const std::vector<int64_t>& rows_of, size_t row_bytes, void* all);
 
  private:
-  Communicator& comm_;
+  Communicator* comm_;
   const CpLayout layout_;
 };
 

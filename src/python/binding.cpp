@@ -181,6 +181,8 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "prefix_block_tokens", c.prefix_block_tokens, "LLM");
   get(d, "data_parallel_size", c.data_parallel_size, "LLM");
   get(d, "enable_expert_parallel", c.enable_expert_parallel, "LLM");
+  get(d, "context_parallel_size", c.context_parallel_size, "LLM");
+  get(d, "context_parallel_layout", c.context_parallel_layout, "LLM");
   if (d.contains("speculative") && !d["speculative"].is_none()) {  // normalized by deepinfer/llm.py
     if (!PyDict_Check(d["speculative"].ptr())) type_error("LLM.speculative", d["speculative"], "a dict");
     py::dict s = d["speculative"];
@@ -203,6 +205,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   positive("max_logprobs", c.max_logprobs, 0);
   positive("prefix_block_tokens", c.prefix_block_tokens, 1);
   positive("data_parallel_size", c.data_parallel_size, 1);
+  positive("context_parallel_size", c.context_parallel_size, 1);
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "model/context_parallel_lm.h"
 #include "model/deepseek_v41/v41_model.h"
 #include "parallel/context_parallel.h"
 #include "parallel/cpu_communicator.h"
@@ -131,6 +132,94 @@ TEST(V41ContextParallel, BoundedReplayKeepsTheTail) {
   // 40 tokens with SWA bounded replay (keep 12): the layers after the last KV source run on the
   // tail only, which lies on some of the ranks.
   expect_equal_on_every_rank({{40, 25}, {1, 1}}, true);
+}
+
+// The engine's view: one CausalLM over the ranks' models (each rank on its own thread).
+std::unique_ptr<model::ContextParallelLM> cp_model(int ranks) {
+  return std::make_unique<model::ContextParallelLM>(ranks, CpLayout::kZigzag, [&](auto cp) {
+    return testing::load_v41_golden("tiny-a", [&](model::V41Options& o) { o.context_parallel = cp; });
+  });
+}
+
+TEST(V41ContextParallel, OneModelOverTheRanks) {
+  const std::vector<std::vector<int64_t>> steps = {{23, 6}, {1, 1}, {1, 1}};
+  const std::vector<float> want = run_one(steps);
+  auto m = cp_model(4);
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  std::vector<float> got;
+  for (const auto& step : steps) {  // as run(), through the CausalLM interface
+    model::ForwardBatch b;
+    b.seq_start = {0};
+    for (size_t q = 0; q < step.size(); ++q) {
+      if (st.size() <= q) st.push_back(m->new_sequence());
+      for (int64_t i = 0, from = st[q]->length(); i < step[q]; ++i) {
+        b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
+        b.token_ids.push_back(token(static_cast<int64_t>(q), from + i, m->vocab_size()));
+      }
+      b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.states.push_back(st[q].get());
+    }
+    std::vector<float> logits;
+    m->forward(b, logits);
+    got.insert(got.end(), logits.begin(), logits.end());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(st[0]->length(), 25);
+}
+
+// A rank's model that fails its next forward when armed, before any exchange (as a bad batch would).
+class FailingRank final : public model::CausalLM {
+ public:
+  explicit FailingRank(std::unique_ptr<model::CausalLM> m) : m_(std::move(m)) {}
+  bool armed = false;
+  int64_t vocab_size() const override { return m_->vocab_size(); }
+  std::unique_ptr<model::SequenceState> new_sequence() const override { return m_->new_sequence(); }
+  void forward(const model::ForwardBatch& b, std::vector<float>& logits, const model::ForwardTaps* taps) override {
+    if (armed) {
+      armed = false;
+      throw Error("injected failure");
+    }
+    m_->forward(b, logits, taps);
+  }
+  int64_t state_block_bytes() const override { return m_->state_block_bytes(); }
+  void set_state_pool(std::shared_ptr<BlockPool> pool) override { m_->set_state_pool(std::move(pool)); }
+  int64_t state_blocks_for(int64_t tokens) const override { return m_->state_blocks_for(tokens); }
+
+ private:
+  std::unique_ptr<model::CausalLM> m_;
+};
+
+TEST(V41ContextParallel, AFailureOnOneRankStopsTheStepNotTheModel) {
+  // Rank 1 fails while rank 0 waits for it in the first exchange: rank 0 fails too instead of
+  // hanging, the error is rank 1's, and the next forward runs on a fresh group.
+  FailingRank* rank1 = nullptr;
+  model::ContextParallelLM m(2, CpLayout::kZigzag, [&](auto cp) -> std::unique_ptr<model::CausalLM> {
+    auto r = std::make_unique<FailingRank>(testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
+      o.context_parallel = cp;
+    }));
+    if (cp->rank() == 1) rank1 = r.get();
+    return r;
+  });
+  auto forward = [&]() {
+    std::unique_ptr<model::SequenceState> st = m.new_sequence();
+    model::ForwardBatch b;
+    b.token_ids.assign(12, 7);
+    b.seq_start = {0, 12};
+    b.states = {st.get()};
+    b.logit_rows = {11};
+    std::vector<float> logits;
+    m.forward(b, logits);
+    return logits;
+  };
+  const std::vector<float> want = forward();
+  rank1->armed = true;
+  try {
+    forward();
+    ADD_FAILURE() << "the injected failure did not reach the caller";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(forward(), want);
 }
 
 TEST(V41ContextParallel, RefusesExpertParallelAndTaps) {

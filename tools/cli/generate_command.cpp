@@ -28,10 +28,11 @@ const char* kUsage =
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
     "                          [--no-prefix-caching]\n"
-    "                          [--dp N] [--ep]\n"
+    "                          [--dp N] [--ep] [--cp N] [--cp-layout zigzag|round_robin]\n"
     "  --dp N: N attention-DP engine ranks (CPU threads) in lock-step, requests spread by load;\n"
     "  --ep: the routed experts split over the ranks (MoE expert parallelism; EPLB with\n"
     "  DEEPINFER_EPLB_INTERVAL / DEEPINFER_EPLB_REDUNDANT_EXPERTS).\n"
+    "  --cp N: balanced context parallelism, each forward's tokens split over N ranks (CPU threads).\n"
     "  --speculative: DSpark drafting (V4.1), up to K draft tokens verified per step (default\n"
     "  DEEPINFER_USE_NEXTN_DECODE); --speculative-schedule: per-request lengths from the draft confidences\n"
     "  (default with DEEPINFER_ENABLE_MTP_VARLEN=1) or a fixed K.\n"
@@ -114,6 +115,8 @@ int run_generate(const std::vector<std::string>& args) {
     else if (a == "--device") config.device = v;
     else if (a == "--load-format") config.load_format = v;
     else if (a == "--dp") config.data_parallel_size = static_cast<int>(parse_positive(a, v));
+    else if (a == "--cp") config.context_parallel_size = static_cast<int>(parse_positive(a, v));
+    else if (a == "--cp-layout") config.context_parallel_layout = v;
     else if (a == "--image") {  // the next image of the last prompt (one per image placeholder, in order)
       check(!prompts.empty(), "--image ", v, ": give the --prompt it belongs to first");
       prompts.back().images.push_back(vision::read_image_bytes(v));

@@ -570,6 +570,9 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
     ids.swap(ids_mine);
     hash.swap(hash_mine);
     embed_tokens.clear(), embed_rows.clear();
+    check(batch.embed_rows.size() == batch.embed_tokens.size() * D, "forward: embed_rows holds ",
+          batch.embed_rows.size(), " values for ", batch.embed_tokens.size(), " tokens of dim ", D);
+    for (int32_t r : batch.embed_tokens) check(r >= 0 && r < T, "forward: embed_tokens entry ", r, " outside the batch");
     for (size_t i = 0; i < batch.embed_tokens.size(); ++i)
       if (const int64_t k = local[batch.embed_tokens[i]]; k >= 0) {
         embed_tokens.push_back(static_cast<int32_t>(k));
