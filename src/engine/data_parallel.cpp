@@ -51,6 +51,29 @@ DataParallelModels load_data_parallel_models(const std::string& dir, const Engin
   return out;
 }
 
+std::vector<std::unique_ptr<Engine>> make_rank_engines(std::vector<std::unique_ptr<model::CausalLM>> models,
+                                                       parallel::CpuCommGroup* group, const MakeRankEngine& make) {
+  const size_t n = models.size();
+  std::vector<std::unique_ptr<Engine>> engines(n);
+  std::mutex mu;
+  std::exception_ptr first;
+  auto run = [&](size_t r) {
+    try {
+      engines[r] = make(std::move(models[r]));
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu);
+      if (!first) first = std::current_exception();
+      if (group) group->abort(e.what());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < n; ++r) threads.emplace_back(run, r);
+  if (n) run(0);
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+  return engines;
+}
+
 int context_parallel_size(const EngineConfig& config) {
   check(config.context_parallel_size >= 0, "context_parallel_size must be >= 1, got ", config.context_parallel_size);
   const int cp = config.context_parallel_size > 0 ? config.context_parallel_size

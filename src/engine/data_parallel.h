@@ -5,6 +5,7 @@
 // rank, CPU ranks), so every rank runs exactly one forward per step: an idle rank an empty one.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,13 @@ struct DataParallelModels {
 };
 // Checks the configuration (sizes, device, speculation) and loads the model folder once per rank.
 DataParallelModels load_data_parallel_models(const std::string& model_dir, const EngineConfig& config);
+
+// Makes the ranks' engines at once, a thread each: with speculation an engine measures its step
+// costs at start-up, and under expert parallelism those forwards must run on every rank together.
+// A failure on one rank aborts the group (so no rank waits for it) and is rethrown.
+using MakeRankEngine = std::function<std::unique_ptr<Engine>(std::unique_ptr<model::CausalLM>)>;
+std::vector<std::unique_ptr<Engine>> make_rank_engines(std::vector<std::unique_ptr<model::CausalLM>> models,
+                                                       parallel::CpuCommGroup* group, const MakeRankEngine& make);
 
 // Context parallelism: context_parallel_size (or DEEPINFER_CONTEXT_PARALLEL_SIZE) after its checks.
 int context_parallel_size(const EngineConfig& config);

@@ -105,8 +105,8 @@ std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> mod
   check(!context_parallel || !o.speculative, "speculative decoding (DSpark) with context parallelism is not supported "
         "yet (the drafter runs on one rank's model); turn one of them off");
   if (lockstep) {
-    check(!o.speculative, "speculative decoding (DSpark) with expert parallelism is not supported yet: the ranks "
-          "must run one forward per step in lock-step; turn one of them off");
+    // Speculation keeps one forward per step (verification rides in it; the DSpark layers hold all
+    // their experts, so drafting needs no other rank); its start-up profile runs on all ranks at once.
     o.async_scheduling = false;  // one forward per step() on every rank
     o.lockstep = true;
   }
@@ -182,12 +182,14 @@ LLM::LLM(EngineConfig config) {
     e->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
     return e;
   };
-  engine_ = make_rank(std::move(models.at(0)));
-  if (parallel) {
-    std::vector<std::unique_ptr<engine::Engine>> others;
-    for (size_t r = 1; r < models.size(); ++r) others.push_back(make_rank(std::move(models[r])));
-    engine_->set_data_parallel(std::make_unique<engine::DataParallelGroup>(*engine_, std::move(others), std::move(ranks)));
+  if (!parallel) {
+    engine_ = make_rank(std::move(models.at(0)));
+    return;
   }
+  std::vector<std::unique_ptr<engine::Engine>> others = engine::make_rank_engines(std::move(models), ranks.group.get(), make_rank);
+  engine_ = std::move(others.front());
+  others.erase(others.begin());
+  engine_->set_data_parallel(std::make_unique<engine::DataParallelGroup>(*engine_, std::move(others), std::move(ranks)));
 }
 
 LLM::LLM(std::unique_ptr<model::CausalLM> model, EngineConfig config) {

@@ -70,7 +70,7 @@ struct DpRun {
   std::vector<std::shared_ptr<parallel::ExpertParallel>> ep;
 };
 
-DpRun make_dp(int ranks, bool ep, int64_t redundant = 0, int64_t interval = 0) {
+DpRun make_dp(int ranks, bool ep, int64_t redundant = 0, int64_t interval = 0, EngineOptions o = opts()) {
   DataParallelModels m;
   m.group = std::make_shared<parallel::CpuCommGroup>(ranks);
   DpRun run;
@@ -85,12 +85,12 @@ DpRun make_dp(int ranks, bool ep, int64_t redundant = 0, int64_t interval = 0) {
     }
     m.models.push_back(testing::load_v41_golden("tiny-a", [&](model::V41Options& o) { o.expert_parallel = e; }));
   }
-  EngineOptions o = opts();
   o.lockstep = ep;
-  std::vector<std::unique_ptr<Engine>> others;
-  auto models = std::move(m.models);
-  run.front = std::make_unique<Engine>(std::move(models[0]), nullptr, o);
-  for (int r = 1; r < ranks; ++r) others.push_back(std::make_unique<Engine>(std::move(models[r]), nullptr, o));
+  std::vector<std::unique_ptr<Engine>> others = make_rank_engines(std::move(m.models), m.group.get(), [&](auto model) {
+    return std::make_unique<Engine>(std::move(model), nullptr, o);
+  });
+  run.front = std::move(others.front());
+  others.erase(others.begin());
   run.front->set_data_parallel(std::make_unique<DataParallelGroup>(*run.front, std::move(others), std::move(m)));
   return run;
 }
@@ -114,6 +114,23 @@ TEST(DataParallelV41, LockStepWithExpertParallelEqualsOneEngine) {
     expect_same(drive(*dp.front, 6), single(6));
     for (auto& e : dp.ep) EXPECT_EQ(e->steps(), dp.ep[0]->steps()) << "every rank ran every step";
     EXPECT_GT(dp.front->stats().forward_tokens, 0);
+  }
+}
+
+TEST(DataParallelV41, SpeculationWithExpertParallelEqualsOneEngine) {
+  // DSpark drafts on each rank alone (its layers hold all their experts); verification rides in the
+  // step's one forward, so the ranks stay in lock-step; the start-up step-cost profile (confidence
+  // scheduling) runs on every rank at once. Greedy speculation is lossless: one engine's outputs.
+  EngineOptions o = opts();
+  o.speculative = true;
+  o.num_draft_tokens = 3;
+  o.confidence_scheduling = true;
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    DpRun dp = make_dp(ranks, true, 0, 0, o);
+    expect_same(drive(*dp.front, 6), single(6));
+    EXPECT_GT(dp.front->stats().draft_tokens_verified, 0);  // (tiny-a's random draft head rejects them: rollback)
+    for (auto& e : dp.ep) EXPECT_EQ(e->steps(), dp.ep[0]->steps()) << "every rank ran every step";
   }
 }
 

@@ -12,6 +12,7 @@
 #include "model/deepseek_v41/v41_model.h"
 #include "parallel/context_parallel.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/expert_parallel.h"
 #include "v41_golden_model.h"
 
 namespace deepinfer {
@@ -134,6 +135,16 @@ TEST(V41ContextParallel, BoundedReplayKeepsTheTail) {
   expect_equal_on_every_rank({{40, 25}, {1, 1}}, true);
 }
 
+// One sequence's tokens, logits of the last row.
+model::ForwardBatch one_sequence(model::SequenceState& st, std::vector<int32_t> ids) {
+  model::ForwardBatch b;
+  b.token_ids = std::move(ids);
+  b.seq_start = {0, static_cast<int32_t>(b.token_ids.size())};
+  b.states = {&st};
+  b.logit_rows = {b.seq_start[1] - 1};
+  return b;
+}
+
 // The engine's view: one CausalLM over the ranks' models (each rank on its own thread).
 std::unique_ptr<model::ContextParallelLM> cp_model(int ranks) {
   return std::make_unique<model::ContextParallelLM>(ranks, CpLayout::kZigzag, [&](auto cp) {
@@ -202,13 +213,8 @@ TEST(V41ContextParallel, AFailureOnOneRankStopsTheStepNotTheModel) {
   });
   auto forward = [&]() {
     std::unique_ptr<model::SequenceState> st = m.new_sequence();
-    model::ForwardBatch b;
-    b.token_ids.assign(12, 7);
-    b.seq_start = {0, 12};
-    b.states = {st.get()};
-    b.logit_rows = {11};
     std::vector<float> logits;
-    m.forward(b, logits);
+    m.forward(one_sequence(*st, std::vector<int32_t>(12, 7)), logits);
     return logits;
   };
   const std::vector<float> want = forward();
@@ -228,14 +234,14 @@ TEST(V41ContextParallel, RefusesExpertParallelAndTaps) {
       o.context_parallel = std::make_shared<parallel::ContextParallel>(comm);
     });
     std::unique_ptr<model::SequenceState> st = m->new_sequence();
-    model::ForwardBatch b;
-    b.token_ids = {3, 4};
-    b.seq_start = {0, 2};
-    b.states = {st.get()};
-    b.logit_rows = {1};
     std::vector<float> logits;
     model::ForwardTaps taps;
-    EXPECT_THROW(m->forward(b, logits, &taps), Error);
+    EXPECT_THROW(m->forward(one_sequence(*st, {3, 4}), logits, &taps), Error);
+    parallel::ExpertParallelConfig ec;
+    ec.num_layers = 8, ec.num_experts = 8;
+    EXPECT_THROW(testing::with_options(*m, [&](model::V41Options& o) {
+                   o.expert_parallel = std::make_shared<parallel::ExpertParallel>(comm, ec);
+                 }), Error);
   });
 }
 

@@ -1,6 +1,7 @@
 """Attention DP and MoE expert parallelism through LLM on the demo model (V4.1, 8 routed experts):
 LLM(data_parallel_size=N, enable_expert_parallel=True) runs N engine ranks as CPU threads in
-lock-step; greedy outputs equal one engine's; misuse is a clear error; the CLI's --dp / --ep."""
+lock-step; greedy outputs equal one engine's; misuse is a clear error; the CLI's --dp / --ep. Context
+parallelism (context_parallel_size=N, --cp N) likewise."""
 import json
 import subprocess
 
@@ -33,6 +34,13 @@ def test_dp_without_expert_parallel_and_ep_alone(demo_model, single):
     assert run(demo_model, enable_expert_parallel=True) == single  # EP over one rank
 
 
+def test_expert_parallel_with_speculation_equals_one_engine(demo_model, single):
+    # DSpark drafts on each rank alone; verification rides in the lock-step forward; lossless greedy.
+    for schedule in ["fixed", "confidence"]:
+        spec = {"num_draft_tokens": 3, "schedule": schedule}
+        assert run(demo_model, data_parallel_size=2, enable_expert_parallel=True, speculative=spec) == single
+
+
 def test_env_variables_set_the_defaults(demo_model, single, monkeypatch):
     monkeypatch.setenv("DEEPINFER_DATA_PARALLEL_SIZE", "2")
     monkeypatch.setenv("DEEPINFER_ENABLE_EXPERT_PARALLEL", "1")
@@ -52,8 +60,6 @@ def test_misuse_is_a_clear_error(demo_model, monkeypatch):
         LLM(demo_model, data_parallel_size=16, enable_expert_parallel=True)
     with pytest.raises(ValueError, match="CPU threads"):
         LLM(demo_model, data_parallel_size=2, device="cuda")
-    with pytest.raises(ValueError, match="speculative decoding"):
-        LLM(demo_model, data_parallel_size=2, enable_expert_parallel=True, speculative=True)
     monkeypatch.setenv("DEEPINFER_EPLB_REDUNDANT_EXPERTS", "3")
     with pytest.raises(ValueError, match="3 redundant slots do not split evenly over 2 ranks"):
         LLM(demo_model, data_parallel_size=2, enable_expert_parallel=True)
@@ -71,3 +77,47 @@ def test_cli_dp_ep(demo_model, single):
     bad = subprocess.run([str(CLI), "generate", "--model", demo_model, "--prompt", "x", "--dp", "0"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--dp" in bad.stderr
+
+
+# Balanced context parallelism: every forward's tokens split over the ranks (the long prompts make
+# the split matter; zigzag and round-robin, chunked prefill, replay and failures: test_v41_context_parallel).
+LONG = ["The quick brown fox jumps over the lazy dog " * 6, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"]
+
+
+def test_context_parallel_equals_one_engine(demo_model, single):
+    assert run(demo_model, context_parallel_size=2) == single
+    want = LLM(demo_model, max_model_len=256).generate(LONG, GREEDY, use_tqdm=False)
+    for kw in [dict(context_parallel_size=2), dict(context_parallel_size=4, context_parallel_layout="round_robin"),
+               dict(context_parallel_size=3, max_num_batched_tokens=16)]:  # prompts in chunks of 16
+        got = LLM(demo_model, max_model_len=256, **kw).generate(LONG, GREEDY, use_tqdm=False)
+        assert [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in got] == \
+            [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in want], kw
+
+
+def test_context_parallel_env_and_misuse(demo_model, single, monkeypatch):
+    with pytest.raises(ValueError, match="context_parallel_size"):
+        LLM(demo_model, context_parallel_size=0)
+    with pytest.raises(TypeError, match="context_parallel_size"):
+        LLM(demo_model, context_parallel_size="2")
+    with pytest.raises(ValueError, match="together with data_parallel_size"):
+        LLM(demo_model, context_parallel_size=2, data_parallel_size=2)
+    with pytest.raises(ValueError, match="CPU threads"):
+        LLM(demo_model, context_parallel_size=2, device="cuda")
+    with pytest.raises(ValueError, match="speculative decoding"):
+        LLM(demo_model, context_parallel_size=2, speculative=True)
+    with pytest.raises(ValueError, match="layout 'ring'"):
+        LLM(demo_model, context_parallel_size=2, context_parallel_layout="ring")
+    monkeypatch.setenv("DEEPINFER_CONTEXT_PARALLEL_SIZE", "2")
+    monkeypatch.setenv("DEEPINFER_CONTEXT_PARALLEL_LAYOUT", "round_robin")
+    assert run(demo_model) == single
+
+
+@pytest.mark.skipif(not CLI.exists(), reason="build/tools/deepinfer not built")
+def test_cli_cp(demo_model, single):
+    args = ["generate", "--model", demo_model, "--max-tokens", "5", "--temperature", "0", "--ignore-eos",
+            "--max-model-len", "256", "--json", "--cp", "2", "--cp-layout", "zigzag"]
+    for p in PROMPTS[:3]:
+        args += ["--prompt", p]
+    out = subprocess.run([str(CLI)] + args, capture_output=True, text=True, timeout=300, check=True)
+    got = [json.loads(line)["token_ids"] for line in out.stdout.splitlines() if line.startswith("{")]
+    assert got == [s[0] for s in single[:3]]

@@ -10,6 +10,7 @@
 // holds the whole sequence and any of them can decode. At the end only the rows asked for (the last
 // token's) are gathered for the head. Every op is row-independent on the CPU backend, so the logits
 // are the bits of one rank.
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -40,6 +41,41 @@ V41Model::Step V41Model::local_step(Step& w, std::vector<int32_t>& mine) const {
     }
   }
   s.begin.push_back(s.rows());
+  return s;
+}
+
+V41Model::Step V41Model::take_my_rows(Step& w, std::vector<int64_t>& ids, std::vector<int64_t>& hash,
+                                     int64_t hash_width, std::vector<int32_t>& embed_tokens,
+                                     std::vector<float>& embed_rows, const std::vector<int64_t>& cut,
+                                     std::vector<int64_t>& cut_mine) const {
+  const int64_t T = w.rows(), D = c_.dim, HW = hash_width;
+  check(embed_rows.size() == embed_tokens.size() * D, "forward: embed_rows holds ", embed_rows.size(), " values for ",
+        embed_tokens.size(), " tokens of dim ", D);
+  for (int32_t r : embed_tokens) check(r >= 0 && r < T, "forward: embed_tokens entry ", r, " outside the batch");
+  std::vector<int32_t> mine;
+  Step s = local_step(w, mine);
+  const int64_t n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> ids_mine(n), hash_mine(n * HW), local(T, -1);
+  for (int64_t k = 0; k < n; ++k) {
+    ids_mine[k] = ids[mine[k]];
+    std::copy_n(hash.begin() + mine[k] * HW, HW, hash_mine.begin() + k * HW);
+    local[mine[k]] = k;
+  }
+  ids.swap(ids_mine);
+  hash.swap(hash_mine);
+  std::vector<int32_t> tokens;
+  std::vector<float> rows;
+  for (size_t i = 0; i < embed_tokens.size(); ++i)
+    if (const int64_t k = local[embed_tokens[i]]; k >= 0) {
+      tokens.push_back(static_cast<int32_t>(k));
+      rows.insert(rows.end(), embed_rows.begin() + i * D, embed_rows.begin() + (i + 1) * D);
+    }
+  embed_tokens.swap(tokens);
+  embed_rows.swap(rows);
+  for (int64_t q = 0; q < s.num(); ++q) {  // the replay cut keeps each sequence's tail: my rows before it
+    cut_mine[q] = 0;
+    for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) cut_mine[q] += s.pos[i] < w.first(q) + cut[q];
+  }
   return s;
 }
 

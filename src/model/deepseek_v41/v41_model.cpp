@@ -558,30 +558,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   if (o_.context_parallel) {
     check(taps == nullptr, "forward: taps observe the whole batch; with context parallelism each rank holds a part");
     whole = std::move(s);
-    std::vector<int32_t> mine;
-    s = local_step(whole, mine);
-    const int64_t HC = NL * (engram_ ? engram_->cols() : 0), n = static_cast<int64_t>(mine.size());
-    std::vector<int64_t> ids_mine(n), hash_mine(n * HC), local(T, -1);
-    for (int64_t k = 0; k < n; ++k) {
-      ids_mine[k] = ids[mine[k]];
-      std::copy_n(hash.begin() + mine[k] * HC, HC, hash_mine.begin() + k * HC);
-      local[mine[k]] = k;
-    }
-    ids.swap(ids_mine);
-    hash.swap(hash_mine);
-    embed_tokens.clear(), embed_rows.clear();
-    check(batch.embed_rows.size() == batch.embed_tokens.size() * D, "forward: embed_rows holds ",
-          batch.embed_rows.size(), " values for ", batch.embed_tokens.size(), " tokens of dim ", D);
-    for (int32_t r : batch.embed_tokens) check(r >= 0 && r < T, "forward: embed_tokens entry ", r, " outside the batch");
-    for (size_t i = 0; i < batch.embed_tokens.size(); ++i)
-      if (const int64_t k = local[batch.embed_tokens[i]]; k >= 0) {
-        embed_tokens.push_back(static_cast<int32_t>(k));
-        embed_rows.insert(embed_rows.end(), batch.embed_rows.begin() + i * D, batch.embed_rows.begin() + (i + 1) * D);
-      }
-    for (int64_t q = 0; q < s.num(); ++q) {
-      cut_mine[q] = 0;
-      for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) cut_mine[q] += s.pos[i] < whole.first(q) + cut[q];
-    }
+    s = take_my_rows(whole, ids, hash, NL * (engram_ ? engram_->cols() : 0), embed_tokens, embed_rows, cut, cut_mine);
   }
 
   ws_.reset();

@@ -197,6 +197,11 @@ class V41Model final : public CausalLM {
   // Context parallelism (v41_context_parallel.cpp): this rank's part of the whole step w (the rows of
   // w it computes: `mine`), and the gather of rows computed on several ranks.
   Step local_step(Step& w, std::vector<int32_t>& mine) const;
+  // local_step, and this rank's rows of the per-row inputs: ids, Engram hashes (hash_width per row),
+  // embedding replacements, the replay cut (cut_mine: in this rank's rows).
+  Step take_my_rows(Step& w, std::vector<int64_t>& ids, std::vector<int64_t>& hash, int64_t hash_width,
+                    std::vector<int32_t>& embed_tokens, std::vector<float>& embed_rows, const std::vector<int64_t>& cut,
+                    std::vector<int64_t>& cut_mine) const;
   void gather_rows(const Step& s, const std::vector<int32_t>& want, const float* mine, int64_t width, float* out);
   Tensor everyone(const Step& s, const Tensor& mine, int64_t width);  // every row of the whole step
   void cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed);
