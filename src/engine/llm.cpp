@@ -100,10 +100,8 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& cfg) {
 std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> model,
                                             std::unique_ptr<engine::TextCodec> codec, EngineConfig config,
                                             const nlohmann::json& model_config, int64_t context_length,
-                                            bool lockstep = false, bool context_parallel = false) {
+                                            bool lockstep = false) {
   engine::EngineOptions o = engine::resolve_options(config);
-  check(!context_parallel || !o.speculative, "speculative decoding (DSpark) with context parallelism is not supported "
-        "yet (the drafter runs on one rank's model); turn one of them off");
   if (lockstep) {
     // Speculation keeps one forward per step (verification rides in it; the DSpark layers hold all
     // their experts, so drafting needs no other rank); its start-up profile runs on all ranks at once.
@@ -177,7 +175,7 @@ LLM::LLM(EngineConfig config) {
     return nullptr;
   };
   auto make_rank = [&](std::unique_ptr<model::CausalLM> m) {
-    auto e = make_engine(std::move(m), make_codec(), config, cfg, context_length, ep, cp > 1);
+    auto e = make_engine(std::move(m), make_codec(), config, cfg, context_length, ep);
     // The vision stage runs on the model's device.
     e->set_vision(vision::VisionStage::load(model_dir_, ops::backend_for(Device::resolve(config.device))));
     return e;

@@ -60,6 +60,13 @@ void ContextParallelLM::connect() {
   group_ = std::move(group);
 }
 
+SequenceState& ContextParallelLM::rank_state(SequenceState& state, int r) {
+  auto* s = dynamic_cast<CpSequenceState*>(&state);
+  check(s != nullptr && r >= 0 && r < static_cast<int>(s->ranks.size()), "context parallel: rank ", r,
+        " of a state that is not this model's");
+  return *s->ranks[r];
+}
+
 std::unique_ptr<SequenceState> ContextParallelLM::new_sequence() const {
   auto s = std::make_unique<CpSequenceState>();
   for (const auto& m : ranks_) s->ranks.push_back(m->new_sequence());

@@ -22,6 +22,8 @@ class ContextParallelLM final : public CausalLM {
   ~ContextParallelLM() override;
   int size() const { return static_cast<int>(ranks_.size()); }
   CausalLM& rank(int r) { return *ranks_.at(r); }
+  // Rank r's copy of a sequence state of this model (a drafter on rank 0 reads it between forwards).
+  static SequenceState& rank_state(SequenceState& state, int r);
 
   int64_t vocab_size() const override { return ranks_[0]->vocab_size(); }
   std::unique_ptr<SequenceState> new_sequence() const override;

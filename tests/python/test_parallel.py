@@ -39,6 +39,9 @@ def test_expert_parallel_with_speculation_equals_one_engine(demo_model, single):
     for schedule in ["fixed", "confidence"]:
         spec = {"num_draft_tokens": 3, "schedule": schedule}
         assert run(demo_model, data_parallel_size=2, enable_expert_parallel=True, speculative=spec) == single
+    out = LLM(demo_model, max_model_len=256, data_parallel_size=2, enable_expert_parallel=True,
+              speculative=3).generate(PROMPTS[0], GREEDY, use_tqdm=False)[0]
+    assert out.metrics.speculative.verified > 0
 
 
 def test_env_variables_set_the_defaults(demo_model, single, monkeypatch):
@@ -94,6 +97,16 @@ def test_context_parallel_equals_one_engine(demo_model, single):
             [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in want], kw
 
 
+def test_context_parallel_with_speculation_equals_one_engine(demo_model, single):
+    # rank 0 drafts alone (its state holds the whole sequence); the verification forward is split.
+    for schedule in ["fixed", "confidence"]:
+        spec = {"num_draft_tokens": 3, "schedule": schedule}
+        assert run(demo_model, context_parallel_size=2, speculative=spec) == single
+    out = LLM(demo_model, max_model_len=256, context_parallel_size=2, speculative=3).generate(
+        PROMPTS[0], GREEDY, use_tqdm=False)[0]
+    assert out.metrics.speculative.verified > 0  # drafts were made on rank 0 and verified
+
+
 def test_context_parallel_env_and_misuse(demo_model, single, monkeypatch):
     with pytest.raises(ValueError, match="context_parallel_size"):
         LLM(demo_model, context_parallel_size=0)
@@ -103,8 +116,6 @@ def test_context_parallel_env_and_misuse(demo_model, single, monkeypatch):
         LLM(demo_model, context_parallel_size=2, data_parallel_size=2)
     with pytest.raises(ValueError, match="CPU threads"):
         LLM(demo_model, context_parallel_size=2, device="cuda")
-    with pytest.raises(ValueError, match="speculative decoding"):
-        LLM(demo_model, context_parallel_size=2, speculative=True)
     with pytest.raises(ValueError, match="layout 'ring'"):
         LLM(demo_model, context_parallel_size=2, context_parallel_layout="ring")
     monkeypatch.setenv("DEEPINFER_CONTEXT_PARALLEL_SIZE", "2")
