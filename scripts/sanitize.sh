@@ -28,7 +28,7 @@ cmake --build "$dir" -j "${DEEPINFER_BUILD_JOBS:-$(nproc)}" ${targets[@]+--targe
 
 if [[ $what != python ]]; then
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" ${1:+-R "$1"}
+  ctest --test-dir "$dir" --output-on-failure -j "${DEEPINFER_BUILD_JOBS:-$(nproc)}" ${1:+-R "$1"}
   echo "sanitize.sh: the C++ tests ran clean under ASan + UBSan"
 fi
 if [[ $what != cpp ]]; then
