@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/dtype.h"
@@ -61,12 +62,16 @@ std::vector<int32_t> WeightLoader::ints(const std::string& name, const std::vect
   const io::TensorView& t = ckpt_->get(translate_(name));
   check(t.shape == shape, t.file, ": tensor '", t.name, "' has the wrong shape");
   std::vector<int32_t> out(t.numel());
+  // memcpy per value: safetensors aligns a tensor's bytes to nothing (UBSan: misaligned int64 loads)
+  const auto* bytes = static_cast<const std::byte*>(static_cast<const void*>(t.data));
   if (t.dtype == DType::I64) {
-    auto* p = reinterpret_cast<const int64_t*>(t.data);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(p[i]);
+    for (size_t i = 0; i < out.size(); ++i) {
+      int64_t v;
+      std::memcpy(&v, bytes + i * sizeof v, sizeof v);
+      out[i] = static_cast<int32_t>(v);
+    }
   } else if (t.dtype == DType::I32) {
-    auto* p = reinterpret_cast<const int32_t*>(t.data);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+    if (!out.empty()) std::memcpy(out.data(), bytes, out.size() * sizeof(int32_t));
   } else {
     fail(t.file, ": tensor '", t.name, "' must be I32 or I64, found ", dtype_name(t.dtype));
   }
