@@ -124,7 +124,7 @@ void return_rows(Communicator& comm, const DispatchPlan& plan, const void* exper
   for (size_t i = 0; i < n_send; ++i) std::memcpy(send.data() + i * row_bytes, src + plan.expert_row[i] * row_bytes, row_bytes);
   all_to_all_rows(comm, send.data(), plan.recv_rows, back.data(), plan.send_rows, row_bytes);
   auto* dst = static_cast<std::byte*>(rows);
-  std::memset(dst, 0, plan.num_tokens * plan.topk * row_bytes);
+  if (plan.num_tokens * plan.topk > 0) std::memset(dst, 0, plan.num_tokens * plan.topk * row_bytes);  // an idle rank's rows may be null
   for (size_t i = 0; i < n_back; ++i) std::memcpy(dst + plan.send_pair[i] * row_bytes, back.data() + i * row_bytes, row_bytes);
 }
 
