@@ -237,9 +237,10 @@ V4Config V4Config::parse(const json& j) {
     check(scale_fmt == "ue8m0", "config: quantization_config.scale_fmt '", scale_fmt, "' is not supported");
     QuantConfig qc;
     auto block = optional<std::vector<int64_t>>(q, "weight_block_size", {128, 128});
-    check(block.size() == 2 && block[0] > 0 && block[1] > 0 && block[0] <= 4096 && block[1] <= 4096,
-          "config: quantization_config.weight_block_size = ", show(q["weight_block_size"]),
-          ": must be [n, k] with n and k in [1, 4096]");
+    // (shown only when wrong: the key may be absent, and a const operator[] on an absent key is undefined)
+    if (!(block.size() == 2 && block[0] > 0 && block[1] > 0 && block[0] <= 4096 && block[1] <= 4096))
+      fail("config: quantization_config.weight_block_size = ", show(q.value("weight_block_size", json())),
+           ": must be [n, k] with n and k in [1, 4096]");
     qc.block_n = block[0];
     qc.block_k = block[1];
     std::string expert_dtype = optional<std::string>(j, "expert_dtype", optional<std::string>(q, "expert_dtype", "fp8"));
