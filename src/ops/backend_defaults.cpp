@@ -55,17 +55,24 @@ std::vector<uint8_t> stack_gemm_scale_bytes(const std::vector<std::vector<uint8_
   return out;
 }
 
+void for_each_group(DeviceMemory& mem, const int32_t* offsets, int64_t groups, int64_t m,
+                    const std::function<void(int64_t group, int64_t row, int64_t rows)>& fn) {
+  std::vector<int32_t> off(groups + 1);
+  mem.download(off.data(), offsets, off.size() * sizeof(int32_t));
+  check(off[0] == 0 && off[groups] == m, "grouped rows: offsets must run from 0 to m = ", m);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = off[g + 1] - off[g];
+    check(rows >= 0, "grouped rows: offsets must not decrease");
+    if (rows) fn(g, off[g], rows);
+  }
+}
+
 void Backend::linear_quant_grouped(const float* x, int64_t m, const QWeight& w, const int32_t* offsets,
                                    int64_t max_rows, int64_t act_block, float* y) {
   (void)max_rows;
-  std::vector<int32_t> off(w.groups + 1);
-  download(off.data(), offsets, off.size() * sizeof(int32_t));
-  check(off[0] == 0 && off[w.groups] == m, "linear_quant_grouped: offsets must run from 0 to m = ", m);
-  for (int64_t g = 0; g < w.groups; ++g) {
-    const int64_t rows = off[g + 1] - off[g];
-    check(rows >= 0, "linear_quant_grouped: offsets must not decrease");
-    if (rows) linear_quant(x + off[g] * w.k, rows, w.group(g), act_block, y + off[g] * w.n);
-  }
+  for_each_group(*this, offsets, w.groups, m, [&](int64_t g, int64_t row, int64_t rows) {
+    linear_quant(x + row * w.k, rows, w.group(g), act_block, y + row * w.n);
+  });
 }
 
 void Backend::linear_plain(const float* x, int64_t m, const QWeight& w, float* y) {

@@ -3,6 +3,7 @@
 // Row-major layouts throughout; all pointers live in the backend's memory.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -51,6 +52,11 @@ std::vector<uint8_t> gemm_scale_bytes(const QWeight& w);
 // `type` each): FP8 blocks concatenated, MXFP4 interleaved to [k / 32, groups * n]. Empty if any is.
 std::vector<uint8_t> stack_gemm_scale_bytes(const std::vector<std::vector<uint8_t>>& each, WeightType type, int64_t n,
                                             int64_t k);
+
+// Grouped rows (the routed experts' stacks): reads the offsets [groups + 1] back from `mem` (they must
+// run from 0 to m, not decreasing) and calls fn(g, first row, rows) for each group with rows.
+void for_each_group(DeviceMemory& mem, const int32_t* offsets, int64_t groups, int64_t m,
+                    const std::function<void(int64_t group, int64_t row, int64_t rows)>& fn);
 
 // The index of row i of the `fresh` rows in sparse_attention_online's index lists, and back.
 constexpr int32_t fresh_row(int64_t i) { return static_cast<int32_t>(-2 - i); }

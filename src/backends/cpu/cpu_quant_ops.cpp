@@ -17,6 +17,11 @@ void dequantize(const ops::QWeight& w, float* out) {
     case ops::WeightType::kF32:
       std::memcpy(out, w.data, static_cast<size_t>(n * k) * sizeof(float));
       return;
+    case ops::WeightType::kBf16: {
+      const auto* bits = static_cast<const uint16_t*>(w.data);
+      for (int64_t i = 0; i < n * k; ++i) out[i] = bf16_to_float(bits[i]);
+      return;
+    }
     case ops::WeightType::kFp8Block: {
       const auto* q = static_cast<const uint8_t*>(w.data);
       const int64_t gk = (k + w.block - 1) / w.block;
@@ -44,8 +49,7 @@ void CpuBackend::linear_plain(const float* x, int64_t m, const ops::QWeight& w, 
   if (w.type != ops::WeightType::kBf16) return ops::Backend::linear_plain(x, m, w, y);
   thread_local std::vector<float> wf;  // the CPU keeps float weights as fp32; bf16 ones come from tests
   wf.resize(w.n * w.k);
-  const auto* bits = static_cast<const uint16_t*>(w.data);
-  for (int64_t i = 0; i < w.n * w.k; ++i) wf[i] = bf16_to_float(bits[i]);
+  dequantize(w, wf.data());
   linear(x, m, w.k, wf.data(), w.n, y);
 }
 

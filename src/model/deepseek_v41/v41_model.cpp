@@ -111,9 +111,13 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
   return L;
 }
 
+// The checkpoint's name prefix of block l: "layers.L." for the main layers, "mtp.S." for the DSpark stages.
+std::string block_prefix(const V41Config& c, int64_t l) {
+  return l >= c.n_layers ? "mtp." + std::to_string(l - c.n_layers) + "." : "layers." + std::to_string(l) + ".";
+}
+
 V41Expert load_expert(ops::Backend& mem, const V41Config& c, const WeightLoader& w, int64_t l, int64_t e) {
-  const std::string x = (l >= c.n_layers ? "mtp." + std::to_string(l - c.n_layers) : "layers." + std::to_string(l)) +
-                        ".ffn.experts." + std::to_string(e) + ".";
+  const std::string x = block_prefix(c, l) + "ffn.experts." + std::to_string(e) + ".";
   const int64_t D = c.dim, I = c.moe_inter_dim;
   return {load_linear(mem, w, x + "w1", I, D), load_linear(mem, w, x + "w2", D, I), load_linear(mem, w, x + "w3", I, D)};
 }
@@ -172,8 +176,7 @@ V41Linear group_view(const V41Linear& stack, int64_t g) {
 }
 
 void load_routed(ops::Backend& be, const V41Config& c, const WeightLoader& w, int64_t l, V41Block& B) {
-  const std::string x = (l >= c.n_layers ? "mtp." + std::to_string(l - c.n_layers) : "layers." + std::to_string(l)) +
-                        ".ffn.experts.";
+  const std::string x = block_prefix(c, l) + "ffn.experts.";
   const int64_t E = c.experts_for(l), D = c.dim, I = c.moe_inter_dim;
   auto names = [&](const char* proj) {
     std::vector<std::string> v;
@@ -191,7 +194,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
                 int64_t l, V41Block& B, bool routed) {
   auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(mem, w.floats(name, shape)); };
   const bool mtp = l >= c.n_layers;
-  const std::string p = mtp ? "mtp." + std::to_string(l - c.n_layers) + "." : "layers." + std::to_string(l) + ".";
+  const std::string p = block_prefix(c, l);
   const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc, H = c.n_heads, hd = c.head_dim;
   B.attn_norm = F(p + "attn_norm.weight", {D});
   B.ffn_norm = F(p + "ffn_norm.weight", {D});
@@ -385,11 +388,9 @@ void V41Model::lin(const float* x, int64_t m, const V41Linear& W, float* y, bool
 void V41Model::lin_grouped(const float* x, int64_t m, const V41Linear& W, const int32_t* offsets, int64_t max_rows,
                            float* y) {
   if (W.quant) return be_.linear_quant_grouped(x, m, W.q, offsets, max_rows, c_.fp8_block, y);
-  std::vector<int32_t> off(W.q.groups + 1);  // float experts (test checkpoints): group by group
-  be_.download(off.data(), offsets, off.size() * sizeof(int32_t));
-  for (int64_t g = 0; g < W.q.groups; ++g)
-    if (off[g + 1] > off[g])
-      be_.linear_plain(x + off[g] * W.k, off[g + 1] - off[g], W.q.group(g), y + off[g] * W.n);
+  ops::for_each_group(be_, offsets, W.q.groups, m, [&](int64_t g, int64_t row, int64_t rows) {
+    be_.linear_plain(x + row * W.k, rows, W.q.group(g), y + row * W.n);  // float experts (test checkpoints)
+  });
   be_.round_bf16(y, m * W.n);
 }
 
