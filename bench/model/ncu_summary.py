@@ -11,9 +11,18 @@ UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
 
 
 def short(name):
-    name = re.sub(r"\(.*", "", name)  # drop the argument list
-    name = re.sub(r"<.*>", "<...>", name)  # and template arguments
-    return name.split("::")[-1].strip()
+    name = name.replace("(anonymous namespace)::", "")
+    if name.endswith(")"):  # drop the argument list: the balanced (...) at the end
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    name = re.sub(r"\((int|bool|unsigned int|long)\)", "", name)  # ncu writes template values as (int)128
+    name = name.split(" ")[-1] if "<" not in name else name[name.rfind(" ", 0, name.index("<")) + 1:]
+    head, sep, args = name.partition("<")
+    return head.split("::")[-1] + sep + args  # template values kept: they tell instantiations apart
 
 
 def main():
