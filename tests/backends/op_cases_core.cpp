@@ -233,19 +233,22 @@ std::vector<OpCase> core_op_cases() {
                                                        r.out<float>(shape({heads, dim, k}), tokens * heads * dim));
                  }
                }});
+  // rows 1 / 5 / 70: both of linear_cpu_order's kernels under the dots; hc 3: the tail's generic path.
   c.push_back({"hc_weights", "hc_weights", 1e-5, [](OpRun& r) {
-                 const int64_t rows = 5, hc = 4, dim = 256, width = hc * dim;
-                 for (bool head : {false, true}) {
+                 for (auto [rows, hc, dim, head] : {std::tuple{5L, 4L, 256L, false}, std::tuple{5L, 4L, 256L, true},
+                                                    std::tuple{1L, 4L, 1280L, false}, std::tuple{70L, 4L, 320L, false},
+                                                    std::tuple{9L, 3L, 200L, false}}) {
+                   const int64_t width = hc * dim;
                    const int64_t outs = head ? hc : (2 + hc) * hc;
                    const float* x = r.in(r.uniform(rows * width, -2, 2));
                    const float* fn = r.in(r.uniform(outs * width, -0.05f, 0.05f));
                    const float* base = r.in(r.uniform(outs));
                    const float* scale = r.in(r.uniform(3, 0.5f, 2.0f));
-                   const std::string p = head ? "head " : "";
+                   const std::string p = (head ? "head " : "") + std::to_string(rows) + "x" + std::to_string(hc) + " ";
                    r.backend().hc_weights(x, rows, hc, dim, fn, base, scale, 1e-6f, 1e-6f, 20,
                                           r.out<float>(p + "pre", rows * hc),
-                                          head ? nullptr : r.out<float>("post", rows * hc),
-                                          head ? nullptr : r.out<float>("comb", rows * hc * hc));
+                                          head ? nullptr : r.out<float>(p + "post", rows * hc),
+                                          head ? nullptr : r.out<float>(p + "comb", rows * hc * hc));
                  }
                }});
   // bf16 out: a fused multiply-add can move a value one fp32 ulp and flip one bf16 rounding (2^-8).

@@ -89,19 +89,21 @@ std::vector<OpCase> deepseek_op_cases() {
   // Logits and biases on a few levels: many experts tie exactly; both top-k paths (k * 64 <= E or not).
   c.push_back({"moe_route", "moe_route", 1e-6, [](OpRun& r) {
                  using SF = ops::Backend::ScoreFunc;
-                 struct Case { int64_t E, k; SF f; bool normalize, bias, image, scores; };
+                 struct Case { int64_t E, k; SF f; bool normalize, bias, image, scores, distinct = false; };
                  for (Case s : {Case{256, 8, SF::kSqrtSoftplus, true, true, true, true},
+                                Case{384, 6, SF::kSqrtSoftplus, true, true, true, false, true},  // no ties: ranks
+                                Case{64, 8, SF::kSoftmax, true, false, false, true, true},
                                 Case{384, 6, SF::kSigmoid, true, true, false, true},
                                 Case{64, 64, SF::kSoftmax, false, false, false, true},
                                 Case{16, 1, SF::kSoftmax, true, true, false, false},
                                 Case{72, 6, SF::kSoftmax, true, false, true, false}}) {
                    const int64_t n = 200;
-                   const float* logits = r.in(r.levels(n * s.E, 9, 0.5f));
+                   const float* logits = r.in(s.distinct ? r.uniform(n * s.E, -4, 4) : r.levels(n * s.E, 9, 0.5f));
                    const float* bias = s.bias ? r.in(r.levels(s.E, 3, 0.25f)) : nullptr;
                    const float* bias_vl = r.in(r.levels(s.E, 3, 0.25f));
                    std::vector<uint8_t> image(n);
                    for (auto& b : image) b = r.chance(3);
-                   const std::string name = label("E", s.E) + label(" k", s.k);
+                   const std::string name = label("E", s.E) + label(" k", s.k) + (s.distinct ? " distinct" : "");
                    r.backend().moe_route(logits, n, s.E, bias, bias_vl, s.image ? r.in(image) : nullptr,
                                          {s.f, 1.5f, s.k, s.normalize, 2.5f}, r.out<int32_t>(name + " sel", n * s.k),
                                          r.out<float>(name + " weight", n * s.k),
@@ -211,16 +213,18 @@ std::vector<OpCase> deepseek_op_cases() {
                                            r.out<float>("rows", n * dim));
                }});
   // bf16 outputs (x + gate * value): a one-ulp difference in the gate can flip a rounding.
+  // dim 5120 (V4.1-Flash): the staged rows need more than 48 KB of shared memory.
   c.push_back({"engram_gate", "engram_gate", 2e-3, [](OpRun& r) {
-                 const int64_t n = 13, hc = 4, dim = 512;
-                 const auto x = r.uniform(n * hc * dim, -2, 2);
-                 const float* kv = r.in(r.uniform(n * (hc + 1) * dim));
-                 const float* qk = r.in(r.uniform(hc * dim));
-                 std::vector<uint8_t> image(n);
-                 for (auto& b : image) b = r.chance(4);
-                 for (bool with_image : {false, true})
-                   r.backend().engram_gate(r.inout(with_image ? "x image" : "x", x), kv, qk,
-                                           with_image ? r.in(image) : nullptr, n, hc, dim, 1e-6f);
+                 for (auto [n, hc, dim] : {std::tuple{13L, 4L, 512L}, std::tuple{3L, 4L, 5120L}}) {
+                   const auto x = r.uniform(n * hc * dim, -2, 2);
+                   const float* kv = r.in(r.uniform(n * (hc + 1) * dim));
+                   const float* qk = r.in(r.uniform(hc * dim));
+                   std::vector<uint8_t> image(n);
+                   for (auto& b : image) b = r.chance(4);
+                   for (bool with_image : {false, true})
+                     r.backend().engram_gate(r.inout(label(with_image ? "x image d" : "x d", dim), x), kv, qk,
+                                             with_image ? r.in(image) : nullptr, n, hc, dim, 1e-6f);
+                 }
                }});
   return c;
 }

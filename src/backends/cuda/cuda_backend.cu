@@ -336,60 +336,77 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 // ---------------------------------------------------------------- hc_weights
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// One block per row: the RMS of the hc*dim streams, the `outs` projections (one warp per output,
-// scaled by the row's rsqrt afterwards), then one thread runs the small Sinkhorn tail as the CPU.
-__global__ void hc_weights_kernel(const float* __restrict__ x, int64_t hc, int64_t dim, const float* __restrict__ fn,
-                                  const float* __restrict__ base, const float* __restrict__ scale, float rms_eps,
-                                  float hc_eps, int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
-  extern __shared__ float mv[];  // [outs]
-  __shared__ float red[32];
-  const int64_t width = hc * dim, r = blockIdx.x;
-  const int64_t outs = comb ? (2 + hc) * hc : hc;
+// dots [rows, outs] holds x . fn in the CPU's order (linear_cpu_order: a GEMM across rows, not one block
+// per row re-reading fn). One warp per row: lanes 0..7 sum x . x as the CPU's 8 partial sums, then lane 0
+// scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
+// config), else in a local array (HC = 0: hc <= kHcMax).
+constexpr int kHcRowsPerBlock = 4, kHcMax = 16;
+template <int HC>
+__global__ void hc_weights_tail_kernel(const float* __restrict__ x, int64_t rows, int64_t hc_rt, int64_t dim,
+                                       const float* __restrict__ dots, const float* __restrict__ base,
+                                       const float* __restrict__ scale, float rms_eps, float hc_eps,
+                                       int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kHcRowsPerBlock) + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp: r is per warp
+  const int hc = HC > 0 ? HC : static_cast<int>(hc_rt), lane = threadIdx.x & 31;
+  const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
   const float* xr = x + r * width;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, red);
+  float part = 0.0f;
+  if (lane < 8)
+    for (int64_t g = lane; g < width; g += 8) part = fmaf(xr[g], xr[g], part);
+  float v[8];
+#pragma unroll
+  for (int q = 0; q < 8; ++q) v[q] = __shfl_sync(0xffffffffu, part, q);
+  if (lane != 0) return;
+  const float ss = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int64_t o = warp; o < outs; o += warps) {
-    const float* f = fn + o * width;
-    float d = 0.0f;
-    for (int64_t i = lane; i < width; i += 32) d += xr[i] * f[i];
-    d = warp_sum(d);
-    if (lane == 0) mv[o] = d * r_inv;  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int64_t i = 0; i < hc; ++i) pre[r * hc + i] = sigmoidf_(mv[i] * scale[0] + base[i]) + hc_eps;
+  const float* mr = dots + r * outs;
+  auto mv = [&](int o) { return mr[o] * r_inv; };  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
+#pragma unroll
+  for (int i = 0; i < hc; ++i) pre[r * hc + i] = sigmoidf_(mv(i) * scale[0] + base[i]) + hc_eps;
   if (!comb) return;
-  for (int64_t i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoidf_(mv[hc + i] * scale[1] + base[hc + i]);
-  float* c = comb + r * hc * hc;
-  for (int64_t j = 0; j < hc; ++j) {
+#pragma unroll
+  for (int i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoidf_(mv(hc + i) * scale[1] + base[hc + i]);
+  float c[HC > 0 ? HC * HC : kHcMax * kHcMax];
+#pragma unroll
+  for (int j = 0; j < hc; ++j) {
     float mx = -kInf;
-    for (int64_t kk = 0; kk < hc; ++kk) {
-      c[j * hc + kk] = mv[2 * hc + j * hc + kk] * scale[2] + base[2 * hc + j * hc + kk];
+#pragma unroll
+    for (int kk = 0; kk < hc; ++kk) {
+      c[j * hc + kk] = mv(2 * hc + j * hc + kk) * scale[2] + base[2 * hc + j * hc + kk];
       mx = mx < c[j * hc + kk] ? c[j * hc + kk] : mx;
     }
     float z = 0.0f;
-    for (int64_t kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf(c[j * hc + kk] - mx));
-    for (int64_t kk = 0; kk < hc; ++kk) c[j * hc + kk] = c[j * hc + kk] / z + hc_eps;
+#pragma unroll
+    for (int kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf(c[j * hc + kk] - mx));
+#pragma unroll
+    for (int kk = 0; kk < hc; ++kk) c[j * hc + kk] = c[j * hc + kk] / z + hc_eps;
   }
   auto normalize_columns = [&] {
-    for (int64_t kk = 0; kk < hc; ++kk) {
+#pragma unroll
+    for (int kk = 0; kk < hc; ++kk) {
       float s = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) s += c[j * hc + kk];
-      for (int64_t j = 0; j < hc; ++j) c[j * hc + kk] /= (s + hc_eps);
+#pragma unroll
+      for (int j = 0; j < hc; ++j) s += c[j * hc + kk];
+#pragma unroll
+      for (int j = 0; j < hc; ++j) c[j * hc + kk] /= (s + hc_eps);
     }
   };
   normalize_columns();
   for (int64_t it = 1; it < sinkhorn_iters; ++it) {
-    for (int64_t j = 0; j < hc; ++j) {
+#pragma unroll
+    for (int j = 0; j < hc; ++j) {
       float s = 0.0f;
-      for (int64_t kk = 0; kk < hc; ++kk) s += c[j * hc + kk];
-      for (int64_t kk = 0; kk < hc; ++kk) c[j * hc + kk] /= (s + hc_eps);
+#pragma unroll
+      for (int kk = 0; kk < hc; ++kk) s += c[j * hc + kk];
+#pragma unroll
+      for (int kk = 0; kk < hc; ++kk) c[j * hc + kk] /= (s + hc_eps);
     }
     normalize_columns();
   }
+  float* cr = comb + r * hc * hc;
+#pragma unroll
+  for (int e = 0; e < hc * hc; ++e) cr[e] = c[e];
 }
 
 // ---------------------------------------------------------------- hc_collapse / hc_expand
@@ -835,12 +852,16 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   check_sizes(rows >= 0 && hc > 0 && dim > 0 && rows <= INT32_MAX, "hc_weights");
   check(!comb || post, "cuda hc_weights: comb needs post");
   if (rows == 0) return;
-  const int64_t outs = comb ? (2 + hc) * hc : hc;
-  const size_t smem = static_cast<size_t>(outs) * sizeof(float);
-  check(smem <= 48 * 1024, "cuda hc_weights: hc ", hc, " too large");
-  hc_weights_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(
-      x, hc, dim, fn, base, scale, rms_eps, hc_eps, sinkhorn_iters, pre, post, comb);
-  check_launch("hc_weights_kernel");
+  const int64_t outs = comb ? (2 + hc) * hc : hc, width = hc * dim;
+  check_sizes(width <= INT32_MAX && outs <= INT32_MAX, "hc_weights");
+  float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
+  linear_cpu_order(x, rows, width, fn, outs, dots, impl_->stream);
+  const auto blocks = static_cast<unsigned>((rows + kHcRowsPerBlock - 1) / kHcRowsPerBlock);
+  check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
+  auto tail = hc == 4 ? hc_weights_tail_kernel<4> : hc_weights_tail_kernel<0>;
+  tail<<<blocks, 32 * kHcRowsPerBlock, 0, impl_->stream>>>(x, rows, hc, dim, dots, base, scale, rms_eps, hc_eps,
+                                                            sinkhorn_iters, pre, post, comb);
+  check_launch("hc_weights_tail_kernel");
 }
 
 void CudaBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,

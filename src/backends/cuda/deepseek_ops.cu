@@ -1,7 +1,7 @@
 // The CUDA backend's DeepSeek ops (MoE routing and combine, hc_mean, V4.1 compressor pooling, Engram),
 // in cpu_deepseek_ops.cpp's operation order: sequential fp32 sums in the CPU's order, a fused
 // multiply-add where GCC contracts the CPU's `acc += a * b` (x86-64-v3), the same bf16 rounding points.
-// Simple kernels (one thread per output or per row), not yet tuned.
+// Simple kernels (one thread per output or per row) unless a comment says otherwise.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -43,36 +43,80 @@ __global__ void softmax_pool_v41_kernel(const float* __restrict__ kv, const floa
   z[e] = bf16_round(acc);
 }
 
-// One thread per token: scores, the biased (value, expert) row, cpu::torch_topk's selection, weights.
-__global__ void moe_route_kernel(const float* __restrict__ logits, int64_t n, int64_t E, const float* bias,
-                                 const float* bias_vl, const uint8_t* image, ops::Backend::RouteParams p,
-                                 int32_t* sel, float* weight, float* scores, float* sc_all, Elem* q_all) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (t >= n) return;
+// One block per token. The scores are elementwise (in parallel); the softmax's max ignores NaN in any
+// order, its sum runs in expert order on one thread. The selection: each expert's rank is the number of
+// experts strictly before it; when no selected expert ties another, that is cpu::torch_topk's unique
+// sorted answer, else thread 0 runs the torch_topk port on the row (its exact tie order).
+constexpr int kRouteThreads = 128;
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* __restrict__ logits, int64_t E,
+                                                                  const float* bias, const float* bias_vl,
+                                                                  const uint8_t* image, ops::Backend::RouteParams p,
+                                                                  int32_t* sel, float* weight, float* scores) {
+  extern __shared__ float route_smem[];
+  float* sc = route_smem;                                  // [E]
+  Elem* q = reinterpret_cast<Elem*>(route_smem + E + (E & 1));  // [E], 8-byte aligned
+  Elem* top = q + E;                                       // [k]
+  __shared__ float red[kRouteThreads / 32];
+  __shared__ float z_s;
+  __shared__ int tie;
+  const int64_t t = blockIdx.x, k = p.k;
   const float* lg = logits + t * E;
-  float* sc = scores ? scores + t * E : sc_all + t * E;
-  Elem* q = q_all + t * E;
   const float T = p.temperature;
+  if (threadIdx.x == 0) tie = 0;
   if (p.score_func == ops::Backend::ScoreFunc::kSoftmax) {
-    float mx = -kInf, z = 0;
-    for (int64_t e = 0; e < E; ++e) mx = max_of(mx, __fdiv_rn(lg[e], T));
-    for (int64_t e = 0; e < E; ++e) z = __fadd_rn(z, sc[e] = expf(__fdiv_rn(lg[e], T) - mx));
-    for (int64_t e = 0; e < E; ++e) sc[e] = __fdiv_rn(sc[e], z);
+    float mx = -kInf;
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) mx = max_of(mx, __fdiv_rn(lg[e], T));
+    for (int o = 16; o > 0; o >>= 1) mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < kRouteThreads / 32; ++w) mx = max_of(mx, red[w]);
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sc[e] = expf(__fdiv_rn(lg[e], T) - mx);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float z = 0;
+      for (int64_t e = 0; e < E; ++e) z = __fadd_rn(z, sc[e]);
+      z_s = z;
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sc[e] = __fdiv_rn(sc[e], z_s);
   } else {
-    for (int64_t e = 0; e < E; ++e) {
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
       const float v = __fdiv_rn(lg[e], T);
       sc[e] = p.score_func == ops::Backend::ScoreFunc::kSigmoid ? __fdiv_rn(1.0f, 1.0f + expf(-v))
                                                                 : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
     }
   }
   const float* b = image && image[t] ? bias_vl : bias;
-  for (int64_t e = 0; e < E; ++e) q[e] = {__fadd_rn(sc[e], b ? b[e] : 0.0f), static_cast<int32_t>(e)};
-  const int64_t k = p.k;
-  topk::torch_topk(q, E, k, true);
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    q[e] = {__fadd_rn(sc[e], b ? b[e] : 0.0f), static_cast<int32_t>(e)};
+    if (scores) scores[t * E + e] = sc[e];
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    const Elem me = q[e];
+    int64_t rank = 0;
+    bool tied = false;
+    for (int64_t j = 0; j < E; ++j) {
+      const Elem o = q[j];
+      if (topk::before(o, me)) ++rank;
+      else if (j != e && !topk::before(me, o)) tied = true;
+    }
+    if (rank < k) {
+      if (tied) tie = 1;
+      else top[rank] = me;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (tie) {
+    topk::torch_topk(q, E, k, true);
+    top = q;
+  }
   float sum = 0;
   for (int64_t j = 0; j < k; ++j) {
-    sel[t * k + j] = q[j].i;
-    sum = __fadd_rn(sum, weight[t * k + j] = sc[q[j].i]);
+    sel[t * k + j] = top[j].i;
+    sum = __fadd_rn(sum, weight[t * k + j] = sc[top[j].i]);
   }
   for (int64_t j = 0; j < k; ++j) {
     float w = weight[t * k + j];
@@ -94,34 +138,49 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* _
   out[e] = bf16_round(__fadd_rn(acc, shared ? shared[e] : 0.0f));
 }
 
-// One block per (token, stream): thread 0 runs the three sums in d order (as the CPU), then every
-// thread applies the gate to its channels.
-__global__ void engram_gate_kernel(float* x, const float* __restrict__ kv, const float* __restrict__ qk,
-                                   const uint8_t* image, int64_t hc, int64_t D, float eps, float dscale) {
+// One block per (token, stream). The three sums keep the CPU's d order, so each is one serial chain:
+// the block stages h, key and w in shared memory, lane 0 of warps 0, 1, 2 runs one chain each (from
+// shared memory, not a global load per step), then every thread applies the gate to its channels.
+constexpr int kGateThreads = 256;
+__global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, const float* __restrict__ kv,
+                                                                   const float* __restrict__ qk, const uint8_t* image,
+                                                                   int64_t hc, int64_t D, float eps, float dscale) {
   const int64_t t = blockIdx.x / hc, k = blockIdx.x % hc;
   if (image && image[t]) return;  // gate 0 for image-span tokens
+  extern __shared__ float gate_smem[];
+  float* hs = gate_smem;  // [D] each
+  float* ks = hs + D;
+  float* ws = ks + D;
   float* h = x + (t * hc + k) * D;
   const float* key = kv + t * (hc + 1) * D + k * D;
   const float* val = kv + t * (hc + 1) * D + hc * D;
   const float* w = qk + k * D;
-  __shared__ float gate;
-  if (threadIdx.x == 0) {
-    float sh = 0, sk = 0, dot = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      sh = __fmaf_rn(h[d], h[d], sh);
-      sk = __fmaf_rn(key[d], key[d], sk);
-      dot = __fmaf_rn(__fmul_rn(h[d], w[d]), key[d], dot);
-    }
-    const float Df = static_cast<float>(D);
-    const float rstd = __fmul_rn(__fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sh, Df), eps))),
-                                 __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sk, Df), eps))));
-    dot = __fmul_rn(__fmul_rn(dot, rstd), dscale);
-    const float mag = sqrtf(max_of(fabsf(dot), 1e-6f));
-    gate = __fdiv_rn(1.0f, 1.0f + expf(-copysignf(mag, dot)));
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    hs[d] = h[d];
+    ks[d] = key[d];
+    ws[d] = w[d];
   }
   __syncthreads();
-  const float g = gate;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) h[d] = bf16_round(__fmaf_rn(g, val[d], h[d]));
+  __shared__ float sums[3];
+  const int warp = threadIdx.x / 32;
+  if ((threadIdx.x & 31) == 0 && warp < 3) {
+    float acc = 0;
+    if (warp == 0)
+      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(hs[d], hs[d], acc);
+    else if (warp == 1)
+      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(ks[d], ks[d], acc);
+    else
+      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(__fmul_rn(hs[d], ws[d]), ks[d], acc);
+    sums[warp] = acc;
+  }
+  __syncthreads();
+  const float Df = static_cast<float>(D);
+  const float rstd = __fmul_rn(__fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sums[0], Df), eps))),
+                               __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sums[1], Df), eps))));
+  const float dot = __fmul_rn(__fmul_rn(sums[2], rstd), dscale);
+  const float mag = sqrtf(max_of(fabsf(dot), 1e-6f));
+  const float g = __fdiv_rn(1.0f, 1.0f + expf(-copysignf(mag, dot)));
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) h[d] = bf16_round(__fmaf_rn(g, val[d], hs[d]));
 }
 
 }  // namespace
@@ -146,15 +205,14 @@ void CudaBackend::softmax_pool_v41(const float* kv, const float* score, int64_t 
 
 void CudaBackend::moe_route(const float* logits, int64_t n, int64_t E, const float* bias, const float* bias_vl,
                             const uint8_t* image, const RouteParams& p, int32_t* sel, float* weight, float* scores) {
-  check_sizes(n >= 0 && E > 0 && p.k >= 0 && p.k <= E && E <= INT32_MAX, "moe_route");
+  check_sizes(n >= 0 && n <= INT32_MAX && E > 0 && p.k >= 0 && p.k <= E && E <= INT32_MAX, "moe_route");
   if (n == 0) return;
   impl_->bind();
-  // Workspace: the (biased score, expert) rows the selection permutes, then the scores when not kept.
-  char* ws = static_cast<char*>(impl_->workspace(static_cast<size_t>(n * E) * (sizeof(Elem) + sizeof(float))));
-  Elem* q = reinterpret_cast<Elem*>(ws);
-  float* sc = reinterpret_cast<float*>(ws + static_cast<size_t>(n * E) * sizeof(Elem));
-  moe_route_kernel<<<grid_for(n, 64), 64, 0, impl_->stream>>>(logits, n, E, bias, bias_vl, image, p, sel, weight,
-                                                              scores, sc, q);
+  // Shared memory: the scores, the (biased score, expert) row the selection permutes, the top k.
+  const size_t smem = static_cast<size_t>(E + (E & 1)) * sizeof(float) + static_cast<size_t>(E + p.k) * sizeof(Elem);
+  check(smem <= 48 * 1024, "cuda moe_route: ", E, " experts need more shared memory than a block has");
+  moe_route_kernel<<<static_cast<unsigned>(n), kRouteThreads, smem, impl_->stream>>>(logits, E, bias, bias_vl, image,
+                                                                                    p, sel, weight, scores);
   check_launch("moe_route_kernel");
 }
 
@@ -190,8 +248,15 @@ void CudaBackend::engram_gate(float* x, const float* kv, const float* qk, const 
   if (n == 0) return;
   impl_->bind();
   const float dscale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
-  engram_gate_kernel<<<static_cast<unsigned>(n * hc), 256, 0, impl_->stream>>>(x, kv, qk, image, hc, dim, eps,
-                                                                              dscale);
+  const size_t smem = static_cast<size_t>(3 * dim) * sizeof(float);
+  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda engram_gate: dim ", dim,
+        " needs more shared memory than the device has");
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(engram_gate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "cudaFuncSetAttribute(engram_gate_kernel)");
+  engram_gate_kernel<<<static_cast<unsigned>(n * hc), kGateThreads, smem, impl_->stream>>>(x, kv, qk, image, hc, dim,
+                                                                                         eps, dscale);
   check_launch("engram_gate_kernel");
 }
 
