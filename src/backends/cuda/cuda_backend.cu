@@ -47,21 +47,33 @@ __device__ float block_sum(float v, float* red) {
 }
 
 // ---------------------------------------------------------------- rms_norm
+constexpr int kSumsqChunk = 2048;
+
+// The sum of squares of xr[0, n) in cpu::dot's order (bitwise the CPU): 8 partial sums, channel i into
+// sum i % 8 by fused multiply-add, then ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)). The block
+// stages the row in chunks through shared memory (coalesced), where threads 0..7 run the 8 chains; every
+// thread gets the total. `stage` holds kSumsqChunk floats, `part` 8.
+__device__ float sumsq_cpu_order(const float* xr, int64_t n, float* stage, float* part) {
+  float acc = 0.0f;
+  for (int64_t c0 = 0; c0 < n; c0 += kSumsqChunk) {  // chunks start at multiples of 8: the chains stay
+    const int len = static_cast<int>(min(static_cast<int64_t>(kSumsqChunk), n - c0));
+    __syncthreads();  // the previous chunk is consumed
+    for (int i = threadIdx.x; i < len; i += blockDim.x) stage[i] = xr[c0 + i];
+    __syncthreads();
+    if (threadIdx.x < 8)
+      for (int i = threadIdx.x; i < len; i += 8) acc = fmaf(stage[i], stage[i], acc);
+  }
+  if (threadIdx.x < 8) part[threadIdx.x] = acc;
+  __syncthreads();
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+}
+
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
                                 float* y) {
-  // The sum of squares in cpu::dot's order (bitwise the CPU): 8 partial sums, channel i into sum i % 8
-  // by fused multiply-add, then ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)).
-  __shared__ float part[8], total;
+  __shared__ float stage[kSumsqChunk], part[8];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
-  if (threadIdx.x < 8) {
-    float acc = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += 8) acc = fmaf(xr[i], xr[i], acc);
-    part[threadIdx.x] = acc;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) total = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-  __syncthreads();  // every read of x is done: in-place (x == y) is safe
+  const float total = sumsq_cpu_order(xr, dim, stage, part);  // every read of x is done: in-place is safe
   const float r_inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
 }
@@ -337,28 +349,21 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // dots [rows, outs] holds x . fn in the CPU's order (linear_cpu_order: a GEMM across rows, not one block
-// per row re-reading fn). One warp per row: lanes 0..7 sum x . x as the CPU's 8 partial sums, then lane 0
+// per row re-reading fn). One block per row: x . x in the CPU's order (sumsq_cpu_order), then thread 0
 // scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
 // config), else in a local array (HC = 0: hc <= kHcMax).
-constexpr int kHcRowsPerBlock = 4, kHcMax = 16;
+constexpr int kHcThreads = 256, kHcMax = 16;
 template <int HC>
-__global__ void hc_weights_tail_kernel(const float* __restrict__ x, int64_t rows, int64_t hc_rt, int64_t dim,
-                                       const float* __restrict__ dots, const float* __restrict__ base,
-                                       const float* __restrict__ scale, float rms_eps, float hc_eps,
-                                       int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(kHcRowsPerBlock) + threadIdx.x / 32;
-  if (r >= rows) return;  // the whole warp: r is per warp
-  const int hc = HC > 0 ? HC : static_cast<int>(hc_rt), lane = threadIdx.x & 31;
+__global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
+    const float* __restrict__ x, int64_t hc_rt, int64_t dim, const float* __restrict__ dots,
+    const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
+    int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+  __shared__ float stage[kSumsqChunk], part[8];
+  const int64_t r = blockIdx.x;
+  const int hc = HC > 0 ? HC : static_cast<int>(hc_rt);
   const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
-  const float* xr = x + r * width;
-  float part = 0.0f;
-  if (lane < 8)
-    for (int64_t g = lane; g < width; g += 8) part = fmaf(xr[g], xr[g], part);
-  float v[8];
-#pragma unroll
-  for (int q = 0; q < 8; ++q) v[q] = __shfl_sync(0xffffffffu, part, q);
-  if (lane != 0) return;
-  const float ss = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+  const float ss = sumsq_cpu_order(x + r * width, width, stage, part);
+  if (threadIdx.x != 0) return;
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
   const float* mr = dots + r * outs;
   auto mv = [&](int o) { return mr[o] * r_inv; };  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
@@ -856,11 +861,10 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   check_sizes(width <= INT32_MAX && outs <= INT32_MAX, "hc_weights");
   float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
   linear_cpu_order(x, rows, width, fn, outs, dots, impl_->stream);
-  const auto blocks = static_cast<unsigned>((rows + kHcRowsPerBlock - 1) / kHcRowsPerBlock);
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
   auto tail = hc == 4 ? hc_weights_tail_kernel<4> : hc_weights_tail_kernel<0>;
-  tail<<<blocks, 32 * kHcRowsPerBlock, 0, impl_->stream>>>(x, rows, hc, dim, dots, base, scale, rms_eps, hc_eps,
-                                                            sinkhorn_iters, pre, post, comb);
+  tail<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,
+                                                                     sinkhorn_iters, pre, post, comb);
   check_launch("hc_weights_tail_kernel");
 }
 

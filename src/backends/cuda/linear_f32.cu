@@ -14,25 +14,37 @@ namespace {
 
 constexpr int kRows = 8, kCols = 32, kChunk = 32;
 constexpr int kChainMaxM = 64, kChainRows = 8, kChainOutputs = 8;  // a block: 8 outputs x 8 chains, 8 rows a thread
+constexpr int kChainChunk = 512, kChainPad = 8;  // channels staged per step; the pad spreads outputs over banks
 
 // Lane c of the 8 lanes of output j sums channels c, c + 8, ... of up to 8 rows in order (the CPU's
-// partial sum c % 8); the lanes' sums meet in lane 0 of the group through shuffles, in the CPU's tree.
+// partial sum c % 8), reading chunks of w and x that the block stages in shared memory with coalesced
+// loads; the lanes' sums meet in lane 0 of the group through shuffles, in the CPU's tree.
 __global__ void __launch_bounds__(kChainOutputs * 8) linear_chains_kernel(const float* __restrict__ x, int m, int k,
                                                                         const float* __restrict__ w, int n,
                                                                         float* __restrict__ y) {
-  const int c = threadIdx.x & 7, j = blockIdx.x * kChainOutputs + (threadIdx.x >> 3);
+  __shared__ float ws[kChainOutputs][kChainChunk + kChainPad], xs[kChainRows][kChainChunk];
+  const int c = threadIdx.x & 7, jl = threadIdx.x >> 3, j0 = blockIdx.x * kChainOutputs, j = j0 + jl;
   const int i0 = blockIdx.y * kChainRows, rows = min(kChainRows, m - i0);
   float s[kChainRows] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (j < n) {
-    const float* wj = w + static_cast<size_t>(j) * k;
-    const float* xi = x + static_cast<size_t>(i0) * k;
-#pragma unroll 4
-    for (int g = c; g < k; g += 8) {
-      const float wv = wj[g];
-#pragma unroll
-      for (int r = 0; r < kChainRows; ++r)
-        if (r < rows) s[r] = fmaf(xi[static_cast<size_t>(r) * k + g], wv, s[r]);
+  for (int c0 = 0; c0 < k; c0 += kChainChunk) {
+    const int len = min(kChainChunk, k - c0);
+#pragma unroll 8
+    for (int e = threadIdx.x; e < kChainOutputs * kChainChunk; e += blockDim.x) {
+      const int jj = e / kChainChunk, cc = e % kChainChunk;
+      ws[jj][cc] = j0 + jj < n && cc < len ? w[static_cast<size_t>(j0 + jj) * k + c0 + cc] : 0.0f;
     }
+#pragma unroll 8
+    for (int e = threadIdx.x; e < kChainRows * kChainChunk; e += blockDim.x) {
+      const int r = e / kChainChunk, cc = e % kChainChunk;
+      xs[r][cc] = r < rows && cc < len ? x[static_cast<size_t>(i0 + r) * k + c0 + cc] : 0.0f;
+    }
+    __syncthreads();
+    for (int cc = c; cc < len; cc += 8) {  // chunks start at multiples of 8: channel c0 + cc goes to sum c
+      const float wv = ws[jl][cc];
+#pragma unroll
+      for (int r = 0; r < kChainRows; ++r) s[r] = fmaf(xs[r][cc], wv, s[r]);
+    }
+    __syncthreads();
   }
   const unsigned lead = threadIdx.x & ~7u;
 #pragma unroll
