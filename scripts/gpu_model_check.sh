@@ -35,6 +35,8 @@ run() {  # name, then the command
 for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test parallel_nccl_communicator_test; do
   [[ -n "$(find_bin $t)" ]] && run "$t" "$(find_bin $t)"
 done
+# The op table again with the exact GEMMs: the fp32 linear (and the ops built on it) bit for bit.
+DEEPINFER_FP8_GEMM=exact run backends_ops_test-exact "$(find_bin backends_ops_test)"
 export DEEPINFER_DEVICE=cuda
 # The goldens twice: with DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact every op gives the CPU's bits
 # but the transcendentals (the model code on the GPU against the reference), then with the tensor cores

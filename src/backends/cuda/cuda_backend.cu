@@ -346,10 +346,13 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 }
 
 // ---------------------------------------------------------------- hc_weights
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// exp through double, rounded once to float: the correctly rounded expf (as glibc's, the CPU's, in all
+// but vanishingly rare cases), so that the serial mHC tail gives the CPU's bits; it is a few dozen calls a row.
+__device__ __forceinline__ float expf_cr(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
-// dots [rows, outs] holds x . fn in the CPU's order (linear_cpu_order: a GEMM across rows, not one block
-// per row re-reading fn). One block per row: x . x in the CPU's order (sumsq_cpu_order), then thread 0
+// dots [rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn; the
+// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x in the CPU's order (sumsq_cpu_order), then thread 0
 // scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
 // config), else in a local array (HC = 0: hc <= kHcMax).
 constexpr int kHcThreads = 256, kHcMax = 16;
@@ -383,7 +386,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     }
     float z = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf(c[j * hc + kk] - mx));
+    for (int kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf_cr(c[j * hc + kk] - mx));
 #pragma unroll
     for (int kk = 0; kk < hc; ++kk) c[j * hc + kk] = c[j * hc + kk] / z + hc_eps;
   }
@@ -732,7 +735,17 @@ void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, i
   impl_->bind();
   check_sizes(m >= 0 && k >= 0 && n >= 0 && m <= INT32_MAX && k <= INT32_MAX && n <= INT32_MAX, "linear");
   if (m == 0 || n == 0) return;
-  if (impl_->linear_gemv) return linear_cpu_order(x, m, k, w, n, y, impl_->stream);
+  // The CPU's bits (exact) or one order for every m (batch-invariant: the GEMV over chunks of 8 rows
+  // where it fits) are slow paths; the default takes the GEMV at decode sizes, else cuBLAS.
+  if (impl_->exact_gemm) return linear_cpu_order(x, m, k, w, n, y, impl_->stream);
+  const bool gemv = impl_->linear_gemv && gemv_fits(x, 1, k, w, n, 4);
+  if (impl_->batch_invariant) {
+    if (!gemv) return linear_cpu_order(x, m, k, w, n, y, impl_->stream);
+    for (int64_t r = 0; r < m; r += kGemvMaxM)
+      gemv_f32(x + r * k, std::min<int64_t>(kGemvMaxM, m - r), k, w, n, y + r * n, impl_->stream);
+    return;
+  }
+  if (gemv && m <= kGemvMaxM) return gemv_f32(x, m, k, w, n, y, impl_->stream);
   // Row-major y[m,n] = x[m,k] w[n,k]^T is column-major y^T[n,m] = (w^T)^T[n,k] x^T[k,m].
   const float one = 1.0f, zero = 0.0f;
   check_cublas(cublasGemmEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
@@ -860,7 +873,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   const int64_t outs = comb ? (2 + hc) * hc : hc, width = hc * dim;
   check_sizes(width <= INT32_MAX && outs <= INT32_MAX, "hc_weights");
   float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
-  linear_cpu_order(x, rows, width, fn, outs, dots, impl_->stream);
+  linear(x, rows, width, fn, outs, dots);
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
   auto tail = hc == 4 ? hc_weights_tail_kernel<4> : hc_weights_tail_kernel<0>;
   tail<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,

@@ -43,81 +43,85 @@ __global__ void softmax_pool_v41_kernel(const float* __restrict__ kv, const floa
   z[e] = bf16_round(acc);
 }
 
-// One block per token. The scores are elementwise (in parallel); the softmax's max ignores NaN in any
-// order, its sum runs in expert order on one thread. The selection: each expert's rank is the number of
-// experts strictly before it; when no selected expert ties another, that is cpu::torch_topk's unique
-// sorted answer, else thread 0 runs the torch_topk port on the row (its exact tie order).
-constexpr int kRouteThreads = 128;
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* __restrict__ logits, int64_t E,
-                                                                  const float* bias, const float* bias_vl,
-                                                                  const uint8_t* image, ops::Backend::RouteParams p,
-                                                                  int32_t* sel, float* weight, float* scores) {
-  extern __shared__ float route_smem[];
-  float* sc = route_smem;                                  // [E]
-  Elem* q = reinterpret_cast<Elem*>(route_smem + E + (E & 1));  // [E], 8-byte aligned
-  Elem* top = q + E;                                       // [k]
-  __shared__ float red[kRouteThreads / 32];
-  __shared__ float z_s;
-  __shared__ int tie;
-  const int64_t t = blockIdx.x, k = p.k;
+// One warp per token, its row in shared memory. The scores are elementwise; the softmax's max ignores NaN
+// in any order, its sum runs in expert order on lane 0. The selection takes the best remaining expert k
+// times (a warp reduction); while no chosen value ties another remaining one, that is cpu::torch_topk's
+// unique sorted answer, else lane 0 runs the torch_topk port on the row (its exact tie order).
+constexpr int kRouteWarps = 4;
+
+__host__ __device__ inline size_t route_row_bytes(int64_t E) {  // scores, (value, expert) pairs, taken flags
+  return (static_cast<size_t>(E) * sizeof(float) + 7) / 8 * 8 + static_cast<size_t>(E) * sizeof(Elem) +
+         (static_cast<size_t>(E) + 7) / 8 * 8;
+}
+
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const float* __restrict__ logits, int64_t n,
+                                                                     int64_t E, const float* bias,
+                                                                     const float* bias_vl, const uint8_t* image,
+                                                                     ops::Backend::RouteParams p, int32_t* sel,
+                                                                     float* weight, float* scores) {
+  extern __shared__ __align__(8) unsigned char route_smem[];
+  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(kRouteWarps) + wid, k = p.k;
+  if (t >= n) return;  // the whole warp
+  unsigned char* row = route_smem + wid * route_row_bytes(E);
+  float* sc = reinterpret_cast<float*>(row);
+  Elem* q = reinterpret_cast<Elem*>(row + (E * sizeof(float) + 7) / 8 * 8);
+  uint8_t* taken = reinterpret_cast<uint8_t*>(q + E);
   const float* lg = logits + t * E;
   const float T = p.temperature;
-  if (threadIdx.x == 0) tie = 0;
   if (p.score_func == ops::Backend::ScoreFunc::kSoftmax) {
     float mx = -kInf;
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) mx = max_of(mx, __fdiv_rn(lg[e], T));
+    for (int64_t e = lane; e < E; e += 32) mx = max_of(mx, __fdiv_rn(lg[e], T));
     for (int o = 16; o > 0; o >>= 1) mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int w = 1; w < kRouteThreads / 32; ++w) mx = max_of(mx, red[w]);
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sc[e] = expf(__fdiv_rn(lg[e], T) - mx);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float z = 0;
+    for (int64_t e = lane; e < E; e += 32) sc[e] = expf(__fdiv_rn(lg[e], T) - mx);
+    __syncwarp();
+    float z = 0;
+    if (lane == 0)
       for (int64_t e = 0; e < E; ++e) z = __fadd_rn(z, sc[e]);
-      z_s = z;
-    }
-    __syncthreads();
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) sc[e] = __fdiv_rn(sc[e], z_s);
+    z = __shfl_sync(0xffffffffu, z, 0);
+    for (int64_t e = lane; e < E; e += 32) sc[e] = __fdiv_rn(sc[e], z);
   } else {
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int64_t e = lane; e < E; e += 32) {
       const float v = __fdiv_rn(lg[e], T);
       sc[e] = p.score_func == ops::Backend::ScoreFunc::kSigmoid ? __fdiv_rn(1.0f, 1.0f + expf(-v))
                                                                 : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
     }
   }
   const float* b = image && image[t] ? bias_vl : bias;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int64_t e = lane; e < E; e += 32) {
     q[e] = {__fadd_rn(sc[e], b ? b[e] : 0.0f), static_cast<int32_t>(e)};
+    taken[e] = 0;
     if (scores) scores[t * E + e] = sc[e];
   }
-  __syncthreads();
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-    const Elem me = q[e];
-    int64_t rank = 0;
-    bool tied = false;
-    for (int64_t j = 0; j < E; ++j) {
-      const Elem o = q[j];
-      if (topk::before(o, me)) ++rank;
-      else if (j != e && !topk::before(me, o)) tied = true;
+  __syncwarp();
+  int32_t* st = sel + t * k;
+  bool tie = false;
+  for (int64_t r = 0; r < k && !tie; ++r) {
+    Elem best{0.0f, -1};
+    for (int64_t e = lane; e < E; e += 32)  // ascending e: the lower index among equals
+      if (!taken[e] && (best.i < 0 || topk::before(q[e], best))) best = q[e];
+    for (int o = 16; o > 0; o >>= 1) {  // the first in (value order, then index): the same on every lane
+      const Elem other{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+      if (other.i >= 0 && (best.i < 0 || topk::before(other, best) || (!topk::before(best, other) && other.i < best.i)))
+        best = other;
     }
-    if (rank < k) {
-      if (tied) tie = 1;
-      else top[rank] = me;
+    bool equal = false;
+    for (int64_t e = lane; e < E; e += 32)
+      equal |= !taken[e] && e != best.i && !topk::before(q[e], best) && !topk::before(best, q[e]);
+    tie = __any_sync(0xffffffffu, equal);
+    if (lane == 0 && !tie) {
+      taken[best.i] = 1;
+      st[r] = best.i;
     }
+    __syncwarp();
   }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (lane != 0) return;
   if (tie) {
     topk::torch_topk(q, E, k, true);
-    top = q;
+    for (int64_t j = 0; j < k; ++j) st[j] = q[j].i;
   }
   float sum = 0;
-  for (int64_t j = 0; j < k; ++j) {
-    sel[t * k + j] = top[j].i;
-    sum = __fadd_rn(sum, weight[t * k + j] = sc[top[j].i]);
-  }
+  for (int64_t j = 0; j < k; ++j) sum = __fadd_rn(sum, weight[t * k + j] = sc[st[j]]);
   for (int64_t j = 0; j < k; ++j) {
     float w = weight[t * k + j];
     if (p.normalize && k > 1) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
@@ -208,11 +212,16 @@ void CudaBackend::moe_route(const float* logits, int64_t n, int64_t E, const flo
   check_sizes(n >= 0 && n <= INT32_MAX && E > 0 && p.k >= 0 && p.k <= E && E <= INT32_MAX, "moe_route");
   if (n == 0) return;
   impl_->bind();
-  // Shared memory: the scores, the (biased score, expert) row the selection permutes, the top k.
-  const size_t smem = static_cast<size_t>(E + (E & 1)) * sizeof(float) + static_cast<size_t>(E + p.k) * sizeof(Elem);
-  check(smem <= 48 * 1024, "cuda moe_route: ", E, " experts need more shared memory than a block has");
-  moe_route_kernel<<<static_cast<unsigned>(n), kRouteThreads, smem, impl_->stream>>>(logits, E, bias, bias_vl, image,
-                                                                                    p, sel, weight, scores);
+  // Shared memory: per warp (token) the scores, the (biased score, expert) row, the taken flags.
+  const size_t smem = kRouteWarps * route_row_bytes(E);
+  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda moe_route: ", E,
+        " experts need more shared memory than the device has");
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "cudaFuncSetAttribute(moe_route_kernel)");
+  moe_route_kernel<<<static_cast<unsigned>((n + kRouteWarps - 1) / kRouteWarps), kRouteWarps * 32, smem,
+                     impl_->stream>>>(logits, n, E, bias, bias_vl, image, p, sel, weight, scores);
   check_launch("moe_route_kernel");
 }
 

@@ -23,7 +23,7 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
-// 16 bytes as E floats: 8 bf16 widened exactly.
+// 16 bytes as E floats: 8 bf16 widened exactly, or 4 floats.
 template <typename T>
 struct Chunk;
 template <>
@@ -36,6 +36,14 @@ struct Chunk<uint16_t> {
       f[2 * i] = __uint_as_float(s[i] << 16);               // low half = element 2i (little endian)
       f[2 * i + 1] = __uint_as_float(s[i] & 0xffff0000u);
     }
+  }
+};
+
+template <>
+struct Chunk<float> {
+  static constexpr int E = 4;
+  __device__ __forceinline__ static void unpack(uint4 u, float (&f)[E]) {
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
   }
 };
 
@@ -152,6 +160,10 @@ bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, in
 
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream) {
   launch<uint16_t>(x, m, k, w, n, y, stream);
+}
+
+void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream) {
+  launch<float>(x, m, k, w, n, y, stream);
 }
 
 }  // namespace deepinfer::cuda

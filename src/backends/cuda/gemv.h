@@ -1,4 +1,4 @@
-// Decode GEMV for the CUDA backend (internal; bf16 — fp32 linear is linear_f32.h): y[m, n] = x[m, k] w[n, k]^T for m <= kGemvMaxM, streaming
+// Decode GEMV for the CUDA backend (internal; bf16 and fp32 weights): y[m, n] = x[m, k] w[n, k]^T for m <= kGemvMaxM, streaming
 // each weight row once with 16-byte loads. Accumulation order per output (fixed, independent of m and of
 // how many weight rows a block takes, hence batch invariant over m = 1..kGemvMaxM): thread t of 128 sums
 // its 16-byte chunks c = t, t + 128, ... in order as one sequential fp32 FMA chain (elements in order
@@ -15,5 +15,7 @@ constexpr int64_t kGemvMaxM = 8;
 bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, int64_t elem_bytes);
 // bf16 x, w (uint16 bits), fp32 y and accumulation. Launches on `stream` (a cudaStream_t).
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream);
+// fp32 x, w (the router gate, the mHC projections at decode).
+void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream);
 
 }  // namespace deepinfer::cuda
