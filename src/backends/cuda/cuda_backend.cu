@@ -60,8 +60,17 @@ __device__ float sumsq_cpu_order(const float* xr, int64_t n, float* stage, float
     __syncthreads();  // the previous chunk is consumed
     for (int i = threadIdx.x; i < len; i += blockDim.x) stage[i] = xr[c0 + i];
     __syncthreads();
-    if (threadIdx.x < 8)
-      for (int i = threadIdx.x; i < len; i += 8) acc = fmaf(stage[i], stage[i], acc);
+    if (threadIdx.x < 8) {  // 8 loads issued before their 8 serial FMAs (a load per step was the cost)
+      int i = threadIdx.x;
+      for (; i + 56 < len; i += 64) {
+        float v[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) v[q] = stage[i + 8 * q];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc = fmaf(v[q], v[q], acc);
+      }
+      for (; i < len; i += 8) acc = fmaf(stage[i], stage[i], acc);
+    }
   }
   if (threadIdx.x < 8) part[threadIdx.x] = acc;
   __syncthreads();
@@ -346,9 +355,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 }
 
 // ---------------------------------------------------------------- hc_weights
-// exp through double, rounded once to float: the correctly rounded expf (as glibc's, the CPU's, in all
-// but vanishingly rare cases), so that the serial mHC tail gives the CPU's bits; it is a few dozen calls a row.
-__device__ __forceinline__ float expf_cr(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
 // dots [rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn; the

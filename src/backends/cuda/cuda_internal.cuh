@@ -26,6 +26,12 @@ inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>(
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// exp / log1p through double, rounded once to float: the correctly rounded results, as glibc's expf and
+// log1pf (the CPU backend's) give in all but vanishingly rare cases. For the few serial transcendentals
+// whose 1-ulp differences decide discrete things (the routing's top-k, the mHC weights, the Engram gate).
+__device__ __forceinline__ float expf_cr(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+__device__ __forceinline__ float log1pf_cr(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
+
 // Decoders of the stored formats (src/core/dtype.cpp's, bit for bit).
 __device__ __forceinline__ float e4m3_to_float_d(uint32_t bits) {
   if ((bits & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);

@@ -38,8 +38,8 @@ __global__ void softmax_pool_v41_kernel(const float* __restrict__ kv, const floa
   const float* v = kv + w * slots * channels + c;
   float mx = -kInf, den = 0, acc = 0;
   for (int64_t s = 0; s < slots; ++s) mx = max_of(mx, sc[s * channels]);
-  for (int64_t s = 0; s < slots; ++s) den = __fadd_rn(den, expf(sc[s * channels] - mx));
-  for (int64_t s = 0; s < slots; ++s) acc = __fmaf_rn(v[s * channels], __fdiv_rn(expf(sc[s * channels] - mx), den), acc);
+  for (int64_t s = 0; s < slots; ++s) den = __fadd_rn(den, expf_cr(sc[s * channels] - mx));
+  for (int64_t s = 0; s < slots; ++s) acc = __fmaf_rn(v[s * channels], __fdiv_rn(expf_cr(sc[s * channels] - mx), den), acc);
   z[e] = bf16_round(acc);
 }
 
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const float
     float mx = -kInf;
     for (int64_t e = lane; e < E; e += 32) mx = max_of(mx, __fdiv_rn(lg[e], T));
     for (int o = 16; o > 0; o >>= 1) mx = max_of(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    for (int64_t e = lane; e < E; e += 32) sc[e] = expf(__fdiv_rn(lg[e], T) - mx);
+    for (int64_t e = lane; e < E; e += 32) sc[e] = expf_cr(__fdiv_rn(lg[e], T) - mx);
     __syncwarp();
     float z = 0;
     if (lane == 0)
@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const float
   } else {
     for (int64_t e = lane; e < E; e += 32) {
       const float v = __fdiv_rn(lg[e], T);
-      sc[e] = p.score_func == ops::Backend::ScoreFunc::kSigmoid ? __fdiv_rn(1.0f, 1.0f + expf(-v))
-                                                                : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+      sc[e] = p.score_func == ops::Backend::ScoreFunc::kSigmoid ? __fdiv_rn(1.0f, 1.0f + expf_cr(-v))
+                                                                : sqrtf(v > 20.0f ? v : log1pf_cr(expf_cr(v)));
     }
   }
   const float* b = image && image[t] ? bias_vl : bias;
@@ -143,8 +143,8 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* _
 }
 
 // One block per (token, stream). The three sums keep the CPU's d order, so each is one serial chain:
-// the block stages h, key and w in shared memory, lane 0 of warps 0, 1, 2 runs one chain each (from
-// shared memory, not a global load per step), then every thread applies the gate to its channels.
+// the block stages h, key and w in shared memory, lane 0 of warps 0, 1, 2 runs one chain each (h . h,
+// key . key, (h * w) . key) from there, then every thread applies the gate to its channels.
 constexpr int kGateThreads = 256;
 __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, const float* __restrict__ kv,
                                                                    const float* __restrict__ qk, const uint8_t* image,
@@ -167,14 +167,19 @@ __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, con
   __syncthreads();
   __shared__ float sums[3];
   const int warp = threadIdx.x / 32;
-  if ((threadIdx.x & 31) == 0 && warp < 3) {
+  if ((threadIdx.x & 31) == 0 && warp < 3) {  // 8 shared-memory loads issued before their 8 serial FMAs
+    const float* a = warp == 1 ? ks : hs;
+    const float* b = warp == 0 ? hs : ks;
     float acc = 0;
-    if (warp == 0)
-      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(hs[d], hs[d], acc);
-    else if (warp == 1)
-      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(ks[d], ks[d], acc);
-    else
-      for (int64_t d = 0; d < D; ++d) acc = __fmaf_rn(__fmul_rn(hs[d], ws[d]), ks[d], acc);
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+      float u[8], v[8], g[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) u[q] = a[d + q], v[q] = b[d + q], g[q] = warp == 2 ? ws[d + q] : 1.0f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc = warp == 2 ? __fmaf_rn(__fmul_rn(u[q], g[q]), v[q], acc) : __fmaf_rn(u[q], v[q], acc);
+    }
+    for (; d < D; ++d) acc = warp == 2 ? __fmaf_rn(__fmul_rn(hs[d], ws[d]), ks[d], acc) : __fmaf_rn(a[d], b[d], acc);
     sums[warp] = acc;
   }
   __syncthreads();
@@ -183,7 +188,7 @@ __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, con
                                __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(sums[1], Df), eps))));
   const float dot = __fmul_rn(__fmul_rn(sums[2], rstd), dscale);
   const float mag = sqrtf(max_of(fabsf(dot), 1e-6f));
-  const float g = __fdiv_rn(1.0f, 1.0f + expf(-copysignf(mag, dot)));
+  const float g = __fdiv_rn(1.0f, 1.0f + expf_cr(-copysignf(mag, dot)));
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) h[d] = bf16_round(__fmaf_rn(g, val[d], hs[d]));
 }
 
