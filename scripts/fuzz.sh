@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 all=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_text fuzz_json_schema fuzz_regex fuzz_ebnf fuzz_chat
-     fuzz_image fuzz_request)
+     fuzz_image fuzz_request fuzz_hub)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

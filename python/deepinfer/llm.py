@@ -156,23 +156,39 @@ class LLM:
         Special-token strings typed in a message (e.g. "<｜User｜>") stay text unless
         special_tokens_in_content=True (trusted input only).
         chat_template_kwargs: {"thinking": bool} (or "enable_thinking") and {"reasoning_effort": str}."""
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise TypeError(f"chat: chat_template_kwargs must be a dict, got {type(chat_template_kwargs).__name__}")
         kw = dict(chat_template_kwargs or {})
-        thinking = bool(kw.pop("thinking", kw.pop("enable_thinking", False)))
-        effort = str(kw.pop("reasoning_effort", "") or "")
+        thinking = kw.pop("thinking", kw.pop("enable_thinking", None))
+        thinking = False if thinking is None else thinking
+        effort = kw.pop("reasoning_effort", "") or ""
         if kw:
-            raise ValueError(f"chat_template_kwargs: unknown keys {sorted(kw)} (thinking, reasoning_effort)")
+            raise ValueError(f"chat_template_kwargs: unknown keys {sorted(kw, key=repr)} (thinking, reasoning_effort)")
+        # Checked here, not converted: bool("no") is True, and the core's own message names no argument.
+        for name, value, kind in (("chat_template_kwargs.thinking", thinking, bool),
+                                  ("chat_template_kwargs.reasoning_effort", effort, str),
+                                  ("add_generation_prompt", add_generation_prompt, bool),
+                                  ("special_tokens_in_content", special_tokens_in_content, bool)):
+            if type(value) is not kind:
+                raise TypeError(f"chat: {name} must be a {kind.__name__}, got {type(value).__name__}")
         if not isinstance(messages, (list, tuple)):
             raise TypeError(f"chat: messages must be a list of messages (dicts), got {type(messages).__name__}")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
+        try:
+            tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"chat: tools is not JSON-serializable: {e}") from None
+        _unicode(tools_json, "chat: tools")
+        _unicode(effort, "chat: chat_template_kwargs.reasoning_effort")
         prompts = []
         for i, conv in enumerate(conversations):
             try:
                 text = json.dumps(_inline_pil_images(list(conv)), ensure_ascii=False)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"chat: conversation {i} is not JSON-serializable: {e}") from None
+            _unicode(text, f"chat: conversation {i}")
             ids, images = self._engine.chat_prompt(text, tools_json, thinking, effort, add_generation_prompt,
-                                                   bool(special_tokens_in_content))
+                                                   special_tokens_in_content)
             prompts.append({"prompt_token_ids": ids, "multi_modal_data": {"image": images}} if images
                            else {"prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
@@ -298,6 +314,15 @@ class LLM:
 
     def _token_text(self, token_id: int) -> str:
         return self._engine.decode([token_id], False)
+
+
+def _unicode(text: str, what: str) -> str:
+    """text, if it can go to the core as UTF-8 (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
+    return text
 
 
 def _as_params(p) -> SamplingParams:

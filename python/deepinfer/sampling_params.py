@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Union
 
 
@@ -49,7 +49,9 @@ class SamplingParams:
         _core.validate_params(self._to_core())
 
     def _to_core(self) -> dict:
-        d = asdict(self)
+        # Shallow (not dataclasses.asdict, which recurses into lists without bound: a list holding
+        # itself was a RecursionError); the core copies what it reads.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         # Passed as given: the core checks every type and names the field (no silent "12" -> 12).
         d["stop"] = [] if self.stop is None else self.stop
         d["stop_token_ids"] = [] if self.stop_token_ids is None else self.stop_token_ids

@@ -1,5 +1,6 @@
 #include "engine/hub.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,10 +10,9 @@
 #include <sstream>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/env.h"
 #include "core/error.h"
+#include "engine/hub_listing.h"
 
 #ifdef DEEPINFER_HAVE_CURL
 #include <curl/curl.h>
@@ -50,6 +50,7 @@ std::optional<fs::path> find_in_cache(const std::string& repo, const std::string
   fs::path root = repo_cache_dir(repo);
   std::string commit = revision;
   if (fs::is_regular_file(root / "refs" / revision)) commit = read_text(root / "refs" / revision);
+  if (!is_safe_revision(commit)) return std::nullopt;  // a damaged refs file: ask the hub again
   fs::path snap = root / "snapshots" / commit;
   if (has_config(snap)) return snap;
   return std::nullopt;
@@ -61,8 +62,12 @@ struct Curl {
   ~Curl() { curl_easy_cleanup(h); }
 };
 
+// The hub's file list of a revision is kilobytes; a longer answer is not one (curl stops at a short write).
+constexpr size_t kMaxAnswerBytes = size_t{64} << 20;
 size_t write_string(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
+  auto* body = static_cast<std::string*>(out);
+  if (body->size() + size * n > kMaxAnswerBytes) return 0;
+  body->append(data, size * n);
   return size * n;
 }
 size_t write_file(char* data, size_t size, size_t n, void* out) {
@@ -112,6 +117,21 @@ void http_download(const std::string& url, const fs::path& part) {
   check(status == 200 || status == 206, url, " answered HTTP ", status);
 }
 
+// A file name as a URL path: '/' stays, every byte outside the unreserved set is %-escaped.
+std::string url_path(const std::string& name) {
+  std::string out;
+  for (unsigned char c : name) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
 std::string hex_digest(const fs::path& file, const char* algo, const std::string& prefix) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_get_digestbyname(algo), nullptr);
@@ -133,45 +153,38 @@ fs::path download(const std::string& repo, const std::string& revision) {
   std::string endpoint = env_string("DEEPINFER_HF_ENDPOINT");
   if (endpoint.empty()) endpoint = getenv_str("HF_ENDPOINT");
   if (endpoint.empty()) endpoint = "https://huggingface.co";
-  auto info = nlohmann::json::parse(http_get(endpoint + "/api/models/" + repo + "/revision/" + revision + "?blobs=true"),
-                                    nullptr, false);
-  check(!info.is_discarded() && info.contains("sha") && info.contains("siblings"),
-        "the hub's answer for ", repo, " has no file list");
-  std::string commit = info["sha"];
+  HubListing listing =
+      parse_hub_listing(http_get(endpoint + "/api/models/" + repo + "/revision/" + revision + "?blobs=true"), repo);
+  const std::string& commit = listing.commit;
   fs::path root = repo_cache_dir(repo);
   fs::create_directories(root / "blobs");
-  for (auto& s : info["siblings"]) {
-    std::string name = s["rfilename"];
-    check(name.find("..") == std::string::npos, "refusing file name ", name);
-    // LFS files are named by sha256, others by their git blob id (sha1 of "blob <size>\0" + data).
-    bool lfs = s.contains("lfs") && s["lfs"].is_object();
-    std::string etag = lfs ? s["lfs"]["sha256"].get<std::string>() : s.value("blobId", std::string());
-    int64_t size = lfs ? s["lfs"]["size"].get<int64_t>() : s.value("size", int64_t{-1});
-    check(!etag.empty(), "the hub gave no hash for ", repo, "/", name);
-    fs::path blob = root / "blobs" / etag;
+  for (const HubFile& file : listing.files) {
+    fs::path blob = root / "blobs" / file.hash;
     if (!fs::exists(blob)) {
       fs::path part = blob;
       part += ".incomplete";
-      http_download(endpoint + "/" + repo + "/resolve/" + commit + "/" + name, part);
+      http_download(endpoint + "/" + repo + "/resolve/" + commit + "/" + url_path(file.name), part);
       int64_t got = static_cast<int64_t>(fs::file_size(part));
-      if (size >= 0 && got != size) {
+      if (file.size >= 0 && got != file.size) {
         fs::remove(part);
-        fail("download of ", repo, "/", name, " has ", got, " bytes, expected ", size);
+        fail("download of ", repo, "/", file.name, " has ", got, " bytes, expected ", file.size);
       }
-      std::string digest = lfs ? hex_digest(part, "SHA256", "")
-                               : hex_digest(part, "SHA1", "blob " + std::to_string(got) + std::string(1, '\0'));
-      if (digest != etag) {
+      std::string digest = file.lfs ? hex_digest(part, "SHA256", "")
+                                    : hex_digest(part, "SHA1", "blob " + std::to_string(got) + std::string(1, '\0'));
+      if (digest != file.hash) {
         fs::remove(part);
-        fail("download of ", repo, "/", name, " is corrupt: hash ", digest, ", expected ", etag);
+        fail("download of ", repo, "/", file.name, " is corrupt: hash ", digest, ", expected ", file.hash);
       }
       fs::rename(part, blob);
     }
-    fs::path link = root / "snapshots" / commit / name;
+    fs::path link = root / "snapshots" / commit / file.name;
     fs::create_directories(link.parent_path());
     if (!fs::exists(fs::symlink_status(link))) fs::create_symlink(fs::relative(blob, link.parent_path()), link);
   }
-  fs::create_directories(root / "refs");
-  if (revision != commit) std::ofstream(root / "refs" / revision) << commit;
+  if (revision != commit) {  // "refs/pr/1" is a path under refs/
+    fs::create_directories((root / "refs" / revision).parent_path());
+    std::ofstream(root / "refs" / revision) << commit;
+  }
   fs::path snap = root / "snapshots" / commit;
   check(has_config(snap), repo, " has no config.json");
   return snap;
@@ -197,6 +210,8 @@ std::string resolve_model(const std::string& name, const std::string& revision) 
     return name;
   }
   check(looks_like_repo_id(name), "model '", name, "' is neither a folder nor a Hugging Face repo id (org/name)");
+  check(is_safe_revision(revision), "revision '", revision,
+        "' is not a branch, tag or commit name (no empty, '.' or '..' parts, spaces, '\\', '?', '#' or '%')");
   if (std::string dir = env_string("DEEPINFER_HF_MODEL_DIR"); !dir.empty()) {
     std::string base = name.substr(name.find('/') + 1);
     for (fs::path cand : {fs::path(dir), fs::path(dir) / base, fs::path(dir) / name})
@@ -211,6 +226,8 @@ std::string resolve_model(const std::string& name, const std::string& revision) 
     return download(name, revision).string();
   } catch (const Error& e) {
     fail("model ", name, " is not in the Hugging Face cache (", hf_cache_dir(), ") and could not be downloaded: ", e.what());
+  } catch (const fs::filesystem_error& e) {  // the cache folder: full disk, permissions, a file where a folder goes
+    fail("model ", name, " could not be written into the Hugging Face cache (", hf_cache_dir(), "): ", e.what());
   }
 #else
   fail("model ", name, " is not in the Hugging Face cache (", hf_cache_dir(), ") and this build cannot download");

@@ -107,6 +107,16 @@ def main():
     put("request", "structured", bytes([1, 2, 4, 5]) + so + bytes([9, 7, 2]) + bytes([7, 2, 40]) +
         bytes([40]) + b'{"type": "object", "properties": {"a": {"type": "string"}}}')
 
+    # the hub's file list of a revision (src/engine/hub_listing.h): a real layout, and near misses
+    blob = {"rfilename": "config.json", "blobId": "a" * 40, "size": 12}
+    lfs = {"rfilename": "weights/model-00001.safetensors", "blobId": "b" * 40,
+           "lfs": {"sha256": "c" * 64, "size": 1 << 40, "pointerSize": 135}}
+    listing = {"id": "org/m", "sha": "0123456789abcdef" * 2 + "01234567", "siblings": [blob, lfs]}
+    put("hub", "listing", json.dumps(listing))
+    put("hub", "escape", json.dumps(dict(listing, siblings=[dict(blob, rfilename="a/../../b")])))
+    put("hub", "collide", json.dumps(dict(listing, siblings=[blob, dict(lfs, rfilename="config.json/x")])))
+    put("hub", "lfs_null", json.dumps(dict(listing, siblings=[dict(blob, lfs=None)])))
+
     # small images of every decoded kind (written by tests/data/vision/make_images.py)
     for name in ("gray8.png", "palette.png", "rgba.png", "interlaced.png", "gray16.png", "photo.jpg",
                  "progressive.jpg", "lossless.webp", "alpha.webp"):

@@ -19,6 +19,7 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
     files: dict = {}
     corrupt: set = set()
     log: list = []
+    edit = None  # a function changing the answer's JSON (a hostile or changed hub)
 
     def log_message(self, *args):
         pass
@@ -34,7 +35,10 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
                 if name.endswith(".safetensors"):
                     s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                 siblings.append(s)
-            return self.reply(200, json.dumps({"id": REPO, "sha": COMMIT, "siblings": siblings}).encode())
+            answer = {"id": REPO, "sha": COMMIT, "siblings": siblings}
+            if FakeHub.edit:
+                answer = FakeHub.edit(answer)
+            return self.reply(200, (answer if isinstance(answer, str) else json.dumps(answer)).encode())
         prefix = f"/{REPO}/resolve/{COMMIT}/"
         name = self.path[len(prefix):] if self.path.startswith(prefix) else None
         if name not in self.files:
@@ -60,6 +64,7 @@ def hub(monkeypatch, tmp_path):
     FakeHub.files = {f: (GOLDENS / "tiny-a" / f).read_bytes() for f in ("config.json", "model.safetensors")}
     FakeHub.corrupt = set()
     FakeHub.log = []
+    FakeHub.edit = None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("DEEPINFER_HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
@@ -120,3 +125,48 @@ def test_model_dir_variable_and_local_folders(monkeypatch, tmp_path):
     assert resolve_model(str(GOLDENS / "tiny-a")) == str(GOLDENS / "tiny-a")
     with pytest.raises(ValueError, match="no config.json"):
         resolve_model(str(tmp_path))
+
+
+def set_in(answer, path, value):
+    *parents, last = path
+    node = answer
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return answer
+
+
+@pytest.mark.parametrize("path, value, needle", [
+    (["sha"], 12, "sha = 12: must be a string of 40 lowercase hex digits"),
+    (["sha"], "../../../outside", "sha = \"../../../outside\""),
+    (["siblings"], {"config.json": 1}, "siblings = .*must be a list of files"),
+    (["siblings", 0], "config.json", r"siblings\[0\] = \"config.json\": must be an object"),
+    (["siblings", 0, "rfilename"], None, r"siblings\[0\].rfilename = null: must be a string"),
+    (["siblings", 0, "rfilename"], "../../../outside.json", r"siblings\[0\].rfilename = \"../../../outside.json\""),
+    (["siblings", 0, "rfilename"], "/tmp/outside.json", r"siblings\[0\].rfilename = \"/tmp/outside.json\""),
+    (["siblings", 0, "blobId"], "../../../../outside", r"siblings\[0\].blobId"),
+    (["siblings", 0, "size"], "12", r"siblings\[0\].size = \"12\": must be a byte count"),
+    (["siblings", 1, "lfs"], {"sha256": 5, "size": 1}, r"siblings\[1\].lfs.sha256 = 5"),
+    (["siblings", 1, "lfs"], {"sha256": "0" * 64}, r"siblings\[1\].lfs.size is missing"),
+])
+def test_a_hostile_hub_answer_is_an_error_naming_the_field(hub, tmp_path, path, value, needle):
+    FakeHub.edit = lambda answer: set_in(answer, path, value)
+    with pytest.raises(ValueError, match="the hub's answer for fake-org/tiny-a: " + needle):
+        resolve_model(REPO)
+    assert not any(p.name.startswith("outside") for p in tmp_path.rglob("*"))
+    assert not any(url.startswith(f"/{REPO}/resolve/") for url, _ in FakeHub.log)  # refused before any download
+
+
+@pytest.mark.parametrize("body, needle", [("<html>too many requests</html>", "is not JSON"),
+                                          ('["a"]', "the answer = .*must be a JSON object")])
+def test_an_answer_that_is_not_a_file_list_is_an_error(hub, body, needle):
+    FakeHub.edit = lambda answer: body
+    with pytest.raises(ValueError, match=needle):
+        resolve_model(REPO)
+
+
+@pytest.mark.parametrize("revision", ["../../x", "/abs", "a//b", "main?x=1"])
+def test_revisions_that_leave_the_cache_are_refused(hub, revision):
+    with pytest.raises(ValueError, match="is not a branch, tag or commit name"):
+        resolve_model(REPO, revision)
+    assert FakeHub.log == []

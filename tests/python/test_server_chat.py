@@ -45,3 +45,12 @@ def test_bad_tool_choice_is_a_clear_error():
     with pytest.raises(Exception, match="not in 'tools'"):
         chat.build({"messages": [{"role": "user", "content": "x"}], "tools": [TOOL],
                     "tool_choice": {"type": "function", "function": {"name": "other"}}}, "v41", no_encoder)
+
+
+@pytest.mark.parametrize("kwargs, needle", [({"thinking": "false"}, "thinking must be a boolean"),  # bool() made it True
+                                            ({"enable_thinking": 1}, "thinking must be a boolean"),
+                                            ({"reasoning_effort": 3}, "reasoning_effort must be a string")])
+def test_chat_template_kwargs_are_checked_not_converted(kwargs, needle):
+    with pytest.raises(Exception, match=needle):
+        chat.build({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": kwargs}, "v41",
+                   no_encoder)

@@ -44,8 +44,15 @@ def build(body: dict, fmt: str, encode: Encoder) -> ChatRequest:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}] must be an object with a string 'role'", "messages")
     kwargs = dict(get(body, "chat_template_kwargs", (dict,), {}))
-    thinking = bool(kwargs.pop("thinking", kwargs.pop("enable_thinking", False)))
+    thinking = kwargs.pop("thinking", kwargs.pop("enable_thinking", None))
+    if thinking is not None and not isinstance(thinking, bool):  # bool("false") is True
+        raise bad(f"chat_template_kwargs.thinking must be a boolean, got {json.dumps(thinking)[:40]}",
+                  "chat_template_kwargs")
     effort = kwargs.pop("reasoning_effort", None) or get(body, "reasoning_effort", (str,), "") or ""
+    if not isinstance(effort, str):
+        raise bad(f"chat_template_kwargs.reasoning_effort must be a string, got {json.dumps(effort)[:40]}",
+                  "chat_template_kwargs")
+    thinking = bool(thinking)
     if kwargs:
         raise bad(f"chat_template_kwargs: unknown keys {sorted(kwargs)} (thinking, reasoning_effort)",
                   "chat_template_kwargs")
