@@ -164,8 +164,8 @@ void check_fits_in_memory(const io::Checkpoint& ckpt, const std::vector<std::str
 void check_fits_on_device(const io::Checkpoint& ckpt, const std::vector<std::string>& mapped, const DeviceMemory& mem) {
   size_t free = 0, total = 0;
   if (!mem.memory_info(&free, &total)) return;
-  const double need = loaded_bytes(ckpt, mapped, [](DType d) {  // stored bytes; scales fp32 + UE8M0; floats fp32
-    return d == DType::F8_E4M3 || d == DType::I8 || d == DType::U8 ? 1.0 : d == DType::F8_E8M0 ? 5.0 : 4.0;  // floats: an upper bound (BF16 projections stay bf16)
+  const double need = loaded_bytes(ckpt, mapped, [](DType d) {  // stored bytes (UE8M0 scales stay bytes); floats fp32
+    return d == DType::F8_E4M3 || d == DType::I8 || d == DType::U8 || d == DType::F8_E8M0 ? 1.0 : 4.0;  // floats: an upper bound (BF16 projections stay bf16)
   });
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   check(need <= static_cast<double>(free), ckpt.path(), ": the weights need about ", static_cast<int64_t>(need / kGiB * 10) / 10.0,

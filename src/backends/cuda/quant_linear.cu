@@ -20,20 +20,29 @@
 namespace deepinfer::cuda {
 namespace {
 
-__global__ void dequant_fp8_block_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, int64_t n,
-                                         int64_t k, int64_t block, float* __restrict__ out) {
+// The weight's scales: its UE8M0 bytes in the GEMM's layout where it has them (the model then uploads no
+// fp32 copy), else the fp32 scales. A UE8M0 byte b is 2^(b - 127), exactly the fp32 scale it came from.
+struct DequantScales {
+  const float* f32;     // [ceil(n / block), ceil(k / block)] (FP8) or [n, k / 32] (MXFP4)
+  const uint8_t* ue8m0; // the same FP8 layout, or MXFP4 K-block-major [k / 32, ld]
+  int64_t ld;
+};
+__device__ __forceinline__ float ue8m0_to_float_d(uint32_t b) { return ldexpf(1.0f, static_cast<int>(b) - 127); }
+
+__global__ void dequant_fp8_block_kernel(const uint8_t* __restrict__ q, DequantScales sc, int64_t n, int64_t k,
+                                         int64_t block, float* __restrict__ out) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= n * k) return;
-  const int64_t r = e / k, c = e % k, gk = (k + block - 1) / block;
-  out[e] = __fmul_rn(e4m3_to_float_d(q[e]), scale[(r / block) * gk + c / block]);
+  const int64_t r = e / k, c = e % k, gk = (k + block - 1) / block, i = (r / block) * gk + c / block;
+  out[e] = __fmul_rn(e4m3_to_float_d(q[e]), sc.ue8m0 ? ue8m0_to_float_d(sc.ue8m0[i]) : sc.f32[i]);
 }
 
-__global__ void dequant_mxfp4_kernel(const uint8_t* __restrict__ q, const float* __restrict__ scale, int64_t n,
-                                     int64_t k, float* __restrict__ out) {
+__global__ void dequant_mxfp4_kernel(const uint8_t* __restrict__ q, DequantScales sc, int64_t n, int64_t k,
+                                     float* __restrict__ out) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one byte = two values
   if (e >= n * k / 2) return;
   const int64_t r = (2 * e) / k, c = (2 * e) % k;
-  const float s = scale[r * (k / 32) + c / 32];
+  const float s = sc.ue8m0 ? ue8m0_to_float_d(sc.ue8m0[(c / 32) * sc.ld + r]) : sc.f32[r * (k / 32) + c / 32];
   out[2 * e] = __fmul_rn(e2m1_to_float_d(q[e] & 0xf), s);
   out[2 * e + 1] = __fmul_rn(e2m1_to_float_d(q[e] >> 4), s);
 }
@@ -102,6 +111,7 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   if (m == 0 || w.n == 0) return;
   const bool stored = w.type != ops::WeightType::kF32;
   check(!stored || w.block > 0, "cuda linear_quant: a stored weight needs its scale block");
+  check(!stored || w.scale || w.scale_ue8m0, "cuda linear_quant: a stored weight needs its scales");
   check(w.type != ops::WeightType::kMxfp4 || w.k % 32 == 0, "cuda linear_quant: MXFP4 needs k % 32 == 0");
   if (stored && !impl_->exact_gemm && tensor_core_path(w, act_block) && reinterpret_cast<uintptr_t>(x) % 16 == 0)
     return gemm_tensor_cores(x, m, w, nullptr, m, y);
@@ -113,11 +123,12 @@ void CudaBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w,
   if (stored) {
     float* d = reinterpret_cast<float*>(ws + (xbytes + 255) / 256 * 256);
     const auto* q = static_cast<const uint8_t*>(w.data);
+    const DequantScales sc{w.scale, w.scale_ue8m0, w.scale_ld ? w.scale_ld : w.groups * w.n};
     if (w.type == ops::WeightType::kFp8Block) {
-      dequant_fp8_block_kernel<<<grid_for(w.n * w.k, 256), 256, 0, impl_->stream>>>(q, w.scale, w.n, w.k, w.block, d);
+      dequant_fp8_block_kernel<<<grid_for(w.n * w.k, 256), 256, 0, impl_->stream>>>(q, sc, w.n, w.k, w.block, d);
       check_launch("dequant_fp8_block_kernel");
     } else {
-      dequant_mxfp4_kernel<<<grid_for(w.n * w.k / 2, 256), 256, 0, impl_->stream>>>(q, w.scale, w.n, w.k, d);
+      dequant_mxfp4_kernel<<<grid_for(w.n * w.k / 2, 256), 256, 0, impl_->stream>>>(q, sc, w.n, w.k, d);
       check_launch("dequant_mxfp4_kernel");
     }
     wf = d;

@@ -83,9 +83,9 @@ V41Linear load_linear(ops::Backend& be, const WeightLoader& w, const std::string
   L.quant = m.type != ops::WeightType::kF32 && !plain;
   if (L.quant && be.weight_format(m.type) == m.type) {  // kept as stored
     L.w = {upload_buffer(be, m.bytes, m.byte_count()), 0};
-    L.scale = to_param(be, m.scale);
     const std::vector<uint8_t> s8 = ops::gemm_scale_bytes(m.view());
     if (!s8.empty()) L.scale_ue8m0 = upload_buffer(be, s8.data(), s8.size());
+    else L.scale = to_param(be, m.scale);  // UE8M0 bytes are the whole scale: no fp32 copy beside them
     L.q = {m.type, L.w.buf.data(), L.scale.data(), n, k, m.block, static_cast<const uint8_t*>(L.scale_ue8m0.data())};
     return L;
   }
@@ -157,10 +157,10 @@ V41Linear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vecto
     s8.push_back(ops::gemm_scale_bytes(m.view()));
   }
   if (L.q.type != ops::WeightType::kF32) {
-    L.scale = to_param(be, scales);
-    L.q.scale = L.scale.data();
     const std::vector<uint8_t> stacked = ops::stack_gemm_scale_bytes(s8, L.q.type, n, k);
     if (!stacked.empty()) L.scale_ue8m0 = upload_buffer(be, stacked.data(), stacked.size());
+    else L.scale = to_param(be, scales);  // fp32 scales only where they are not UE8M0
+    L.q.scale = L.scale.empty() ? nullptr : L.scale.data();
     L.q.scale_ue8m0 = static_cast<const uint8_t*>(L.scale_ue8m0.data());
   }
   return L;
