@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backends/cuda/kernels/fp8_gemm.h"
+#include "backends/cuda/kernels/mxfp4_decode.h"
 #include "backends/cuda/kernels/sm90.cuh"
 #include "core/error.h"
 
@@ -18,8 +19,6 @@ namespace {
 using namespace sm90;
 
 constexpr int kBM = 128, kBK = 128, kThreads = 384, kMaxGroups = 512;
-
-__device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 0 ? 0x00400000 : (b << 23)); }
 
 template <int BN, int BLK, bool SWAP, bool W4>
 struct Cfg {
@@ -507,16 +506,6 @@ struct Plan {
   int bn, splits;
 };
 
-int sm_count() {
-  static int n = [] {
-    int dev = 0, c = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
-    return c > 0 ? c : 132;
-  }();
-  return n;
-}
-
 // Tile shape and K split from the shape alone (rows = m, or the largest group for grouped calls):
 // decode swaps and takes the narrowest N tile holding the rows; when the tiles fill fewer than one wave
 // (one or two CTAs per SM), K is split (>= 4 stages of 128 per split) up to one wave. Grouped calls
@@ -609,6 +598,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
+  if (mxfp4_decode_fits(a)) return mxfp4_decode_gemm(a, stream);  // few rows a group: stream the weights once
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),

@@ -1,11 +1,26 @@
 // Hopper (sm_90a) PTX wrappers shared by the kernels: mbarriers, TMA 2D loads, wgmma descriptors and
-// the FP8 (e4m3 x e4m3 -> f32) wgmma for the tile widths the kernels use. Device code only.
+// the FP8 (e4m3 x e4m3 -> f32) wgmma for the tile widths the kernels use, the UE8M0 scale decoder, and
+// the multiprocessor count the launchers size persistent grids by.
 #pragma once
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace deepinfer::cuda::sm90 {
+
+// UE8M0 scale byte -> 2^(b - 127); byte 0 is 2^-127 (an fp32 subnormal).
+__device__ __forceinline__ float ue8m0(uint32_t b) { return __int_as_float(b == 0 ? 0x00400000 : (b << 23)); }
+
+inline int sm_count() {
+  static int n = [] {
+    int dev = 0, c = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
+    return c > 0 ? c : 132;
+  }();
+  return n;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

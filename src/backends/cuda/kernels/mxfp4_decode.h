@@ -1,0 +1,22 @@
+// Decode path of fp8_gemm for MXFP4 weights (the routed experts, grouped or not) when every group holds
+// few rows (decode: about one token per active expert). fp8_gemm (fp8_gemm.h) calls it itself; the
+// arguments and the result are fp8_gemm's, up to the fp32 summation order inside a K block.
+//
+// Kernel: each warp streams a 32-row slice of one active expert's weights once, over the whole K, through
+// a 4-stage cp.async ring in its own shared memory (no block-wide barrier); the e2m1 codes become e4m3
+// codes of 2^-6 times their value in registers (same sign / exponent / mantissa layout, bias 6 higher:
+// a shift and a mask), each K block of 32 is one m16n8k32 FP8 mma per 16 weight rows x 8 tokens, and
+// its fp32 partial is promoted with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K order.
+// A group of more than 8 * NT rows takes its token tiles in batches, each streaming the slice again.
+// Results depend on a row's own inputs only (no split K), not on m or the other groups.
+#pragma once
+#include "backends/cuda/kernels/fp8_gemm.h"
+
+namespace deepinfer::cuda {
+
+// Whether the decode path takes `a` (MXFP4, at most 64 rows a group, k % 256 == 0, not batch-invariant).
+bool mxfp4_decode_fits(const Fp8GemmArgs& a);
+// Enqueues it (after fp8_gemm's argument checks).
+void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream);
+
+}  // namespace deepinfer::cuda
