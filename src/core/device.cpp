@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/env.h"
+#include "core/random_bytes.h"
 #include "core/error.h"
 
 namespace deepinfer {
@@ -44,6 +46,17 @@ class HostMemory final : public DeviceMemory {
 };
 
 }  // namespace
+
+void DeviceMemory::fill_bytes(void* dst, size_t bytes, uint8_t value) {
+  const std::vector<uint8_t> v(std::min(bytes, kRandomChunk * 64), value);
+  for (size_t o = 0; o < bytes; o += v.size()) upload(static_cast<uint8_t*>(dst) + o, v.data(), std::min(v.size(), bytes - o));
+}
+
+void DeviceMemory::random_fill(void* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask) {
+  std::vector<uint8_t> v(bytes);
+  random_bytes(stream, v.data(), bytes, and_mask, or_mask);
+  upload(dst, v.data(), bytes);
+}
 
 DeviceMemory& host_memory() {
   static auto* m = new HostMemory;  // never destroyed: arenas in statics release into it at exit

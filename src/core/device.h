@@ -35,6 +35,10 @@ class DeviceMemory {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the device
   virtual void zero(void* dst, size_t bytes) = 0;
+  // dst[0, bytes) = value; and = bytes [0, bytes) of core random_bytes(stream) masked (dummy weights
+  // generated where they live). These defaults build the bytes on the host and upload them.
+  virtual void fill_bytes(void* dst, size_t bytes, uint8_t value);
+  virtual void random_fill(void* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask);
   // Free and total bytes of the device's memory; false where unknown (host memory).
   virtual bool memory_info(size_t* free_bytes, size_t* total_bytes) const {
     (void)free_bytes, (void)total_bytes;

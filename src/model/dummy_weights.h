@@ -15,5 +15,7 @@ std::vector<uint8_t> dummy_bytes(uint64_t seed, const std::string& name, size_t 
 std::vector<float> dummy_floats(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape);
 // base.weight [n, k]: FP8 e4m3 with block x block scales (block > 0), else MXFP4 (k % 32 == 0).
 StoredMatrix dummy_matrix(uint64_t seed, const std::string& base, int64_t n, int64_t k, int64_t block);
+// The same, generated_later: its type, shape, block, random stream, masks and scale value only.
+StoredMatrix dummy_matrix_spec(uint64_t seed, const std::string& base, int64_t n, int64_t k, int64_t block);
 
 }  // namespace deepinfer::model

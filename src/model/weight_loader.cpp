@@ -80,15 +80,8 @@ std::vector<int32_t> WeightLoader::ints(const std::string& name, const std::vect
 
 StoredMatrix WeightLoader::stored(const std::string& base, int64_t n, int64_t k) const {
   if (dummy()) {
-    for (const std::string& f : dummy_.float_infixes)
-      if (base.find(f) != std::string::npos) {
-        StoredMatrix m;
-        m.n = n, m.k = k, m.f32 = dummy_floats(dummy_.seed, base + ".weight", {n, k});
-        for (float& v : m.f32) v = round_to_bf16(v);  // BF16 in the release
-        return m;
-      }
-    const bool fp4 = !dummy_.fp4_infix.empty() && base.find(dummy_.fp4_infix) != std::string::npos && k % 32 == 0;
-    return dummy_matrix(dummy_.seed, base, n, k, fp4 ? 0 : block_n_);
+    StoredMatrix m = stored_spec(base, n, k);
+    return m.generated_later ? dummy_matrix(dummy_.seed, base, n, k, m.type == ops::WeightType::kMxfp4 ? 0 : m.block) : m;
   }
   const io::Checkpoint& ck = *ckpt_;
   const std::string wname = translate_(base + ".weight");
@@ -121,6 +114,19 @@ StoredMatrix WeightLoader::stored(const std::string& base, int64_t n, int64_t k)
   }
   m.bytes = w.data;
   return m;
+}
+
+StoredMatrix WeightLoader::stored_spec(const std::string& base, int64_t n, int64_t k) const {
+  if (!dummy()) return stored(base, n, k);
+  for (const std::string& f : dummy_.float_infixes)
+    if (base.find(f) != std::string::npos) {
+      StoredMatrix m;
+      m.n = n, m.k = k, m.f32 = dummy_floats(dummy_.seed, base + ".weight", {n, k});
+      for (float& v : m.f32) v = round_to_bf16(v);  // BF16 in the release
+      return m;
+    }
+  const bool fp4 = !dummy_.fp4_infix.empty() && base.find(dummy_.fp4_infix) != std::string::npos && k % 32 == 0;
+  return dummy_matrix_spec(dummy_.seed, base, n, k, fp4 ? 0 : block_n_);
 }
 
 std::vector<float> WeightLoader::matrix(const std::string& base, int64_t n, int64_t k) const {

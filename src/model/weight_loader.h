@@ -23,7 +23,17 @@ struct StoredMatrix {
   std::vector<uint8_t> owned;      // the bytes when they are not in a memory map (dummy weights)
   std::vector<float> scale;
   int64_t n = 0, k = 0, block = 0;
+  // Dummy weights not generated yet (WeightLoader::stored_spec): no bytes and no scales here; the bytes
+  // are random_bytes(random_stream) masked, every scale is scale_value. A backend that keeps the stored
+  // format generates them in place (DeviceMemory::random_fill).
+  bool generated_later = false;
+  uint64_t random_stream = 0;
+  uint8_t and_mask = 0xff, or_mask = 0;
+  float scale_value = 0;
   size_t byte_count() const { return type == ops::WeightType::kMxfp4 ? n * k / 2 : n * k; }
+  size_t scale_count() const {  // scale grid: FP8 [ceil(n / block), ceil(k / block)], MXFP4 [n, k / 32]
+    return type == ops::WeightType::kMxfp4 ? n * (k / 32) : ((n + block - 1) / block) * ((k + block - 1) / block);
+  }
   ops::QWeight view() const {  // host pointers
     return {type, type == ops::WeightType::kF32 ? static_cast<const void*>(f32.data()) : bytes, scale.data(), n, k, block};
   }
@@ -57,6 +67,8 @@ class WeightLoader {
   std::vector<float> matrix(const std::string& base, int64_t n, int64_t k) const;
   // The same matrix in its stored format (values checked finite).
   StoredMatrix stored(const std::string& base, int64_t n, int64_t k) const;
+  // stored(), but dummy FP8 / MXFP4 matrices come back generated_later (no host bytes).
+  StoredMatrix stored_spec(const std::string& base, int64_t n, int64_t k) const;
   // A float tensor of the given shape (norm weights, biases, mHC parameters, ...).
   std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) const;
   // An integer tensor (I32/I64) of the given shape, e.g. tid2eid.

@@ -57,6 +57,16 @@ std::vector<OpCase> deepseek_op_cases() {
                    r.backend().fill(r.out<float>(label("fill ", n), n), n, -2.5f);
                  }
                }});
+  // Dummy weights generated in place: the same bytes as core random_bytes on the host, at sizes with and
+  // without a partial last word and across a 1 MiB sub-stream boundary, at an odd address too.
+  c.push_back({"random_fill,fill_bytes", "random_fill_fill_bytes", 0, [](OpRun& r) {
+                 for (size_t n : {size_t{1}, size_t{13}, size_t{4096}, (size_t{1} << 20) + 77}) {
+                   uint8_t* dst = r.out<uint8_t>(label("random ", static_cast<int64_t>(n)), n + 1);
+                   r.backend().random_fill(dst + 1, n, 0x1234567 + n, n % 2 ? 0xbf : 0xff, n % 3 ? 0 : 0x40);
+                   r.backend().random_fill(dst, 1, 99, 0xff, 0);
+                   r.backend().fill_bytes(r.out<uint8_t>(label("fill_bytes ", static_cast<int64_t>(n)), n), n, 0x7c);
+                 }
+               }});
   c.push_back({"argmax", "argmax", 0, [](OpRun& r) {
                  for (int64_t n : {1, 7, 300, 129280}) {
                    const int64_t rows = 6;

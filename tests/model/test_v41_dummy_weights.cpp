@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "model/causal_lm.h"
 #include "model/deepseek_v41/v41_model.h"
 #include "model/dummy_weights.h"
 #include "model/load.h"
+#include "model/weight_loader.h"
 
 namespace deepinfer::model {
 namespace {
@@ -41,6 +43,26 @@ TEST(DummyWeights, ReleasedFormatsDeterministic) {
   const auto bias = dummy_floats(7, "layers.0.ffn.gate.bias", {4, 64});
   for (float v : bias) ASSERT_TRUE(std::fabs(v) <= 0.125f) << v;
   EXPECT_NE(bias[0], bias[1]);
+}
+
+// A backend that keeps FP8 / MXFP4 stored generates the bytes where they live (stored_spec, then
+// DeviceMemory::random_fill / fill_bytes): the same bytes and scales as the host's dummy_matrix.
+TEST(DummyWeights, GeneratedInPlaceEqualsHostBytes) {
+  const WeightLoader loader(DummyWeights{7}, 32);
+  for (const char* base : {"layers.0.attn.wq_a", "layers.0.ffn.experts.3.w1"}) {
+    const StoredMatrix spec = loader.stored_spec(base, 96, 256);
+    ASSERT_TRUE(spec.generated_later) << base;
+    EXPECT_EQ(spec.bytes, nullptr);
+    EXPECT_TRUE(spec.scale.empty());
+    const StoredMatrix host = loader.stored(base, 96, 256);
+    ASSERT_FALSE(host.generated_later);
+    EXPECT_EQ(host.type, spec.type);
+    EXPECT_EQ(host.scale, std::vector<float>(spec.scale_count(), spec.scale_value)) << base;
+    std::vector<uint8_t> bytes(spec.byte_count(), 0x55);
+    host_memory().random_fill(bytes.data(), bytes.size(), spec.random_stream, spec.and_mask, spec.or_mask);
+    EXPECT_EQ(bytes, host.owned) << base;
+  }
+  EXPECT_FALSE(loader.stored_spec("layers.0.attn.compressor.wkv", 8, 256).generated_later);  // BF16 floats: values
 }
 
 std::vector<float> dummy_logits(const std::string& dir) {

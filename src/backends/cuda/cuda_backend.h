@@ -35,6 +35,8 @@ class CudaBackend final : public ops::Backend {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
+  void fill_bytes(void* dst, size_t bytes, uint8_t value) override;
+  void random_fill(void* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask) override;
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override;  // cudaMemGetInfo
 
   // fp32 GEMM in the CPU reference's summation order for every m (linear_f32.cu): bitwise equal to

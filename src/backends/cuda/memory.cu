@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_internal.cuh"
+#include "core/random_bytes.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -16,6 +17,20 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* _
   const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
   if (s < 0 || d < 0) return;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = src[s * width + c];
+}
+
+// One thread per 8 bytes: core random_bytes' words in closed form (random_word), masked.
+__global__ void random_fill_kernel(uint8_t* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask) {
+  const size_t w = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (w * 8 >= bytes) return;
+  const uint64_t r = random_word(stream, w);
+  if (w * 8 + 8 <= bytes && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    uint64_t out = 0;
+    for (int j = 0; j < 8; ++j) out |= static_cast<uint64_t>(((r >> (8 * j)) & and_mask) | or_mask) << (8 * j);
+    reinterpret_cast<uint64_t*>(dst)[w] = out;
+    return;
+  }
+  for (size_t j = 0; j < 8 && w * 8 + j < bytes; ++j) dst[w * 8 + j] = static_cast<uint8_t>((r >> (8 * j)) & and_mask) | or_mask;
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float value) {
@@ -113,6 +128,21 @@ void CudaBackend::zero(void* dst, size_t bytes) {
   if (bytes == 0) return;
   impl_->bind();
   check_cuda(cudaMemsetAsync(dst, 0, bytes, impl_->stream), "zero");
+}
+
+void CudaBackend::fill_bytes(void* dst, size_t bytes, uint8_t value) {
+  if (bytes == 0) return;
+  impl_->bind();
+  check_cuda(cudaMemsetAsync(dst, value, bytes, impl_->stream), "fill_bytes");
+}
+
+void CudaBackend::random_fill(void* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask) {
+  if (bytes == 0) return;
+  impl_->bind();
+  const size_t words = (bytes + 7) / 8;
+  random_fill_kernel<<<static_cast<unsigned>((words + 255) / 256), 256, 0, impl_->stream>>>(
+      static_cast<uint8_t*>(dst), bytes, stream, and_mask, or_mask);
+  check_launch("random_fill_kernel");
 }
 
 bool CudaBackend::memory_info(size_t* free_bytes, size_t* total_bytes) const {
