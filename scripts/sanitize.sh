@@ -40,9 +40,17 @@ if [[ $what != cpp ]]; then
   mkdir -p "$dir/bin"
   printf '#!/bin/sh\nexec python3 -m deepinfer "$@"\n' >"$dir/bin/deepinfer"
   chmod +x "$dir/bin/deepinfer"
-  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    LD_PRELOAD="$(g++ -print-file-name=libasan.so)" PYTHONPATH="$PWD/$dir/python" PATH="$PWD/$dir/bin:$PATH" \
-    DEEPINFER_TEST_INSTALLED=1 DEEPINFER_BUILD_DIR="$dir" \
-    python3 -m pytest -q -x -p no:cacheprovider ${SANITIZE_PYTESTS:-tests} ${2:+-k "$2"}
+  # libstdc++ with libasan: python does not load it, and without it ASan's __cxa_throw interceptor has
+  # nothing to call (the first C++ exception aborted: "CHECK failed ... real___cxa_throw").
+  # Reports go to files: pytest captures stderr, and an abort takes its capture with it.
+  report="$PWD/$dir/sanitizer-report"
+  rm -f "$report".*
+  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$report \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$report \
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    PYTHONPATH="$PWD/$dir/python" PATH="$PWD/$dir/bin:$PATH" DEEPINFER_TEST_INSTALLED=1 DEEPINFER_BUILD_DIR="$dir" \
+    python3 -m pytest -q -x -p no:cacheprovider ${SANITIZE_PYTESTS:-tests} ${2:+-k "$2"} ||
+    { ls "$report".* >/dev/null 2>&1 && head -60 "$report".*; exit 1; }
+  if ls "$report".* >/dev/null 2>&1; then head -60 "$report".*; exit 1; fi
   echo "sanitize.sh: the Python tests ran clean under ASan + UBSan"
 fi
