@@ -11,7 +11,7 @@ UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
 
 
 def short(name):
-    name = name.replace("(anonymous namespace)::", "")
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     if name.endswith(")"):  # drop the argument list: the balanced (...) at the end
         depth = 0
         for i in range(len(name) - 1, -1, -1):
