@@ -58,7 +58,8 @@ struct EngineConfig {
   std::optional<bool> enable_expert_parallel;
   // Balanced context parallelism: each forward's tokens split over this many ranks (CPU threads),
   // laid out as context_parallel_layout ("zigzag" or "round_robin"); 0 / empty:
-  // DEEPINFER_CONTEXT_PARALLEL_SIZE, DEEPINFER_CONTEXT_PARALLEL_LAYOUT.
+  // DEEPINFER_CONTEXT_PARALLEL_SIZE, DEEPINFER_CONTEXT_PARALLEL_LAYOUT. With data_parallel_size, each
+  // DP rank is a group of this many; with expert parallelism the experts split over all dp * cp ranks.
   int context_parallel_size = 0;
   std::string context_parallel_layout;
 };

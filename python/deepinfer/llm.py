@@ -94,7 +94,8 @@ class LLM:
     default DEEPINFER_ENABLE_EXPERT_PARALLEL), context_parallel_size (balanced context parallelism: each
     forward's tokens split over this many CPU-thread ranks, V4.1; default DEEPINFER_CONTEXT_PARALLEL_SIZE)
     with context_parallel_layout ("zigzag" or "round_robin"; default DEEPINFER_CONTEXT_PARALLEL_LAYOUT);
-    see docs/parallelism.md.
+    combined with data_parallel_size each DP rank is a CP group, and enable_expert_parallel splits the
+    experts over all dp * cp ranks; see docs/parallelism.md.
     Wrong types are TypeError, out-of-range values ValueError, each naming the argument.
     """
 

@@ -27,25 +27,32 @@ DataParallelModels load_data_parallel_models(const std::string& dir, const Engin
   check(Device::resolve(config.device).is_cpu(), "data_parallel_size / enable_expert_parallel: the ranks run as CPU "
         "threads in this build (the NCCL ranks are not wired into the engine yet), but device ",
         Device::resolve(config.device).str(), " was asked for");
+  const int cp = context_parallel_size(config);
   DataParallelModels out;
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
-  out.group = std::make_shared<parallel::CpuCommGroup>(dp);
+  // With EP the experts split over every rank, dp * cp of them: DP rank d's CP rank c is EP rank d * cp + c.
+  const int world = ep ? dp * cp : dp;
+  out.group = std::make_shared<parallel::CpuCommGroup>(world);
+  for (int r = 0; r < world; ++r) out.comms.push_back(std::make_unique<parallel::CpuCommunicator>(*out.group, r));
   model::V41Config c;
   if (ep) c = model::V41Config::from_file(dir + "/config.json");  // V4 fails in load_causal_lm with a clear error
-  for (int r = 0; r < dp; ++r) {
-    out.comms.push_back(std::make_unique<parallel::CpuCommunicator>(*out.group, r));
-    std::shared_ptr<parallel::ExpertParallel> e;
-    if (ep) {
-      parallel::ExpertParallelConfig ec;
-      ec.num_layers = c.n_layers, ec.num_experts = c.n_routed_experts;
-      ec.redundant_experts = env_int("DEEPINFER_EPLB_REDUNDANT_EXPERTS");
-      ec.rebalance_interval = env_int("DEEPINFER_EPLB_INTERVAL");
-      e = std::make_shared<parallel::ExpertParallel>(*out.comms.back(), ec);
+  auto expert_parallel = [&](int r) -> std::shared_ptr<parallel::ExpertParallel> {
+    if (!ep) return nullptr;
+    parallel::ExpertParallelConfig ec;
+    ec.num_layers = c.n_layers, ec.num_experts = c.n_routed_experts;
+    ec.redundant_experts = env_int("DEEPINFER_EPLB_REDUNDANT_EXPERTS");
+    ec.rebalance_interval = env_int("DEEPINFER_EPLB_INTERVAL");
+    return std::make_shared<parallel::ExpertParallel>(*out.comms[r], ec);
+  };
+  for (int d = 0; d < dp; ++d) {
+    if (cp == 1) {
+      out.models.push_back(model::load_causal_lm(dir, config.device, config.load_format, expert_parallel(d)));
+    } else {
+      out.models.push_back(load_context_parallel_model(dir, config, cp, [&](int c) { return expert_parallel(d * cp + c); }));
     }
-    out.models.push_back(model::load_causal_lm(dir, config.device, config.load_format, e));
   }
 #else
-  (void)dir, (void)ep;
+  (void)dir, (void)ep, (void)cp;
   fail("this build has no model loader (src/model/load.h)");
 #endif
   return out;
@@ -80,27 +87,24 @@ int context_parallel_size(const EngineConfig& config) {
                                                   : static_cast<int>(env_int("DEEPINFER_CONTEXT_PARALLEL_SIZE"));
   check(cp >= 1, "context_parallel_size must be >= 1, got ", cp);
   if (cp == 1) return cp;
-  const int dp = config.data_parallel_size > 0 ? config.data_parallel_size
-                                               : static_cast<int>(env_int("DEEPINFER_DATA_PARALLEL_SIZE"));
-  const bool ep = config.enable_expert_parallel.value_or(env_bool("DEEPINFER_ENABLE_EXPERT_PARALLEL"));
-  check(dp == 1 && !ep, "context_parallel_size together with data_parallel_size / enable_expert_parallel is not "
-        "built yet (docs/parallelism.md); use one of them");
   check(Device::resolve(config.device).is_cpu(), "context_parallel_size: the ranks run as CPU threads in this build "
         "(the NCCL ranks are not wired into the engine yet), but device ", Device::resolve(config.device).str(),
         " was asked for");
   return cp;
 }
 
-std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& dir, const EngineConfig& config, int cp) {
+std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& dir, const EngineConfig& config, int cp,
+                                                             const RankExpertParallel& expert_parallel) {
 #ifdef DEEPINFER_HAVE_MODEL_LOADER
   const std::string layout = config.context_parallel_layout.empty() ? env_string("DEEPINFER_CONTEXT_PARALLEL_LAYOUT")
                                                                     : config.context_parallel_layout;
   return std::make_unique<model::ContextParallelLM>(
       cp, parallel::parse_cp_layout(layout), [&](std::shared_ptr<parallel::ContextParallel> c) {
-        return model::load_causal_lm(dir, config.device, config.load_format, nullptr, std::move(c));
+        std::shared_ptr<parallel::ExpertParallel> e = expert_parallel ? expert_parallel(c->rank()) : nullptr;
+        return model::load_causal_lm(dir, config.device, config.load_format, std::move(e), std::move(c));
       });
 #else
-  (void)dir, (void)config, (void)cp;
+  (void)dir, (void)config, (void)cp, (void)expert_parallel;
   fail("this build has no model loader (src/model/load.h)");
 #endif
 }

@@ -16,12 +16,17 @@
 #include "model/causal_lm.h"
 #include "parallel/cpu_communicator.h"
 
+namespace deepinfer::parallel {
+class ExpertParallel;
+}
+
 namespace deepinfer::engine {
 
 class Engine;
 
-// Builds the ranks' models: load(rank, ep) loads rank `rank`'s model, with `ep` (null without
-// expert parallelism) in its options. Returns them and keeps the communicator they share.
+// Builds the ranks' models: one per DP rank (with context_parallel_size > 1 a ContextParallelLM of cp
+// ranks), each rank with its ExpertParallel under expert parallelism, over one group of dp * cp
+// ranks. Returns them and keeps the communicator they share.
 struct DataParallelModels {
   std::vector<std::unique_ptr<model::CausalLM>> models;
   std::shared_ptr<parallel::CpuCommGroup> group;
@@ -39,9 +44,11 @@ std::vector<std::unique_ptr<Engine>> make_rank_engines(std::vector<std::unique_p
 
 // Context parallelism: context_parallel_size (or DEEPINFER_CONTEXT_PARALLEL_SIZE) after its checks.
 int context_parallel_size(const EngineConfig& config);
-// The model of `cp` context-parallel ranks (model/context_parallel_lm.h), each loaded from the folder.
+// The model of `cp` context-parallel ranks (model/context_parallel_lm.h), each loaded from the folder;
+// expert_parallel(c), when given, is CP rank c's expert parallelism (its EP group spans the CP ranks).
+using RankExpertParallel = std::function<std::shared_ptr<parallel::ExpertParallel>(int cp_rank)>;
 std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& model_dir, const EngineConfig& config,
-                                                             int cp);
+                                                             int cp, const RankExpertParallel& expert_parallel = {});
 
 // The front end's view of the ranks (owned by rank 0's Engine).
 class DataParallelGroup {

@@ -5,7 +5,9 @@
 // inside compressor groups and inside the sliding window.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "core/error.h"
 #include "model/context_parallel_lm.h"
@@ -24,7 +26,9 @@ int32_t token(int64_t seq, int64_t pos, int64_t vocab) { return static_cast<int3
 
 // steps[k][q]: how many tokens sequence q takes in forward k (0: none). Returns the logits of every
 // row of every forward (last_only: of each sequence's last row, as an engine asks), concatenated.
-std::vector<float> run(model::V41Model& m, const std::vector<std::vector<int64_t>>& steps, bool last_only) {
+// first_seq: the sequences are first_seq, first_seq + 1, ... (their tokens depend on it).
+std::vector<float> run(model::CausalLM& m, const std::vector<std::vector<int64_t>>& steps, bool last_only,
+                       int64_t first_seq = 0) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
   for (size_t q = 0; q < steps[0].size(); ++q) st.push_back(m.new_sequence());
   std::vector<float> all;
@@ -35,7 +39,7 @@ std::vector<float> run(model::V41Model& m, const std::vector<std::vector<int64_t
       const int64_t from = st[q]->length();
       for (int64_t p = from; p < from + step[q]; ++p) {
         if (!last_only || p + 1 == from + step[q]) b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
-        b.token_ids.push_back(token(static_cast<int64_t>(q), p, m.vocab_size()));
+        b.token_ids.push_back(token(first_seq + static_cast<int64_t>(q), p, m.vocab_size()));
       }
       b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
       b.states.push_back(st[q].get());
@@ -154,28 +158,109 @@ std::unique_ptr<model::ContextParallelLM> cp_model(int ranks) {
 
 TEST(V41ContextParallel, OneModelOverTheRanks) {
   const std::vector<std::vector<int64_t>> steps = {{23, 6}, {1, 1}, {1, 1}};
-  const std::vector<float> want = run_one(steps);
   auto m = cp_model(4);
-  std::vector<std::unique_ptr<model::SequenceState>> st;
-  std::vector<float> got;
-  for (const auto& step : steps) {  // as run(), through the CausalLM interface
-    model::ForwardBatch b;
-    b.seq_start = {0};
-    for (size_t q = 0; q < step.size(); ++q) {
-      if (st.size() <= q) st.push_back(m->new_sequence());
-      for (int64_t i = 0, from = st[q]->length(); i < step[q]; ++i) {
-        b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
-        b.token_ids.push_back(token(static_cast<int64_t>(q), from + i, m->vocab_size()));
-      }
-      b.seq_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.states.push_back(st[q].get());
-    }
-    std::vector<float> logits;
-    m->forward(b, logits);
-    got.insert(got.end(), logits.begin(), logits.end());
+  EXPECT_EQ(run(*m, steps, false), run_one(steps));  // through the CausalLM interface
+}
+
+// dp groups of cp ranks, a ContextParallelLM each (on a thread of its own), with expert parallelism
+// over all dp * cp ranks (DP group d's CP rank c is EP rank d * cp + c). Group d runs steps_of[d]
+// (its sequences numbered after the earlier groups'), or body(d, model) when given.
+struct CpEpRun {
+  std::vector<std::vector<float>> logits;  // per DP group
+  std::vector<std::shared_ptr<parallel::ExpertParallel>> ep;
+  std::vector<int64_t> loaded;             // per EP rank: routed experts held at layer 0
+};
+using GroupBody = std::function<std::vector<float>(int d, model::CausalLM& m)>;
+CpEpRun run_cp_ep(int dp, int cp, CpLayout layout, const std::vector<std::vector<std::vector<int64_t>>>& steps_of,
+                  int64_t redundant = 0, int64_t interval = 0, const GroupBody& body = {}) {
+  parallel::CpuCommGroup world(dp * cp);
+  std::vector<std::unique_ptr<parallel::CpuCommunicator>> comms;
+  CpEpRun out;
+  for (int r = 0; r < dp * cp; ++r) {
+    comms.push_back(std::make_unique<parallel::CpuCommunicator>(world, r));
+    parallel::ExpertParallelConfig ec;
+    ec.num_layers = 8, ec.num_experts = 8, ec.redundant_experts = redundant, ec.rebalance_interval = interval;
+    out.ep.push_back(std::make_shared<parallel::ExpertParallel>(*comms.back(), ec));
   }
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(st[0]->length(), 25);
+  out.logits.resize(dp);
+  out.loaded.resize(dp * cp);
+  std::vector<std::string> errors(dp);
+  std::vector<std::thread> groups;
+  for (int d = 0; d < dp; ++d)
+    groups.emplace_back([&, d] {
+      try {
+        model::ContextParallelLM m(cp, layout, [&](auto c) {
+          auto r = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
+            o.context_parallel = c;
+            o.expert_parallel = out.ep[d * cp + c->rank()];
+          });
+          out.loaded[d * cp + c->rank()] = r->loaded_experts(0);
+          return r;
+        });
+        int64_t first = 0;
+        for (int e = 0; e < d; ++e) first += static_cast<int64_t>(steps_of[e][0].size());
+        out.logits[d] = body ? body(d, m) : run(m, steps_of[d], false, first);
+      } catch (const std::exception& e) {
+        errors[d] = e.what();
+        world.abort(e.what());
+      }
+    });
+  for (auto& t : groups) t.join();
+  for (int d = 0; d < dp; ++d) EXPECT_EQ(errors[d], "") << "DP group " << d;
+  return out;
+}
+
+TEST(V41ContextParallel, WithExpertParallelBitwise) {
+  // cp 2 with EP over the 2 CP ranks, and dp 2 x cp 2 with EP over 4: each CP rank's rows go through
+  // the EP exchange at every MoE layer; a decode row lives on one CP rank, so the others exchange
+  // zero rows. Every logit row equals one rank's (holding every expert) bitwise.
+  const std::vector<std::vector<int64_t>> all = {{1, 7, 19, 37}, {1, 1, 1, 1}, {1, 1, 1, 1}};
+  const std::vector<std::vector<int64_t>> first = {{1, 7}, {1, 1}, {1, 1}}, second = {{19, 37}, {1, 1}, {1, 1}};
+  std::vector<float> want_first = run_one(first), want_second;
+  {
+    auto m = testing::load_v41_golden("tiny-a");
+    want_second = run(*m, second, false, 2);
+  }
+  for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kRoundRobin}) {
+    SCOPED_TRACE(layout == CpLayout::kZigzag ? "zigzag" : "round-robin");
+    const CpEpRun one = run_cp_ep(1, 2, layout, {all});
+    EXPECT_EQ(one.logits[0], run_one(all));
+    EXPECT_EQ(one.loaded, (std::vector<int64_t>{4, 4})) << "each rank holds only its experts";
+    const CpEpRun two = run_cp_ep(2, 2, layout, {first, second});
+    EXPECT_EQ(two.logits[0], want_first);
+    EXPECT_EQ(two.logits[1], want_second);
+    EXPECT_EQ(two.loaded, (std::vector<int64_t>{2, 2, 2, 2}));
+    for (const auto& e : two.ep) EXPECT_EQ(e->steps(), 3) << "every rank ran every forward";
+  }
+}
+
+TEST(V41ContextParallel, WithExpertParallelIdleGroupAndEplb) {
+  // dp 2 x cp 2: group 1 has no sequences (every rank of it runs empty forwards and serves the other
+  // group's tokens); one redundant slot per rank, rebalanced every forward: experts move, logits don't.
+  const std::vector<std::vector<int64_t>> steps = {{13, 9}, {1, 1}, {1, 1}};
+  const std::vector<std::vector<int64_t>> idle = {{}, {}, {}};
+  const CpEpRun got = run_cp_ep(2, 2, CpLayout::kZigzag, {steps, idle}, /*redundant=*/4, /*interval=*/1);
+  EXPECT_EQ(got.logits[0], run_one(steps));
+  EXPECT_TRUE(got.logits[1].empty());
+  for (const auto& e : got.ep) EXPECT_EQ(e->rebalances(), 3);
+}
+
+TEST(V41ContextParallel, WithExpertParallelAFailedGroupDoesNotStallTheOther) {
+  // dp 2 x cp 2 with EP: group 1's second forward has a token outside the vocabulary. Its ranks
+  // finish that step's EP exchanges with zero rows and throw; group 0's logits are unaffected, and
+  // group 1 keeps stepping (idle), as a DP engine rank does after a failed batch.
+  const std::vector<std::vector<int64_t>> steps = {{13, 9}, {1, 1}, {1, 1}, {1, 1}};
+  const CpEpRun got = run_cp_ep(2, 2, CpLayout::kZigzag, {steps, {}}, 0, 0, [&](int d, model::CausalLM& m) {
+    if (d == 0) return run(m, steps, false);
+    std::vector<float> logits = run(m, {{6}}, false, 2);
+    std::unique_ptr<model::SequenceState> st = m.new_sequence();
+    std::vector<float> ignored;
+    EXPECT_THROW(m.forward(one_sequence(*st, {1, static_cast<int32_t>(m.vocab_size())}), ignored), Error);
+    run(m, {{}, {}}, false);
+    return logits;
+  });
+  EXPECT_EQ(got.logits[0], run_one(steps));
+  EXPECT_FALSE(got.logits[1].empty());
 }
 
 // A rank's model that fails its next forward when armed, before any exchange (as a bad batch would).
@@ -228,7 +313,7 @@ TEST(V41ContextParallel, AFailureOnOneRankStopsTheStepNotTheModel) {
   EXPECT_EQ(forward(), want);
 }
 
-TEST(V41ContextParallel, RefusesExpertParallelAndTaps) {
+TEST(V41ContextParallel, RefusesTaps) {
   parallel::run_cpu_ranks(1, [&](parallel::Communicator& comm) {
     auto m = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) {
       o.context_parallel = std::make_shared<parallel::ContextParallel>(comm);
@@ -237,11 +322,6 @@ TEST(V41ContextParallel, RefusesExpertParallelAndTaps) {
     std::vector<float> logits;
     model::ForwardTaps taps;
     EXPECT_THROW(m->forward(one_sequence(*st, {3, 4}), logits, &taps), Error);
-    parallel::ExpertParallelConfig ec;
-    ec.num_layers = 8, ec.num_experts = 8;
-    EXPECT_THROW(testing::with_options(*m, [&](model::V41Options& o) {
-                   o.expert_parallel = std::make_shared<parallel::ExpertParallel>(comm, ec);
-                 }), Error);
   });
 }
 

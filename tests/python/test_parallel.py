@@ -107,13 +107,32 @@ def test_context_parallel_with_speculation_equals_one_engine(demo_model, single)
     assert out.metrics.speculative.verified > 0  # drafts were made on rank 0 and verified
 
 
+def test_context_parallel_with_dp_and_ep_equals_one_engine(demo_model, single):
+    # dp groups of cp ranks; with EP the experts split over all dp * cp ranks (bitwise, on tiny-a:
+    # test_v41_context_parallel). Long prompts so that the split matters.
+    want = LLM(demo_model, max_model_len=256).generate(LONG + PROMPTS[:2], GREEDY, use_tqdm=False)
+    for kw in [dict(context_parallel_size=2, enable_expert_parallel=True),
+               dict(context_parallel_size=2, data_parallel_size=2),
+               dict(context_parallel_size=2, data_parallel_size=2, enable_expert_parallel=True),
+               dict(context_parallel_size=2, data_parallel_size=2, enable_expert_parallel=True,
+                    context_parallel_layout="round_robin", max_num_batched_tokens=16)]:
+        got = LLM(demo_model, max_model_len=256, **kw).generate(LONG + PROMPTS[:2], GREEDY, use_tqdm=False)
+        assert [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in got] == \
+            [(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in want], kw
+    spec = {"num_draft_tokens": 3, "schedule": "confidence"}  # rank 0 of each CP group drafts alone
+    assert run(demo_model, context_parallel_size=2, data_parallel_size=2, enable_expert_parallel=True,
+               speculative=spec) == single
+
+
 def test_context_parallel_env_and_misuse(demo_model, single, monkeypatch):
     with pytest.raises(ValueError, match="context_parallel_size"):
         LLM(demo_model, context_parallel_size=0)
     with pytest.raises(TypeError, match="context_parallel_size"):
         LLM(demo_model, context_parallel_size="2")
-    with pytest.raises(ValueError, match="together with data_parallel_size"):
-        LLM(demo_model, context_parallel_size=2, data_parallel_size=2)
+    with pytest.raises(ValueError, match="do not split evenly over 6 ranks"):  # EP spans dp * cp ranks
+        LLM(demo_model, context_parallel_size=3, data_parallel_size=2, enable_expert_parallel=True)
+    with pytest.raises(ValueError, match="CPU threads"):
+        LLM(demo_model, context_parallel_size=2, data_parallel_size=2, device="cuda")
     with pytest.raises(ValueError, match="CPU threads"):
         LLM(demo_model, context_parallel_size=2, device="cuda")
     with pytest.raises(ValueError, match="layout 'ring'"):
@@ -129,6 +148,7 @@ def test_cli_cp(demo_model, single):
             "--max-model-len", "256", "--json", "--cp", "2", "--cp-layout", "zigzag"]
     for p in PROMPTS[:3]:
         args += ["--prompt", p]
-    out = subprocess.run([str(CLI)] + args, capture_output=True, text=True, timeout=300, check=True)
-    got = [json.loads(line)["token_ids"] for line in out.stdout.splitlines() if line.startswith("{")]
-    assert got == [s[0] for s in single[:3]]
+    for extra in [[], ["--dp", "2", "--ep"]]:  # cp alone; dp 2 x cp 2 with EP over the 4 ranks
+        out = subprocess.run([str(CLI)] + args + extra, capture_output=True, text=True, timeout=300, check=True)
+        got = [json.loads(line)["token_ids"] for line in out.stdout.splitlines() if line.startswith("{")]
+        assert got == [s[0] for s in single[:3]], extra

@@ -319,8 +319,6 @@ void V41Model::set_options(const V41Options& o) {
   for (int64_t l = 0; l < c_.n_layers && !o.expert_parallel && l < static_cast<int64_t>(blocks_.size()); ++l)
     check(loaded_experts(l) == c_.n_routed_experts, "v41: the model was loaded with expert parallelism (some experts "
           "live on other ranks); it cannot run without it");
-  check(!o.expert_parallel || !o.context_parallel, "v41: context parallelism together with expert parallelism is not "
-        "built yet (docs/parallelism.md); use one of them");
   o_ = o;
   const bool dspark = c_.dspark_block_size > 0 && c_.n_mtp_layers > 0;
   rollback_ = o.max_rollback_tokens == V41Options::kAuto ? (dspark ? c_.dspark_block_size : 0) : o.max_rollback_tokens;

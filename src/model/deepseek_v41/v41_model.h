@@ -114,7 +114,8 @@ struct V41Options {
   std::shared_ptr<parallel::ExpertParallel> expert_parallel;
   // Balanced context parallelism (v41_context_parallel.cpp): every CP rank is given the same batch
   // and computes its share of each sequence's tokens; the rows the others need are all-gathered and
-  // every rank's states end up whole. Null: one rank computes every row.
+  // every rank's states end up whole. Null: one rank computes every row. With expert_parallel too,
+  // a CP rank's rows go through the EP exchange at every MoE layer (its EP group spans the CP ranks).
   std::shared_ptr<parallel::ContextParallel> context_parallel;
 
   static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
