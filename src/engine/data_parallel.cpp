@@ -112,7 +112,8 @@ std::unique_ptr<model::CausalLM> load_context_parallel_model(const std::string& 
 DataParallelGroup::DataParallelGroup(Engine& front, std::vector<std::unique_ptr<Engine>> others, DataParallelModels comm)
     : front_(front), others_(std::move(others)), comm_(std::move(comm)), tokens_(size(), 0), requests_(size(), 0) {}
 
-DataParallelGroup::~DataParallelGroup() = default;
+// The ranks' engines (each may have its last forward in flight) go before the communicator they use.
+DataParallelGroup::~DataParallelGroup() { others_.clear(); }
 
 Engine& DataParallelGroup::rank(int r) { return r == 0 ? front_ : *others_.at(r - 1); }
 const Engine& DataParallelGroup::rank(int r) const { return r == 0 ? front_ : *others_.at(r - 1); }

@@ -595,9 +595,12 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
     if (!chunks.empty() || options_.lockstep) launch(plan(std::move(chunks)));
   }
   std::unique_ptr<Job> next;
+  // Lock-step ranks with async scheduling keep one forward in flight between steps, an empty one when
+  // nothing is planned: every rank launches one forward per step, so the ranks' forwards pair up.
+  const bool keep_in_flight = options_.lockstep && options_.async_scheduling;
   if (inflight_ && options_.async_scheduling) {  // overlaps the forward of the in-flight step
     auto chunks = schedule();
-    if (!chunks.empty()) next = plan(std::move(chunks));
+    if (!chunks.empty() || keep_in_flight) next = plan(std::move(chunks));
   }
   if (inflight_) {
     worker_->wait();
@@ -614,6 +617,7 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
       take_snapshots(*done);  // before the next forward moves the states on
     }
     if (next) next = drop_unresolvable(std::move(next));
+    if (!next && keep_in_flight) next = plan({});
     if (next) launch(std::move(next));
     if (!done->failed) {
       process(*done);
@@ -626,7 +630,7 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
   collect(outs, include_unfinished);
   // Every request has finished: a forward launched ahead for them (async scheduling) serves no one.
   // Wait for it and drop it, so that the idle engine holds no state and no request until its next step.
-  if (inflight_ && !has_unfinished()) {
+  if (inflight_ && !has_unfinished() && !keep_in_flight) {
     worker_->wait();
     inflight_.reset();
     retired_.clear();

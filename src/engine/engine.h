@@ -48,7 +48,8 @@ struct EngineOptions {
   bool prefix_caching = true;
   int64_t prefix_block_tokens = 64;       // tokens per cache block
   // Every step runs a forward, an empty one when nothing is scheduled: the ranks of expert
-  // parallelism exchange tokens at every MoE layer of every step (engine/data_parallel.h).
+  // parallelism exchange tokens at every MoE layer of every step (engine/data_parallel.h). With
+  // async scheduling one forward stays in flight between steps (an empty one when nothing is planned).
   bool lockstep = false;
 };
 

@@ -105,7 +105,7 @@ std::unique_ptr<engine::Engine> make_engine(std::unique_ptr<model::CausalLM> mod
   if (lockstep) {
     // Speculation keeps one forward per step (verification rides in it; the DSpark layers hold all
     // their experts, so drafting needs no other rank); its start-up profile runs on all ranks at once.
-    o.async_scheduling = false;  // one forward per step() on every rank
+    // Async scheduling stays as configured: each rank then keeps one forward in flight (engine.cpp).
     o.lockstep = true;
   }
   if (config.max_model_len <= 0) {

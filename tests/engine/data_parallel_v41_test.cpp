@@ -134,6 +134,27 @@ TEST(DataParallelV41, SpeculationWithExpertParallelEqualsOneEngine) {
   }
 }
 
+TEST(DataParallelV41, AsyncSchedulingWithExpertParallelEqualsOneEngine) {
+  // Each rank plans the next step while the current forward runs and keeps one forward in flight
+  // between steps (an empty one when it has nothing), so the ranks' forwards pair up: with ranks
+  // that go idle at different steps, two ranks idle throughout, and an abort on one rank.
+  EngineOptions o = opts();
+  o.async_scheduling = true;
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    DpRun dp = make_dp(ranks, true, 0, 0, o);
+    expect_same(drive(*dp.front, 6), single(6));
+    expect_same(drive(*dp.front, 6), single(6));  // again, with the forwards left in flight by the first run
+  }
+  DpRun idle = make_dp(4, true, 0, 0, o);
+  expect_same(drive(*idle.front, 2), single(2));
+  idle.front->step();  // nothing anywhere: every rank still launches one (empty) forward
+  DpRun aborted = make_dp(2, true, 0, 0, o);
+  const Outputs got = drive(*aborted.front, 4, "r1");
+  expect_same(got, single(4), "r1");
+  EXPECT_EQ(got.at("r1").outputs[0].finish_reason, "abort");
+}
+
 TEST(DataParallelV41, WithoutExpertParallelEachRankHoldsTheWholeModel) {
   DpRun dp = make_dp(2, false);
   expect_same(drive(*dp.front, 5), single(5));

@@ -29,6 +29,12 @@ def test_dp_with_expert_parallel_equals_one_engine(demo_model, single):
     assert run(demo_model, data_parallel_size=2, enable_expert_parallel=True) == single
 
 
+def test_expert_parallel_with_and_without_async_scheduling(demo_model, single):
+    # async (the default): each rank keeps one forward in flight between steps, so they pair up.
+    for on in [True, False]:
+        assert run(demo_model, data_parallel_size=2, enable_expert_parallel=True, async_scheduling=on) == single
+
+
 def test_dp_without_expert_parallel_and_ep_alone(demo_model, single):
     assert run(demo_model, data_parallel_size=2) == single
     assert run(demo_model, enable_expert_parallel=True) == single  # EP over one rank
