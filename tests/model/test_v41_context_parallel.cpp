@@ -114,6 +114,58 @@ TEST(CpLayout, ZigzagOwnsMirroredBlocks) {
   EXPECT_EQ(parallel::parse_cp_layout("round_robin"), CpLayout::kRoundRobin);
 }
 
+TEST(CpWindowExchange, TheWindowBeforeEachBlockAndTheRingTail) {
+  // 16 tokens, zigzag on 2 ranks (rank 0: rows 0-3 and 12-15, rank 1: 4-11), window 4: rank 0's row
+  // 12 reads 9..11, rank 1's row 4 reads 1..3; nothing else crosses.
+  std::vector<int32_t> owner;
+  for (int64_t i = 0; i < 16; ++i) owner.push_back(parallel::cp_owner(CpLayout::kZigzag, i, 16, 2));
+  const parallel::RowExchange r0 = parallel::window_exchange(owner, {0, 16}, {0}, 4, 0, 2);
+  const parallel::RowExchange r1 = parallel::window_exchange(owner, {0, 16}, {0}, 4, 1, 2);
+  EXPECT_EQ(r0.recv[1], (std::vector<int32_t>{9, 10, 11}));
+  EXPECT_EQ(r1.recv[0], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r0.send[1], (std::vector<int32_t>{1, 2, 3}));  // as rank 0 numbers its rows
+  EXPECT_EQ(r1.send[0], (std::vector<int32_t>{5, 6, 7}));  // rows 9..11 are rank 1's 5th..7th
+  EXPECT_TRUE(r0.recv[0].empty() && r0.send[0].empty() && r1.recv[1].empty());
+  // The ring keeps the last 5 rows (11..15): every rank gets them too.
+  EXPECT_EQ(parallel::window_exchange(owner, {0, 16}, {5}, 4, 1, 2).recv[0], (std::vector<int32_t>{1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(parallel::window_exchange(owner, {0, 16}, {5}, 0, 0, 2).recv[1], (std::vector<int32_t>{11}));  // ring only
+  // Two sequences, round-robin, window 2: a row is read by the next row of its own sequence only.
+  const std::vector<int32_t> rr = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+  EXPECT_EQ(parallel::window_exchange(rr, {0, 6, 12}, {0, 0}, 2, 0, 2).recv[1], (std::vector<int32_t>{1, 3, 7, 9}));
+  // A peer's send list is this rank's receive list, for any layout.
+  for (int ranks : {2, 3, 4}) {
+    std::vector<int32_t> o;
+    for (int64_t i = 0; i < 37; ++i) o.push_back(parallel::cp_owner(CpLayout::kZigzag, i, 37, ranks));
+    for (int64_t i = 0; i < 11; ++i) o.push_back(parallel::cp_owner(CpLayout::kRoundRobin, i, 11, ranks));
+    std::vector<parallel::RowExchange> x;
+    for (int r = 0; r < ranks; ++r) x.push_back(parallel::window_exchange(o, {0, 37, 48}, {12, 3}, 8, r, ranks));
+    for (int r = 0; r < ranks; ++r)
+      for (int p = 0; p < ranks; ++p) {
+        ASSERT_EQ(x[p].send[r].size(), x[r].recv[p].size());
+        for (size_t k = 0; k < x[r].recv[p].size(); ++k) EXPECT_EQ(o[x[r].recv[p][k]], p);
+      }
+  }
+  EXPECT_THROW(parallel::window_exchange(owner, {0, 15}, {0}, 4, 0, 2), Error);
+}
+
+TEST(V41ContextParallel, WindowExchangeSendsOnlyTheWindowAndTheRingTail) {
+  // 100 tokens, zigzag on 2 ranks (rank 0: rows 0-24 and 75-99), window 8: at each layer rank 0
+  // receives only the 7 rows before row 75 (its ring tail is its own), not rank 1's 50 rows.
+  std::vector<int64_t> received(2);
+  int64_t layers = 0;
+  parallel::run_cpu_ranks(2, [&](parallel::Communicator& comm) {
+    auto cp = std::make_shared<parallel::ContextParallel>(comm);
+    auto m = testing::load_v41_golden("tiny-a", [&](model::V41Options& o) { o.context_parallel = cp; });
+    run(*m, {{100}}, true);
+    received[comm.rank()] = cp->rows_received();
+    layers = m->config().n_layers;
+  });
+  ASSERT_EQ(testing::load_v41_golden("tiny-a")->config().window_size, 8);
+  EXPECT_EQ(received[0], 7 * layers);
+  EXPECT_GT(received[1], 0);
+  EXPECT_LT(received[1], 50 * layers / 2);
+}
+
 TEST(V41ContextParallel, PrefillThenDecodeBitwise) {
   // Four prompts (1 to 37 tokens: shorter than the ranks, past the window of 8, many ratio-2
   // groups), then three decode steps, which leave most ranks without a row.

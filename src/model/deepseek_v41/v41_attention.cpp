@@ -286,8 +286,8 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
   queries(B, x, s, rope, qr.f32(), q.f32());
   window_kv(B, x, s, rope, kv.f32());
-  Step& w = s.whole();  // context parallelism: this step's window rows from every rank
-  const Tensor kv_all = everyone(s, kv, hd);
+  Step& w = s.whole();  // context parallelism: the window rows this rank reads, from the ranks computing them
+  const Tensor kv_all = window_rows(s, kv, hd, W);
 
   const int64_t ratio = c_.compress_ratios[l];
   const int64_t src = ratio > 0 ? c_.kv_source_of[l] : -1;

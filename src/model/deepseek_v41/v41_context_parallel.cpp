@@ -106,6 +106,30 @@ Tensor V41Model::everyone(const Step& s, const Tensor& mine, int64_t width) {
   return out;
 }
 
+Tensor V41Model::window_rows(const Step& s, const Tensor& mine, int64_t width, int64_t window) {
+  if (!s.all) return mine;
+  parallel::ContextParallel& cp = *o_.context_parallel;
+  const Step& w = *s.all;
+  std::vector<int64_t> tail(w.num(), 0);  // the rows write_rings keeps: every rank writes whole rings
+  for (int64_t q = 0; q < w.num(); ++q)
+    for (int64_t i = w.begin[q]; i < w.begin[q + 1]; ++i) tail[q] += w.pos[i] >= w.end_pos[q] - w.st[q]->ring_size();
+  const parallel::RowExchange x = parallel::window_exchange(w.owner, w.begin, tail, window, cp.rank(), cp.size());
+  const std::vector<float> send = host(mine.f32(), s.rows() * width);
+  std::vector<float> rows(x.rows_received() * width);
+  cp.exchange_rows(x, send.data(), width * sizeof(float), rows.data());
+  std::vector<int32_t> to;  // the whole-step row of each received row, then of each of mine
+  for (const auto& r : x.recv) to.insert(to.end(), r.begin(), r.end());
+  for (int64_t i = 0; i < w.rows(); ++i)
+    if (w.owner[i] == cp.rank()) to.push_back(static_cast<int32_t>(i));
+  rows.insert(rows.end(), send.begin(), send.end());
+  Tensor out = ws_.f32({w.rows(), width});
+  be_.fill(out.f32(), w.rows() * width, 0.0f);  // rows nobody here reads
+  Workspace::Scope scope(ws_);
+  Tensor r = ws_.upload(rows, DType::F32), d = ws_.upload(to, DType::I32);
+  be_.copy_rows(r.f32(), nullptr, static_cast<int64_t>(to.size()), width, out.f32(), d.i32());
+  return out;
+}
+
 // The head's input rows `pick` (rows of the whole step) from the ranks that computed them.
 void V41Model::cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed) {
   const int64_t D = c_.dim, R = static_cast<int64_t>(pick.size());

@@ -693,7 +693,7 @@ void V41Model::dspark_rings(Step& s, const float* main_hidden) {
       V41SequenceState& st = *w.st[q];
       if (w.begin[q + 1] > w.begin[q] && st.length_ == 0 && w.first(q) > 0) st.ring_from[l] = w.first(q);  // compact replay
     }
-    write_rings(w, l, everyone(s, kv, hd).f32());
+    write_rings(w, l, window_rows(s, kv, hd, 0).f32());
   }
 }
 

@@ -205,6 +205,9 @@ class V41Model final : public CausalLM {
                     std::vector<int64_t>& cut_mine) const;
   void gather_rows(const Step& s, const std::vector<int32_t>& want, const float* mine, int64_t width, float* out);
   Tensor everyone(const Step& s, const Tensor& mine, int64_t width);  // every row of the whole step
+  // The whole step's window KV rows this rank reads: its own, the window - 1 before each of them and
+  // each sequence's ring tail; the rest zero (window 0: the ring tails only).
+  Tensor window_rows(const Step& s, const Tensor& mine, int64_t width, int64_t window);
   void cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed);
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
