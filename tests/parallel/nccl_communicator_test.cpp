@@ -1,9 +1,15 @@
-// The NCCL communicator with one rank per visible GPU (one thread each), through the same cases as
-// the CPU ranks: the collectives on device memory, and EP MoE == single rank over NCCL (the host
-// dispatch code staged through device buffers). Skips itself on a machine with no GPU.
+// The NCCL communicator with one rank per visible GPU, through the same cases as the CPU ranks: the
+// collectives on device memory, and EP MoE == single rank over NCCL (the host dispatch code staged
+// through device buffers). One rank on one GPU; a thread per GPU, and a process per GPU over the TCP
+// rendezvous, where there are two or more (skipped, saying so, where there are fewer).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -136,10 +142,21 @@ class StagedNccl final : public Communicator {
 
 }  // namespace
 
-TEST(NcclCommunicator, AllCollectivesExactOnEveryVisibleGpu) {
+// NCCL runs one rank per GPU and refuses two ranks on one GPU: the cases across ranks need >= 2.
+constexpr char kNeedsTwo[] = "needs 2 or more GPUs (NCCL runs one rank per GPU and refuses two ranks on one GPU), found ";
+
+TEST(NcclCommunicator, OneRankAllCollectivesExact) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible";
+  run_nccl_ranks(1, [](NcclCommunicator& c) {
+    DeviceMemory mem;
+    comm_cases::all_cases(c, mem);
+  });
+}
+
+TEST(NcclCommunicator, AThreadPerGpuAllCollectivesExact) {
   const int gpus = visible_gpus();
-  if (gpus == 0) GTEST_SKIP() << "no GPU";
-  for (int ranks = 1; ranks <= gpus; ranks *= 2) {
+  if (gpus < 2) GTEST_SKIP() << kNeedsTwo << gpus;
+  for (int ranks = 2; ranks <= gpus; ranks *= 2) {
     SCOPED_TRACE("ranks " + std::to_string(ranks));
     run_nccl_ranks(ranks, [](NcclCommunicator& c) {
       DeviceMemory mem;
@@ -148,31 +165,80 @@ TEST(NcclCommunicator, AllCollectivesExactOnEveryVisibleGpu) {
   }
 }
 
-TEST(NcclCommunicator, EpMoeEqualsSingleRankBitwise) {
+// The child side of AProcessPerGpuOverTheTcpRendezvous: a fresh process (CUDA cannot be used in a
+// forked child of a process that initialized it), told its rank by the environment.
+TEST(NcclCommunicator, RendezvousChild) {
+  const char* rank = std::getenv("DEEPINFER_NCCL_TEST_RANK");
+  if (!rank) GTEST_SKIP() << "runs as a child of AProcessPerGpuOverTheTcpRendezvous";
+  RendezvousConfig rc;
+  rc.rank = std::atoi(rank);
+  rc.world_size = std::atoi(std::getenv("DEEPINFER_NCCL_TEST_WORLD"));
+  rc.master_port = std::atoi(std::getenv("DEEPINFER_NCCL_TEST_PORT"));
+  NcclCommunicator c(NcclCommunicator::unique_id(rc), rc.rank, rc.world_size, rc.rank);
+  DeviceMemory mem;
+  comm_cases::all_cases(c, mem);
+  c.synchronize();
+}
+
+TEST(NcclCommunicator, AProcessPerGpuOverTheTcpRendezvous) {
+  // As across hosts: each rank its own process, the ncclUniqueId handed out by the TCP rendezvous.
   const int gpus = visible_gpus();
-  if (gpus == 0) GTEST_SKIP() << "no GPU";
-  const moe_cases::RankRunner nccl = [](int n, const std::function<void(Communicator&)>& fn) {
-    run_nccl_ranks(n, [&](NcclCommunicator& c) {
-      StagedNccl staged(c);
-      fn(staged);
-    });
-  };
+  if (gpus < 2) GTEST_SKIP() << kNeedsTwo << gpus;
+  const int world = std::min(gpus, 4);
+  const std::string port = std::to_string(29500 + ::getpid() % 1000);
+  std::vector<pid_t> children;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::setenv("DEEPINFER_NCCL_TEST_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("DEEPINFER_NCCL_TEST_WORLD", std::to_string(world).c_str(), 1);
+      ::setenv("DEEPINFER_NCCL_TEST_PORT", port.c_str(), 1);
+      ::execl("/proc/self/exe", "nccl_child", "--gtest_filter=NcclCommunicator.RendezvousChild", nullptr);
+      ::_exit(127);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank's process ended with " << status;
+  }
+}
+
+const moe_cases::RankRunner kNccl = [](int n, const std::function<void(Communicator&)>& fn) {
+  run_nccl_ranks(n, [&](NcclCommunicator& c) {
+    StagedNccl staged(c);
+    fn(staged);
+  });
+};
+
+void expect_ep_moe_equals_single_rank(int ranks) {
+  SCOPED_TRACE("ranks " + std::to_string(ranks));
   const moe_cases::Batch b = moe_cases::make_batch(200, 6, 32, false, 11);
   const moe_cases::Batch skewed = moe_cases::make_batch(120, 2, 16, true, 3);
-  for (int ranks = 1; ranks <= gpus; ranks *= 2) {
-    SCOPED_TRACE("ranks " + std::to_string(ranks));
-    EXPECT_EQ(moe_cases::ep_moe(b, ranks, ExpertMap::partition(32, ranks), true, nccl),
-              moe_cases::single_rank_moe(b, true));
-    EXPECT_EQ(moe_cases::ep_moe(b, ranks, moe_cases::eplb_map(b, ranks), false, nccl),
-              moe_cases::single_rank_moe(b, false));
-    EXPECT_EQ(moe_cases::ep_moe(skewed, ranks, moe_cases::eplb_map(skewed, ranks), true, nccl),
-              moe_cases::single_rank_moe(skewed, true));
-  }
+  EXPECT_EQ(moe_cases::ep_moe(b, ranks, ExpertMap::partition(32, ranks), true, kNccl),
+            moe_cases::single_rank_moe(b, true));
+  EXPECT_EQ(moe_cases::ep_moe(b, ranks, moe_cases::eplb_map(b, ranks), false, kNccl),
+            moe_cases::single_rank_moe(b, false));
+  EXPECT_EQ(moe_cases::ep_moe(skewed, ranks, moe_cases::eplb_map(skewed, ranks), true, kNccl),
+            moe_cases::single_rank_moe(skewed, true));
+}
+
+TEST(NcclCommunicator, OneRankEpMoeEqualsSingleRankBitwise) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible";
+  expect_ep_moe_equals_single_rank(1);
+}
+
+TEST(NcclCommunicator, EpMoeAcrossGpusEqualsSingleRankBitwise) {
+  const int gpus = visible_gpus();
+  if (gpus < 2) GTEST_SKIP() << kNeedsTwo << gpus;
+  for (int ranks = 2; ranks <= gpus; ranks *= 2) expect_ep_moe_equals_single_rank(ranks);
 }
 
 TEST(NcclCommunicator, BadArgumentsAreErrors) {
   const int gpus = visible_gpus();
-  if (gpus == 0) GTEST_SKIP() << "no GPU";
+  if (gpus == 0) GTEST_SKIP() << "no GPU visible";
   const NcclCommunicator::UniqueId id = NcclCommunicator::unique_id();
   EXPECT_THROW(NcclCommunicator(id, 1, 1, 0), Error);      // rank outside the group
   EXPECT_THROW(NcclCommunicator(id, 0, 1, gpus), Error);   // no such device
