@@ -273,6 +273,7 @@ def main():
                 exact &= ok == t["valid"]
             st["exact"] += exact
             per_schema[s["id"]][engine] = "exact" if exact else "inexact"
+            per_schema[s["id"]][engine + "_compile_ms"] = round(r["compile_ms"], 2)  # to find the slow ones
             if engine == "ours" and args.sample:
                 sample_check(w, s, args, st)
         w.close()

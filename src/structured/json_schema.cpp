@@ -153,7 +153,9 @@ class Converter {
   }
 
   // Since draft 06 a number with a zero fractional part is an integer (1.0); not in draft 04.
-  int zero_fraction() { return draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
+  // "1.0" is an integer from draft 06 on; a `number` that is a multiple of an integer may always be
+  // written so (draft 04 only refuses it as an `integer`).
+  int zero_fraction(bool integer = true) { return integer && draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
 
   // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
   static int draft_of(const Json& root) {
@@ -1207,7 +1209,7 @@ class Converter {
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
-        if (!lo && !hi) return g_.seq({multiple_of(n), zero_fraction()});
+        if (!lo && !hi) return g_.seq({multiple_of(n), zero_fraction(integer)});
         // With bounds: the range's DFA times the remainder automaton's.
         Grammar range;
         const int body = integer ? integer_in_range(range, lo, hi) : number_in_range(range, lo, hi);
@@ -1218,7 +1220,7 @@ class Converter {
         const ProductDfa both = product_dfa({&in_range, &multiple}, kMaxDfaStates, "multipleOf together with minimum/maximum");
         const ByteDfa d = select_dfa(both, [](uint64_t acc) { return acc == 3; });
         if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
-        return g_.seq({g_.dfa(d), zero_fraction()});
+        return g_.seq({g_.dfa(d), zero_fraction(integer)});
       }
     }
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
@@ -1288,7 +1290,7 @@ class Converter {
     const ByteDfa in_range = rule_dfa(range, rule);
     const ByteDfa ints = select_dfa(product_dfa({&in_range, &rem}, kMaxDfaStates, "'not' of multipleOf with minimum/maximum"),
                                     [](uint64_t acc) { return acc == 3; });
-    if (ints.size() > 0) alts.push_back(g_.seq({g_.dfa(ints), zero_fraction()}));
+    if (ints.size() > 0) alts.push_back(g_.seq({g_.dfa(ints), zero_fraction(integer)}));
     if (!integer && !s.contains("multipleOf")) {
       const ByteDfa frac = non_integer_dfa(lo, hi);
       if (frac.size() > 0) alts.push_back(g_.dfa(frac));
