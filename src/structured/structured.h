@@ -39,11 +39,16 @@ struct StateMask {
   std::vector<int32_t> accepted_ids;    // otherwise the accepted ids
   std::vector<int32_t> uncertain;       // sorted-vocab indices that need the full parser state
   // Nodes of counted rules (grammar.h CountedRule): the characters each accepted token adds, so a
-  // mask with r characters left keeps the tokens adding at most r. With accepted_bits:
-  // at_most_bits[r] for the small r, and the (id, characters) of the tokens longer than those;
+  // mask with r characters left keeps the tokens adding at most r. With accepted_bits: `counts`
+  // (shared by the nodes whose tokens add the same; a product of patterns has thousands);
   // with accepted_ids: the characters of each, in the same order.
-  std::vector<std::vector<uint32_t>> at_most_bits;
-  std::vector<std::pair<int32_t, int32_t>> long_ids;
+  struct CharCounts {
+    static constexpr uint32_t kSmall = 24;  // at_most_bits for 0..23 characters left
+    std::vector<uint32_t> at_most_bits;     // kSmall bitsets over ids, one after the other
+    std::vector<std::pair<int32_t, int32_t>> long_ids;  // (id, characters) of the tokens adding more
+    bool operator==(const CharCounts&) const = default;
+  };
+  std::shared_ptr<const CharCounts> counts;
   std::vector<int32_t> accepted_chars;
   // The most characters an uncertain token reads in the rule before leaving it: further than
   // this from the upper bound (and past the lower one) the count cannot change their verdicts.
@@ -72,7 +77,6 @@ class CompiledGrammar {
 
  private:
   void build_masks();
-  void add_char_counts(uint32_t node, StateMask& m) const;
   TokenVocab vocab_;
   Automaton automaton_;
   std::string ebnf_;
