@@ -174,26 +174,57 @@ std::bitset<256> first_bytes(const Automaton& a, uint32_t node, EarleyParser& p)
 }
 
 // parts: the mask's classified ranges, in sorted-vocab order.
-StateMask make_mask(const std::vector<const Classified*>& parts, size_t vocab_size) {
+size_t accepted_count(const std::vector<const Classified*>& parts) {
+  size_t n = 0;
+  for (const Classified* c : parts) n += c->accepted.size();
+  return n;
+}
+
+std::vector<uint32_t> accepted_bitset(const std::vector<const Classified*>& parts, size_t words) {
+  std::vector<uint32_t> bits(words, 0);
+  for (const Classified* c : parts)
+    for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
+  return bits;
+}
+
+// bits: the accepted bitset when there are more accepted tokens than words, else null.
+StateMask make_mask(const std::vector<const Classified*>& parts, std::shared_ptr<const std::vector<uint32_t>> bits) {
   StateMask m;
-  size_t n_acc = 0, n_unc = 0;
-  for (const Classified* c : parts) {
-    n_acc += c->accepted.size();
-    n_unc += c->uncertain.size();
-  }
+  size_t n_unc = 0;
+  for (const Classified* c : parts) n_unc += c->uncertain.size();
   m.uncertain.reserve(n_unc);
   for (const Classified* c : parts) m.uncertain.insert(m.uncertain.end(), c->uncertain.begin(), c->uncertain.end());
-  const size_t words = (vocab_size + 31) / 32;
-  if (n_acc > words) {
-    m.accepted_bits.assign(words, 0);
-    for (const Classified* c : parts)
-      for (int32_t id : c->accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
-  } else {
-    m.accepted_ids.reserve(n_acc);
+  m.accepted_bits = std::move(bits);
+  if (!m.accepted_bits) {
+    m.accepted_ids.reserve(accepted_count(parts));
     for (const Classified* c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c->accepted.begin(), c->accepted.end());
     std::sort(m.accepted_ids.begin(), m.accepted_ids.end());
   }
   return m;
+}
+
+// Content ids of the works' accepted lists, cut by first byte: equal ids, equal tokens. A mask's
+// accepted set is then named by the ids of its parts' pieces (its parts cover disjoint ranges
+// in vocab order), so masks accepting the same tokens are found without building their sets.
+std::vector<std::vector<uint32_t>> accepted_pieces(const std::vector<Classified>& parts, const TokenVocab& vocab) {
+  std::vector<std::vector<uint32_t>> ids(parts.size());
+  std::unordered_multimap<uint64_t, std::pair<std::span<const int32_t>, uint32_t>> seen;
+  for (size_t w = 0; w < parts.size(); ++w) {
+    const std::vector<int32_t>& acc = parts[w].accepted;
+    for (size_t i = 0, j; i < acc.size(); i = j) {
+      const char b = vocab.bytes(acc[i])[0];
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (j = i; j < acc.size() && vocab.bytes(acc[j])[0] == b; ++j) h = (h ^ uint32_t(acc[j])) * 0xbf58476d1ce4e5b9ull;
+      const std::span<const int32_t> piece(acc.data() + i, j - i);
+      uint32_t id = static_cast<uint32_t>(seen.size());
+      bool found = false;
+      for (auto [it, end] = seen.equal_range(h); it != end && !found; ++it)
+        if (std::equal(piece.begin(), piece.end(), it->second.first.begin(), it->second.first.end())) id = it->second.second, found = true;
+      if (!found) seen.emplace(h, std::pair{piece, id});
+      ids[w].push_back(id);
+    }
+  }
+  return ids;
 }
 
 // The CharCounts of counted nodes, one copy of each (the nodes of a product of patterns mostly
@@ -234,12 +265,13 @@ void add_char_counts(const Automaton& a, const TokenVocab& vocab_, uint32_t node
   };
   auto chars = [&](int32_t id) { return chars_of(vocab_.bytes(id)); };
   for (int32_t idx : m.uncertain) m.uncertain_chars = std::max<uint32_t>(m.uncertain_chars, chars_of(vocab_.sorted_view(idx)));
-  if (m.accepted_bits.empty()) {
+  if (!m.accepted_bits) {
     for (int32_t id : m.accepted_ids) m.accepted_chars.push_back(chars(id));
     return;
   }
   constexpr uint32_t kSmall = StateMask::CharCounts::kSmall;
-  const size_t words = m.accepted_bits.size();
+  const std::vector<uint32_t>& accepted = *m.accepted_bits;
+  const size_t words = accepted.size();
   StateMask::CharCounts counts;
   counts.at_most_bits.assign(kSmall * words, 0);
   // The accepted tokens in sorted order, each walk resumed after the prefix it shares with the
@@ -254,7 +286,7 @@ void add_char_counts(const Automaton& a, const TokenVocab& vocab_, uint32_t node
   for (int32_t idx = 0; idx < vocab_.num_sorted(); ++idx) {
     shared = std::min<uint32_t>(shared, vocab_.lcp_prev(idx));
     const int32_t id = vocab_.sorted_id(idx);
-    if (!(m.accepted_bits[id >> 5] >> (id & 31) & 1)) continue;
+    if (!(accepted[id >> 5] >> (id & 31) & 1)) continue;
     const std::string_view bytes = vocab_.sorted_view(idx);
     size_t d = std::min<size_t>(shared, valid);
     if (at.size() < bytes.size() + 1) at.resize(bytes.size() + 1);
@@ -445,18 +477,19 @@ void CompiledGrammar::build_masks() {
   std::vector<std::bitset<256>> first(reps.size());
   std::vector<ClassifyWork> work;
   std::vector<std::vector<size_t>> mask_parts(reps.size());  // work indices, in vocab order
-  using Key = std::pair<uint32_t, uint32_t>;  // (first byte, class of its target)
-  std::map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
-  std::map<Key, int> uses;
+  using Key = uint64_t;  // first byte << 32 | class of its target; kUnshared: none
+  constexpr Key kUnshared = UINT64_MAX;
+  std::unordered_map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
+  std::unordered_map<Key, int> uses;
   auto key_of = [&](uint32_t m, int b) {
     const FsmNode& rep = a.nodes[reps[m]];
-    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return Key{0, UINT32_MAX};
-    return Key{uint32_t(b), cls[a.step(reps[m], uint8_t(b))]};
+    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return kUnshared;
+    return Key(b) << 32 | cls[a.step(reps[m], uint8_t(b))];
   };
   for (uint32_t m = 0; m < reps.size(); ++m) {
     first[m] = first_bytes(a, reps[m], p);
     for (int b = 0; b < 256; ++b)
-      if (first[m].test(b) && key_of(m, b).second != UINT32_MAX) ++uses[key_of(m, b)];
+      if (first[m].test(b) && key_of(m, b) != kUnshared) ++uses[key_of(m, b)];
   }
   for (uint32_t m = 0; m < reps.size(); ++m) {
     int32_t start = -1;  // a chunk of unshared ranges being gathered
@@ -472,7 +505,7 @@ void CompiledGrammar::build_masks() {
       const int32_t e = vocab_.first_byte_begin(b + 1);
       if (s == e) continue;
       const Key key = key_of(m, b);
-      if (key.second == UINT32_MAX || uses[key] < 2) {
+      if (key == kUnshared || uses[key] < 2) {
         for (; s < e;) {
           if (start >= 0 && s - start >= kClassifyChunk) flush(s);
           if (start < 0) start = s;
@@ -508,33 +541,56 @@ void CompiledGrammar::build_masks() {
     for (size_t w; (w = next.fetch_add(1)) < work.size();)
       classify_range(a, vocab_, reps[work[w].mask], first[work[w].mask], work[w].lo, work[w].hi, wp, parts[w]);
   });
+  // Masks accepting the same tokens share one bitset, built by the first of them.
+  const size_t words = (vocab_.size() + 31) / 32;
+  auto parts_of = [&](size_t m) {
+    std::vector<const Classified*> mine;
+    for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
+    return mine;
+  };
+  std::vector<uint32_t> bits_of(reps.size(), UINT32_MAX), builders;  // mask -> the mask building its bitset
+  {
+    const std::vector<std::vector<uint32_t>> pieces = accepted_pieces(parts, vocab_);
+    std::map<std::vector<uint32_t>, uint32_t> builder_of;
+    for (uint32_t m = 0; m < reps.size(); ++m) {
+      if (accepted_count(parts_of(m)) <= words) continue;
+      std::vector<uint32_t> key;
+      for (size_t w : mask_parts[m]) key.insert(key.end(), pieces[w].begin(), pieces[w].end());
+      auto [it, fresh] = builder_of.emplace(std::move(key), m);
+      if (fresh) builders.push_back(m);
+      bits_of[m] = it->second;
+    }
+  }
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> bitsets(reps.size());
+  next = 0;
+  parallel_for(workers, [&](int64_t, int64_t) {
+    for (size_t k; (k = next.fetch_add(1)) < builders.size();)
+      bitsets[builders[k]] = std::make_shared<const std::vector<uint32_t>>(accepted_bitset(parts_of(builders[k]), words));
+  });
   masks_.resize(reps.size());
   CountsCache counts;
   next = 0;
   parallel_for(workers, [&](int64_t, int64_t) {
-    std::vector<const Classified*> mine;
     for (size_t m; (m = next.fetch_add(1)) < reps.size();) {
-      mine.clear();
-      for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
-      masks_[m] = make_mask(mine, vocab_.size());
+      masks_[m] = make_mask(parts_of(m), bits_of[m] == UINT32_MAX ? nullptr : bitsets[bits_of[m]]);
       if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(a, vocab_, reps[m], masks_[m], counts);
     }
   });
 }
 
 void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const {
-  if (accepted_bits.empty()) {
+  if (!accepted_bits) {
     for (size_t i = 0; i < accepted_ids.size(); ++i)
       if (uint32_t(accepted_chars[i]) <= left) words[accepted_ids[i] >> 5] |= 1u << (accepted_ids[i] & 31);
     return;
   }
-  const size_t n = accepted_bits.size();
+  const size_t n = accepted_bits->size();
   if (left < CharCounts::kSmall) {
     const uint32_t* src = counts->at_most_bits.data() + left * n;
     for (size_t w = 0; w < n; ++w) words[w] |= src[w];
     return;
   }
-  tmp.assign(accepted_bits.begin(), accepted_bits.end());
+  tmp.assign(accepted_bits->begin(), accepted_bits->end());
   for (auto [id, c] : counts->long_ids)
     if (uint32_t(c) > left) tmp[id >> 5] &= ~(1u << (id & 31));
   for (size_t w = 0; w < n; ++w) words[w] |= tmp[w];
@@ -542,9 +598,10 @@ void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>
 
 size_t CompiledGrammar::memory_bytes() const {
   size_t total = 0;
-  std::set<const StateMask::CharCounts*> shared;
+  std::set<const void*> shared;  // counted once
   for (const auto& m : masks_) {
-    total += 4 * (m.accepted_bits.size() + m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size());
+    total += 4 * (m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size());
+    if (m.accepted_bits && shared.insert(m.accepted_bits.get()).second) total += 4 * m.accepted_bits->size();
     if (m.counts && shared.insert(m.counts.get()).second) total += 4 * (m.counts->at_most_bits.size() + 2 * m.counts->long_ids.size());
   }
   return total;

@@ -35,8 +35,10 @@ struct SchemaArgs {
 
 // Precomputed token classification of one scanable FSM node (see docs/structured-output.md).
 struct StateMask {
-  std::vector<uint32_t> accepted_bits;  // bitset over ids, when many tokens are accepted
-  std::vector<int32_t> accepted_ids;    // otherwise the accepted ids
+  // Bitset over ids when many tokens are accepted (one copy per distinct set: the nodes of an
+  // extra-key trie all accept the same string contents), otherwise the accepted ids.
+  std::shared_ptr<const std::vector<uint32_t>> accepted_bits;
+  std::vector<int32_t> accepted_ids;
   std::vector<int32_t> uncertain;       // sorted-vocab indices that need the full parser state
   // Nodes of counted rules (grammar.h CountedRule): the characters each accepted token adds, so a
   // mask with r characters left keeps the tokens adding at most r. With accepted_bits: `counts`
