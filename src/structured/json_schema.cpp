@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -1049,11 +1050,20 @@ class Converter {
 
   // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
   std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
-    SchemaArgs o = opts_;
-    o.whitespace = Whitespace::kCompact;
-    Converter sub(root_, o);
-    sub.depth_ = depth_;  // bounds nesting across converters too
-    const Automaton a = build_automaton(sub.run(schema, path));
+    std::shared_ptr<const Automaton>& cached = value_checkers_[schema.dump()];  // the same one recurs (a $ref'd 'not')
+    if (!cached) {
+      SchemaArgs o = opts_;
+      o.whitespace = Whitespace::kCompact;
+      Converter sub(root_, o);
+      sub.depth_ = depth_;  // bounds nesting across converters too
+      try {
+        cached = std::make_shared<const Automaton>(build_automaton(sub.run(schema, path)));
+      } catch (...) {
+        value_checkers_.erase(schema.dump());
+        throw;
+      }
+    }
+    const Automaton& a = *cached;
     std::vector<Json> out;
     for (const Json& v : values) {
       EarleyParser p(&a);
@@ -1816,6 +1826,7 @@ class Converter {
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
+  std::map<std::string, std::shared_ptr<const Automaton>> value_checkers_;  // values_matching's, by schema text
   int ref_merge_depth_ = 0, merge_rounds_ = 0;
   // Work bound on the spelled complements (exact oneOf, 'not'): converted subschemas so far and
   // the count past which the current attempt gives up (their products can grow exponentially).
