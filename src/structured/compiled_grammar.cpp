@@ -2,8 +2,12 @@
 #include <atomic>
 #include <bitset>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 
 #include "core/thread_pool.h"
 #include "structured/structured.h"
@@ -170,26 +174,139 @@ std::bitset<256> first_bytes(const Automaton& a, uint32_t node, EarleyParser& p)
 }
 
 // parts: the mask's classified ranges, in sorted-vocab order.
-StateMask make_mask(const std::vector<const Classified*>& parts, size_t vocab_size) {
+size_t accepted_count(const std::vector<const Classified*>& parts) {
+  size_t n = 0;
+  for (const Classified* c : parts) n += c->accepted.size();
+  return n;
+}
+
+std::vector<uint32_t> accepted_bitset(const std::vector<const Classified*>& parts, size_t words) {
+  std::vector<uint32_t> bits(words, 0);
+  for (const Classified* c : parts)
+    for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
+  return bits;
+}
+
+// bits: the accepted bitset when there are more accepted tokens than words, else null.
+StateMask make_mask(const std::vector<const Classified*>& parts, std::shared_ptr<const std::vector<uint32_t>> bits) {
   StateMask m;
-  size_t n_acc = 0, n_unc = 0;
-  for (const Classified* c : parts) {
-    n_acc += c->accepted.size();
-    n_unc += c->uncertain.size();
-  }
+  size_t n_unc = 0;
+  for (const Classified* c : parts) n_unc += c->uncertain.size();
   m.uncertain.reserve(n_unc);
   for (const Classified* c : parts) m.uncertain.insert(m.uncertain.end(), c->uncertain.begin(), c->uncertain.end());
-  const size_t words = (vocab_size + 31) / 32;
-  if (n_acc > words) {
-    m.accepted_bits.assign(words, 0);
-    for (const Classified* c : parts)
-      for (int32_t id : c->accepted) m.accepted_bits[id >> 5] |= 1u << (id & 31);
-  } else {
-    m.accepted_ids.reserve(n_acc);
+  m.accepted_bits = std::move(bits);
+  if (!m.accepted_bits) {
+    m.accepted_ids.reserve(accepted_count(parts));
     for (const Classified* c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c->accepted.begin(), c->accepted.end());
     std::sort(m.accepted_ids.begin(), m.accepted_ids.end());
   }
   return m;
+}
+
+// Content ids of the works' accepted lists, cut by first byte: equal ids, equal tokens. A mask's
+// accepted set is then named by the ids of its parts' pieces (its parts cover disjoint ranges
+// in vocab order), so masks accepting the same tokens are found without building their sets.
+std::vector<std::vector<uint32_t>> accepted_pieces(const std::vector<Classified>& parts, const TokenVocab& vocab) {
+  std::vector<std::vector<uint32_t>> ids(parts.size());
+  std::unordered_multimap<uint64_t, std::pair<std::span<const int32_t>, uint32_t>> seen;
+  for (size_t w = 0; w < parts.size(); ++w) {
+    const std::vector<int32_t>& acc = parts[w].accepted;
+    for (size_t i = 0, j; i < acc.size(); i = j) {
+      const char b = vocab.bytes(acc[i])[0];
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (j = i; j < acc.size() && vocab.bytes(acc[j])[0] == b; ++j) h = (h ^ uint32_t(acc[j])) * 0xbf58476d1ce4e5b9ull;
+      const std::span<const int32_t> piece(acc.data() + i, j - i);
+      uint32_t id = static_cast<uint32_t>(seen.size());
+      bool found = false;
+      for (auto [it, end] = seen.equal_range(h); it != end && !found; ++it)
+        if (std::equal(piece.begin(), piece.end(), it->second.first.begin(), it->second.first.end())) id = it->second.second, found = true;
+      if (!found) seen.emplace(h, std::pair{piece, id});
+      ids[w].push_back(id);
+    }
+  }
+  return ids;
+}
+
+// The CharCounts of counted nodes, one copy of each (the nodes of a product of patterns mostly
+// count alike); shared by the classification's workers.
+class CountsCache {
+ public:
+  std::shared_ptr<const StateMask::CharCounts> intern(StateMask::CharCounts c) {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t x : c.at_most_bits) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+    for (auto [id, n] : c.long_ids) h = (h ^ (uint64_t(id) << 32 | uint32_t(n))) * 0xbf58476d1ce4e5b9ull;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto [it, end] = by_hash_.equal_range(h); it != end; ++it)
+      if (*it->second == c) return it->second;
+    return by_hash_.emplace(h, std::make_shared<const StateMask::CharCounts>(std::move(c)))->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_multimap<uint64_t, std::shared_ptr<const StateMask::CharCounts>> by_hash_;
+};
+
+// The characters an accepted token adds from `node` of a counted rule: the bytes of its
+// (deterministic, in-rule) path that leave a char_boundary node (a started character counts).
+void add_char_counts(const Automaton& a, const TokenVocab& vocab_, uint32_t node, StateMask& m, CountsCache& cache) {
+  // Characters a token needs from the bound: those it starts plus the fewest still needed
+  // after each step, at most (up to where the rule's path stops).
+  auto chars_of = [&](std::string_view bytes) {
+    int32_t c = 0, need = static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[node], INT32_MAX / 2));
+    uint32_t n = node;
+    for (char b : bytes) {
+      const uint32_t t = a.step(n, static_cast<uint8_t>(b));
+      if (t == UINT32_MAX) break;
+      c += a.char_boundary[n];
+      need = std::max<int32_t>(need, c + static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[t], INT32_MAX / 2)));
+      n = t;
+    }
+    return std::max(c, need);
+  };
+  auto chars = [&](int32_t id) { return chars_of(vocab_.bytes(id)); };
+  for (int32_t idx : m.uncertain) m.uncertain_chars = std::max<uint32_t>(m.uncertain_chars, chars_of(vocab_.sorted_view(idx)));
+  if (!m.accepted_bits) {
+    for (int32_t id : m.accepted_ids) m.accepted_chars.push_back(chars(id));
+    return;
+  }
+  constexpr uint32_t kSmall = StateMask::CharCounts::kSmall;
+  const std::vector<uint32_t>& accepted = *m.accepted_bits;
+  const size_t words = accepted.size();
+  StateMask::CharCounts counts;
+  counts.at_most_bits.assign(kSmall * words, 0);
+  // The accepted tokens in sorted order, each walk resumed after the prefix it shares with the
+  // last one walked (chars_of's steps, one per trie edge instead of one per byte).
+  struct Step {
+    uint32_t n;
+    int32_t c, need;
+  };
+  std::vector<Step> at{{node, 0, static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[node], INT32_MAX / 2))}};
+  size_t valid = 0;              // depth up to which `at` holds the last walked token's path
+  uint32_t shared = UINT32_MAX;  // common prefix with the last walked token
+  for (int32_t idx = 0; idx < vocab_.num_sorted(); ++idx) {
+    shared = std::min<uint32_t>(shared, vocab_.lcp_prev(idx));
+    const int32_t id = vocab_.sorted_id(idx);
+    if (!(accepted[id >> 5] >> (id & 31) & 1)) continue;
+    const std::string_view bytes = vocab_.sorted_view(idx);
+    size_t d = std::min<size_t>(shared, valid);
+    if (at.size() < bytes.size() + 1) at.resize(bytes.size() + 1);
+    for (; d < bytes.size(); ++d) {
+      const Step& s = at[d];
+      const uint32_t t = a.step(s.n, static_cast<uint8_t>(bytes[d]));
+      if (t == UINT32_MAX) break;
+      const int32_t c = s.c + a.char_boundary[s.n];
+      at[d + 1] = {t, c, std::max<int32_t>(s.need, c + static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[t], INT32_MAX / 2)))};
+    }
+    valid = d;
+    shared = UINT32_MAX;
+    const int32_t c = std::max(at[d].c, at[d].need);
+    if (uint32_t(c) >= kSmall) counts.long_ids.push_back({id, c});
+    else counts.at_most_bits[c * words + (id >> 5)] |= 1u << (id & 31);
+  }
+  std::sort(counts.long_ids.begin(), counts.long_ids.end());
+  for (size_t r = 1; r < kSmall; ++r)  // at most r: exactly r, or at most r - 1
+    for (size_t w = 0; w < words; ++w) counts.at_most_bits[r * words + w] |= counts.at_most_bits[(r - 1) * words + w];
+  m.counts = cache.intern(std::move(counts));
 }
 
 }  // namespace
@@ -200,57 +317,132 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
 }
 
 // Nodes with the same future (same accepting flag, same edges to equivalent nodes, any rule)
-// classify every token the same way: Moore partition refinement finds them so each distinct
-// node is classified once (e.g. the UTF-8 continuation states of every string in a schema).
+// classify every token the same way: partition refinement finds them so each distinct node is
+// classified once (e.g. the UTF-8 continuation states of every string in a schema). Only nodes
+// an edge of which leads to a node that moved are re-signed in a round (a plain Moore round
+// re-signs all of them, and long chains such as a schema's many property names need hundreds of
+// rounds: seconds on large schemas); a class's other members keep one shared signature.
 std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
-  const size_t n = a.nodes.size();
-  std::vector<uint32_t> cls(n), next(n), sig, offset(n + 1);
-  for (size_t i = 0; i < n; ++i) cls[i] = a.nodes[i].accepting | a.char_boundary[i] << 1 | a.counted(a.nodes[i].rule) << 2;
-  size_t slots = 16;
-  while (slots < 2 * n) slots *= 2;
-  std::vector<uint32_t> table(slots);  // node + 1 of each distinct signature, 0 = empty
-  size_t num = 0;
-  while (true) {
-    // Signatures of all nodes in one buffer: class, byte edges (lo, hi, target class), refs.
-    sig.clear();
-    for (size_t i = 0; i < n; ++i) {
-      offset[i] = static_cast<uint32_t>(sig.size());
-      const FsmNode& nd = a.nodes[i];
-      sig.push_back(cls[i]);
-      for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) {
-        const ByteEdge& b = a.byte_edges[e];
-        sig.insert(sig.end(), {b.lo, b.hi, cls[b.target]});
-      }
-      sig.push_back(UINT32_MAX);
-      for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e)
-        sig.insert(sig.end(), {a.ref_edges[e].rule, cls[a.ref_edges[e].target]});
-    }
-    offset[n] = static_cast<uint32_t>(sig.size());
-    auto span_of = [&](size_t i) { return std::span<const uint32_t>(sig.data() + offset[i], offset[i + 1] - offset[i]); };
-    std::fill(table.begin(), table.end(), 0);
-    size_t ids = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const auto si = span_of(i);
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      for (uint32_t x : si) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
-      size_t slot = (h ^ (h >> 31)) & (slots - 1);
-      for (;; slot = (slot + 1) & (slots - 1)) {
-        if (table[slot] == 0) {
-          table[slot] = static_cast<uint32_t>(i + 1);
-          next[i] = static_cast<uint32_t>(ids++);
-          break;
-        }
-        const auto sj = span_of(table[slot] - 1);
-        if (std::equal(si.begin(), si.end(), sj.begin(), sj.end())) {
-          next[i] = next[table[slot] - 1];
-          break;
-        }
-      }
-    }
-    cls.swap(next);
-    if (ids == num) return cls;
-    num = ids;
+  const uint32_t n = static_cast<uint32_t>(a.nodes.size());
+  std::vector<uint32_t> pred_begin(n + 1, 0), preds;  // predecessors by byte or rule edge
+  auto for_targets = [&](uint32_t i, auto&& f) {
+    const FsmNode& nd = a.nodes[i];
+    for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) f(a.byte_edges[e].target);
+    for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e) f(a.ref_edges[e].target);
+  };
+  for (uint32_t i = 0; i < n; ++i) for_targets(i, [&](uint32_t t) { ++pred_begin[t + 1]; });
+  for (uint32_t i = 0; i < n; ++i) pred_begin[i + 1] += pred_begin[i];
+  preds.resize(pred_begin[n]);
+  {
+    std::vector<uint32_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    for (uint32_t i = 0; i < n; ++i) for_targets(i, [&](uint32_t t) { preds[fill[t]++] = i; });
   }
+  std::vector<uint32_t> cls(n), pos(n);
+  std::vector<std::vector<uint32_t>> members;
+  {
+    std::map<uint32_t, uint32_t> id;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t key = a.nodes[i].accepting | a.char_boundary[i] << 1 | a.counted(a.nodes[i].rule) << 2;
+      cls[i] = id.emplace(key, static_cast<uint32_t>(id.size())).first->second;
+      if (cls[i] == members.size()) members.emplace_back();
+      pos[i] = static_cast<uint32_t>(members[cls[i]].size());
+      members[cls[i]].push_back(i);
+    }
+  }
+  std::vector<uint32_t> sig, offset, dirty(n), stamp(n, 0);
+  for (uint32_t i = 0; i < n; ++i) dirty[i] = i;
+  std::vector<std::pair<uint32_t, uint32_t>> moves;  // (node, new class), applied after the round
+  std::vector<uint64_t> hash;
+  std::vector<uint32_t> order, sig_of;  // dirty index -> its signature's slot in offset
+  auto sign = [&](uint32_t i) {  // appends node i's signature; returns its slot
+    const FsmNode& nd = a.nodes[i];
+    offset.push_back(static_cast<uint32_t>(sig.size()));
+    for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) {
+      const ByteEdge& b = a.byte_edges[e];
+      sig.insert(sig.end(), {b.lo, b.hi, cls[b.target]});
+    }
+    sig.push_back(UINT32_MAX);
+    for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e) sig.insert(sig.end(), {a.ref_edges[e].rule, cls[a.ref_edges[e].target]});
+    offset.push_back(static_cast<uint32_t>(sig.size()));
+    return static_cast<uint32_t>(offset.size() / 2 - 1);
+  };
+  auto span_of = [&](uint32_t slot) { return std::span<const uint32_t>(sig.data() + offset[2 * slot], offset[2 * slot + 1] - offset[2 * slot]); };
+  auto same = [&](uint32_t x, uint32_t y) { const auto p = span_of(x), q = span_of(y); return std::equal(p.begin(), p.end(), q.begin(), q.end()); };
+  for (uint32_t round = 1; !dirty.empty(); ++round) {
+    sig.clear();
+    offset.clear();
+    sig_of.clear();
+    hash.clear();
+    for (uint32_t i : dirty) {
+      stamp[i] = round;
+      sig_of.push_back(sign(i));
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : span_of(sig_of.back())) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      hash.push_back(h);
+    }
+    order.resize(dirty.size());
+    for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+      return std::tie(cls[dirty[x]], hash[x], x) < std::tie(cls[dirty[y]], hash[y], y);
+    });
+    moves.clear();
+    for (size_t b = 0; b < order.size();) {  // one class's dirty members: order[b, e)
+      const uint32_t c = cls[dirty[order[b]]];
+      size_t e = b;
+      while (e < order.size() && cls[dirty[order[e]]] == c) ++e;
+      // Groups of equal signatures: (first dirty index, count); the kept one stays in c.
+      std::vector<std::pair<uint32_t, uint32_t>> groups;
+      std::vector<uint32_t> group_of(e - b);
+      for (size_t k = b; k < e; ++k) {
+        size_t g = groups.size();
+        for (size_t h = groups.size(); h-- > 0;) {
+          if (hash[groups[h].first] != hash[order[k]]) break;  // sorted by hash: only the last run
+          if (same(sig_of[groups[h].first], sig_of[order[k]])) { g = h; break; }
+        }
+        if (g == groups.size()) groups.push_back({order[k], 0});
+        ++groups[g].second;
+        group_of[k - b] = static_cast<uint32_t>(g);
+      }
+      size_t keep = 0;
+      if (e - b < members[c].size()) {  // members not re-signed share one signature: theirs stays
+        keep = groups.size();
+        uint32_t other = 0;
+        while (stamp[members[c][other]] == round) ++other;
+        const uint32_t ref = sign(members[c][other]);
+        for (size_t g = 0; g < groups.size() && keep == groups.size(); ++g)
+          if (same(sig_of[groups[g].first], ref)) keep = g;
+      } else {
+        for (size_t g = 1; g < groups.size(); ++g)
+          if (groups[g].second > groups[keep].second) keep = g;
+      }
+      std::vector<uint32_t> new_id(groups.size(), c);
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (g != keep) {
+          new_id[g] = static_cast<uint32_t>(members.size());
+          members.emplace_back();
+        }
+      for (size_t k = b; k < e; ++k)
+        if (new_id[group_of[k - b]] != c) moves.push_back({dirty[order[k]], new_id[group_of[k - b]]});
+      b = e;
+    }
+    dirty.clear();
+    for (auto [i, c] : moves) {  // out of its class (swap with the last member), into c
+      std::vector<uint32_t>& from = members[cls[i]];
+      pos[from.back()] = pos[i];
+      from[pos[i]] = from.back();
+      from.pop_back();
+      cls[i] = c;
+      pos[i] = static_cast<uint32_t>(members[c].size());
+      members[c].push_back(i);
+    }
+    for (auto [i, c] : moves)
+      for (uint32_t p = pred_begin[i]; p < pred_begin[i + 1]; ++p)
+        if (stamp[preds[p]] != round + 1) {
+          stamp[preds[p]] = round + 1;
+          dirty.push_back(preds[p]);
+        }
+  }
+  return cls;
 }
 
 // Work for the parallel classification: one scanable node's tokens in sorted-vocab range [lo, hi).
@@ -285,18 +477,19 @@ void CompiledGrammar::build_masks() {
   std::vector<std::bitset<256>> first(reps.size());
   std::vector<ClassifyWork> work;
   std::vector<std::vector<size_t>> mask_parts(reps.size());  // work indices, in vocab order
-  using Key = std::pair<uint32_t, uint32_t>;  // (first byte, class of its target)
-  std::map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
-  std::map<Key, int> uses;
+  using Key = uint64_t;  // first byte << 32 | class of its target; kUnshared: none
+  constexpr Key kUnshared = UINT64_MAX;
+  std::unordered_map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
+  std::unordered_map<Key, int> uses;
   auto key_of = [&](uint32_t m, int b) {
     const FsmNode& rep = a.nodes[reps[m]];
-    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return Key{0, UINT32_MAX};
-    return Key{uint32_t(b), cls[a.step(reps[m], uint8_t(b))]};
+    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return kUnshared;
+    return Key(b) << 32 | cls[a.step(reps[m], uint8_t(b))];
   };
   for (uint32_t m = 0; m < reps.size(); ++m) {
     first[m] = first_bytes(a, reps[m], p);
     for (int b = 0; b < 256; ++b)
-      if (first[m].test(b) && key_of(m, b).second != UINT32_MAX) ++uses[key_of(m, b)];
+      if (first[m].test(b) && key_of(m, b) != kUnshared) ++uses[key_of(m, b)];
   }
   for (uint32_t m = 0; m < reps.size(); ++m) {
     int32_t start = -1;  // a chunk of unshared ranges being gathered
@@ -312,7 +505,7 @@ void CompiledGrammar::build_masks() {
       const int32_t e = vocab_.first_byte_begin(b + 1);
       if (s == e) continue;
       const Key key = key_of(m, b);
-      if (key.second == UINT32_MAX || uses[key] < 2) {
+      if (key == kUnshared || uses[key] < 2) {
         for (; s < e;) {
           if (start >= 0 && s - start >= kClassifyChunk) flush(s);
           if (start < 0) start = s;
@@ -348,76 +541,69 @@ void CompiledGrammar::build_masks() {
     for (size_t w; (w = next.fetch_add(1)) < work.size();)
       classify_range(a, vocab_, reps[work[w].mask], first[work[w].mask], work[w].lo, work[w].hi, wp, parts[w]);
   });
-  masks_.resize(reps.size());
+  // Masks accepting the same tokens share one bitset, built by the first of them.
+  const size_t words = (vocab_.size() + 31) / 32;
+  auto parts_of = [&](size_t m) {
+    std::vector<const Classified*> mine;
+    for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
+    return mine;
+  };
+  std::vector<uint32_t> bits_of(reps.size(), UINT32_MAX), builders;  // mask -> the mask building its bitset
+  {
+    const std::vector<std::vector<uint32_t>> pieces = accepted_pieces(parts, vocab_);
+    std::map<std::vector<uint32_t>, uint32_t> builder_of;
+    for (uint32_t m = 0; m < reps.size(); ++m) {
+      if (accepted_count(parts_of(m)) <= words) continue;
+      std::vector<uint32_t> key;
+      for (size_t w : mask_parts[m]) key.insert(key.end(), pieces[w].begin(), pieces[w].end());
+      auto [it, fresh] = builder_of.emplace(std::move(key), m);
+      if (fresh) builders.push_back(m);
+      bits_of[m] = it->second;
+    }
+  }
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> bitsets(reps.size());
   next = 0;
   parallel_for(workers, [&](int64_t, int64_t) {
-    std::vector<const Classified*> mine;
+    for (size_t k; (k = next.fetch_add(1)) < builders.size();)
+      bitsets[builders[k]] = std::make_shared<const std::vector<uint32_t>>(accepted_bitset(parts_of(builders[k]), words));
+  });
+  masks_.resize(reps.size());
+  CountsCache counts;
+  next = 0;
+  parallel_for(workers, [&](int64_t, int64_t) {
     for (size_t m; (m = next.fetch_add(1)) < reps.size();) {
-      mine.clear();
-      for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
-      masks_[m] = make_mask(mine, vocab_.size());
-      if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(reps[m], masks_[m]);
+      masks_[m] = make_mask(parts_of(m), bits_of[m] == UINT32_MAX ? nullptr : bitsets[bits_of[m]]);
+      if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(a, vocab_, reps[m], masks_[m], counts);
     }
   });
 }
 
-// The characters an accepted token adds from `node` of a counted rule: the bytes of its
-// (deterministic, in-rule) path that leave a char_boundary node (a started character counts).
-void CompiledGrammar::add_char_counts(uint32_t node, StateMask& m) const {
-  const Automaton& a = automaton_;
-  // Characters a token needs from the bound: those it starts plus the fewest still needed
-  // after each step, at most (up to where the rule's path stops).
-  auto chars_of = [&](std::string_view bytes) {
-    int32_t c = 0, need = static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[node], INT32_MAX / 2));
-    uint32_t n = node;
-    for (char b : bytes) {
-      const uint32_t t = a.step(n, static_cast<uint8_t>(b));
-      if (t == UINT32_MAX) break;
-      c += a.char_boundary[n];
-      need = std::max<int32_t>(need, c + static_cast<int32_t>(std::min<uint32_t>(a.chars_to_end[t], INT32_MAX / 2)));
-      n = t;
-    }
-    return std::max(c, need);
-  };
-  auto chars = [&](int32_t id) { return chars_of(vocab_.bytes(id)); };
-  for (int32_t idx : m.uncertain) m.uncertain_chars = std::max<uint32_t>(m.uncertain_chars, chars_of(vocab_.sorted_view(idx)));
-  if (m.accepted_bits.empty()) {
-    for (int32_t id : m.accepted_ids) m.accepted_chars.push_back(chars(id));
-    return;
-  }
-  constexpr int32_t kBitsets = 24;  // at_most_bits for 0..23 characters left; longer tokens listed
-  m.at_most_bits.assign(kBitsets, std::vector<uint32_t>(m.accepted_bits.size(), 0));
-  for (size_t w = 0; w < m.accepted_bits.size(); ++w)
-    for (uint32_t bits = m.accepted_bits[w]; bits; bits &= bits - 1) {
-      const int32_t id = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
-      const int32_t c = chars(id);
-      if (c >= kBitsets) m.long_ids.push_back({id, c});
-      for (int32_t r = c; r < kBitsets; ++r) m.at_most_bits[r][w] |= 1u << (id & 31);
-    }
-}
-
 void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const {
-  if (accepted_bits.empty()) {
+  if (!accepted_bits) {
     for (size_t i = 0; i < accepted_ids.size(); ++i)
       if (uint32_t(accepted_chars[i]) <= left) words[accepted_ids[i] >> 5] |= 1u << (accepted_ids[i] & 31);
     return;
   }
-  const size_t n = accepted_bits.size();
-  if (left < at_most_bits.size()) {
-    for (size_t w = 0; w < n; ++w) words[w] |= at_most_bits[left][w];
+  const size_t n = accepted_bits->size();
+  if (left < CharCounts::kSmall) {
+    const uint32_t* src = counts->at_most_bits.data() + left * n;
+    for (size_t w = 0; w < n; ++w) words[w] |= src[w];
     return;
   }
-  tmp.assign(accepted_bits.begin(), accepted_bits.end());
-  for (auto [id, c] : long_ids)
+  tmp.assign(accepted_bits->begin(), accepted_bits->end());
+  for (auto [id, c] : counts->long_ids)
     if (uint32_t(c) > left) tmp[id >> 5] &= ~(1u << (id & 31));
   for (size_t w = 0; w < n; ++w) words[w] |= tmp[w];
 }
 
 size_t CompiledGrammar::memory_bytes() const {
   size_t total = 0;
-  for (const auto& m : masks_)
-    total += 4 * (m.accepted_bits.size() + m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size() +
-                  2 * m.long_ids.size() + m.at_most_bits.size() * m.accepted_bits.size());
+  std::set<const void*> shared;  // counted once
+  for (const auto& m : masks_) {
+    total += 4 * (m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size());
+    if (m.accepted_bits && shared.insert(m.accepted_bits.get()).second) total += 4 * m.accepted_bits->size();
+    if (m.counts && shared.insert(m.counts.get()).second) total += 4 * (m.counts->at_most_bits.size() + 2 * m.counts->long_ids.size());
+  }
   return total;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -153,7 +154,9 @@ class Converter {
   }
 
   // Since draft 06 a number with a zero fractional part is an integer (1.0); not in draft 04.
-  int zero_fraction() { return draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
+  // "1.0" is an integer from draft 06 on; a `number` that is a multiple of an integer may always be
+  // written so (draft 04 only refuses it as an `integer`).
+  int zero_fraction(bool integer = true) { return integer && draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
 
   // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
   static int draft_of(const Json& root) {
@@ -1047,11 +1050,20 @@ class Converter {
 
   // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
   std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
-    SchemaArgs o = opts_;
-    o.whitespace = Whitespace::kCompact;
-    Converter sub(root_, o);
-    sub.depth_ = depth_;  // bounds nesting across converters too
-    const Automaton a = build_automaton(sub.run(schema, path));
+    std::shared_ptr<const Automaton>& cached = value_checkers_[schema.dump()];  // the same one recurs (a $ref'd 'not')
+    if (!cached) {
+      SchemaArgs o = opts_;
+      o.whitespace = Whitespace::kCompact;
+      Converter sub(root_, o);
+      sub.depth_ = depth_;  // bounds nesting across converters too
+      try {
+        cached = std::make_shared<const Automaton>(build_automaton(sub.run(schema, path)));
+      } catch (...) {
+        value_checkers_.erase(schema.dump());
+        throw;
+      }
+    }
+    const Automaton& a = *cached;
     std::vector<Json> out;
     for (const Json& v : values) {
       EarleyParser p(&a);
@@ -1207,7 +1219,7 @@ class Converter {
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
-        if (!lo && !hi) return g_.seq({multiple_of(n), zero_fraction()});
+        if (!lo && !hi) return g_.seq({multiple_of(n), zero_fraction(integer)});
         // With bounds: the range's DFA times the remainder automaton's.
         Grammar range;
         const int body = integer ? integer_in_range(range, lo, hi) : number_in_range(range, lo, hi);
@@ -1218,7 +1230,7 @@ class Converter {
         const ProductDfa both = product_dfa({&in_range, &multiple}, kMaxDfaStates, "multipleOf together with minimum/maximum");
         const ByteDfa d = select_dfa(both, [](uint64_t acc) { return acc == 3; });
         if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
-        return g_.seq({g_.dfa(d), zero_fraction()});
+        return g_.seq({g_.dfa(d), zero_fraction(integer)});
       }
     }
     if (!lo && !hi) return integer ? integer_expr() : number_expr();
@@ -1288,7 +1300,7 @@ class Converter {
     const ByteDfa in_range = rule_dfa(range, rule);
     const ByteDfa ints = select_dfa(product_dfa({&in_range, &rem}, kMaxDfaStates, "'not' of multipleOf with minimum/maximum"),
                                     [](uint64_t acc) { return acc == 3; });
-    if (ints.size() > 0) alts.push_back(g_.seq({g_.dfa(ints), zero_fraction()}));
+    if (ints.size() > 0) alts.push_back(g_.seq({g_.dfa(ints), zero_fraction(integer)}));
     if (!integer && !s.contains("multipleOf")) {
       const ByteDfa frac = non_integer_dfa(lo, hi);
       if (frac.size() > 0) alts.push_back(g_.dfa(frac));
@@ -1814,6 +1826,7 @@ class Converter {
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
+  std::map<std::string, std::shared_ptr<const Automaton>> value_checkers_;  // values_matching's, by schema text
   int ref_merge_depth_ = 0, merge_rounds_ = 0;
   // Work bound on the spelled complements (exact oneOf, 'not'): converted subschemas so far and
   // the count past which the current attempt gives up (their products can grow exponentially).

@@ -100,17 +100,17 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
     }
     if (std::find(frontier_masks_.begin(), frontier_masks_.end(), m) != frontier_masks_.end()) continue;
     frontier_masks_.push_back(m);
-    if (!bits && !m->accepted_bits.empty()) bits = m;
+    if (!bits && m->accepted_bits) bits = m;
   }
   // OR their accepted sets: a copy of one bitset, then the others; gather their uncertain tokens.
-  if (bits) std::memcpy(words, bits->accepted_bits.data(), nwords * 4);
+  if (bits) std::memcpy(words, bits->accepted_bits->data(), nwords * 4);
   else std::memset(words, 0, nwords * 4);
   scratch_.clear();
   size_t uncertain_lists = 0;
   for (const StateMask* m : frontier_masks_) {
     if (m != bits) {
-      if (!m->accepted_bits.empty()) {
-        const uint32_t* src = m->accepted_bits.data();
+      if (m->accepted_bits) {
+        const uint32_t* src = m->accepted_bits->data();
         for (size_t w = 0; w < nwords; ++w) words[w] |= src[w];
       } else {
         for (int32_t id : m->accepted_ids) words[id >> 5] |= 1u << (id & 31);

@@ -180,6 +180,9 @@ int number_in_range(Grammar& g, const std::optional<Bound>& lo_b, const std::opt
     e = alt_valid(g, parts);
   }
   check(e >= 0, "json schema: the number range is empty");
+  // -0 is 0: the magnitudes above only spell it under a negative lower bound.
+  const bool zero_lo = lo && lo->int_part == 0 && lo->frac.empty() && !lo_b->exclusive;
+  if (zero_lo && (!hi || !hi->negative)) e = g.alt({e, g.seq({g.lit("-0"), g.opt(g.seq({g.lit("."), g.plus(g.lit("0"))}))})});
   return e;
 }
 

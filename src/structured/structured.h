@@ -35,15 +35,22 @@ struct SchemaArgs {
 
 // Precomputed token classification of one scanable FSM node (see docs/structured-output.md).
 struct StateMask {
-  std::vector<uint32_t> accepted_bits;  // bitset over ids, when many tokens are accepted
-  std::vector<int32_t> accepted_ids;    // otherwise the accepted ids
+  // Bitset over ids when many tokens are accepted (one copy per distinct set: the nodes of an
+  // extra-key trie all accept the same string contents), otherwise the accepted ids.
+  std::shared_ptr<const std::vector<uint32_t>> accepted_bits;
+  std::vector<int32_t> accepted_ids;
   std::vector<int32_t> uncertain;       // sorted-vocab indices that need the full parser state
   // Nodes of counted rules (grammar.h CountedRule): the characters each accepted token adds, so a
-  // mask with r characters left keeps the tokens adding at most r. With accepted_bits:
-  // at_most_bits[r] for the small r, and the (id, characters) of the tokens longer than those;
+  // mask with r characters left keeps the tokens adding at most r. With accepted_bits: `counts`
+  // (shared by the nodes whose tokens add the same; a product of patterns has thousands);
   // with accepted_ids: the characters of each, in the same order.
-  std::vector<std::vector<uint32_t>> at_most_bits;
-  std::vector<std::pair<int32_t, int32_t>> long_ids;
+  struct CharCounts {
+    static constexpr uint32_t kSmall = 24;  // at_most_bits for 0..23 characters left
+    std::vector<uint32_t> at_most_bits;     // kSmall bitsets over ids, one after the other
+    std::vector<std::pair<int32_t, int32_t>> long_ids;  // (id, characters) of the tokens adding more
+    bool operator==(const CharCounts&) const = default;
+  };
+  std::shared_ptr<const CharCounts> counts;
   std::vector<int32_t> accepted_chars;
   // The most characters an uncertain token reads in the rule before leaving it: further than
   // this from the upper bound (and past the lower one) the count cannot change their verdicts.
@@ -72,7 +79,6 @@ class CompiledGrammar {
 
  private:
   void build_masks();
-  void add_char_counts(uint32_t node, StateMask& m) const;
   TokenVocab vocab_;
   Automaton automaton_;
   std::string ebnf_;

@@ -122,6 +122,17 @@ CASES = [
     ({"type": "integer", "multipleOf": 7, "exclusiveMinimum": -30, "exclusiveMaximum": 0}, [-28, -7, 0, -35, -30, 7, -14]),
     ({"type": "number", "multipleOf": 10, "minimum": 0.5, "maximum": 1000}, [0, 10, 1000, 1010, 5, 20.0, 15.5]),
     ({"type": "integer", "multipleOf": 0.5, "minimum": 1}, [0, 1, 2, 100]),
+    # -0 is 0: inside a range that starts at 0 (spelled by the lower bound's magnitudes elsewhere)
+    ({"type": "number", "minimum": 0, "maximum": 10}, [-0.0, 0.0, 0, -0.5, 10, 10.5]),
+    ({"type": "number", "minimum": 0}, [-0.0, 0, 3.5, -1.0]),
+    ({"type": "number", "exclusiveMinimum": 0}, [-0.0, 0.0, 0.5]),
+    ({"type": "number", "minimum": -1, "maximum": 0}, [-0.0, 0.0, -1, 0.5]),
+    ({"type": "number", "maximum": -1}, [-0.0, -1, -1.5]),
+    # draft-04: 8000.0 is no integer, but a number and a multiple of 1 (o46322 of JSONSchemaBench)
+    ({"$schema": D4, "type": "number", "minimum": 0, "maximum": 99999999, "multipleOf": 1}, [8000.0, 8000, 0.0, 8000.5, -1.0]),
+    ({"$schema": D4, "type": "number", "multipleOf": 5}, [10.0, 10, 7.0, 10.5]),
+    ({"$schema": D4, "type": "number", "not": {"multipleOf": 3}}, [4.0, 4, 3.0, 4.5]),
+    ({"$schema": D4, "type": "integer", "multipleOf": 5}, [10, 10.0]),
     # a branch that matches nothing (allOf with false, disjoint types) is dropped
     ({"anyOf": [{"allOf": [{"type": "string"}, False]}, {"allOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "null"}]},
      [None, "a", 1]),
