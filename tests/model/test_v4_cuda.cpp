@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backends/cuda/cuda_backend.h"
 #include "model/deepseek_v4/v4_model.h"
 
 namespace deepinfer::model {
@@ -32,6 +33,7 @@ std::vector<int32_t> ids(int n, int seed) {
 }
 
 TEST(V4Cuda, LogitsMatchTheCpuBackend) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   for (const char* name : {"tiny-a", "tiny-b"}) {
     auto cpu = load_on(name, "cpu"), gpu = load_on(name, "cuda");
     const auto toks = ids(80, 1);
@@ -43,22 +45,33 @@ TEST(V4Cuda, LogitsMatchTheCpuBackend) {
   }
 }
 
+ForwardBatch make_batch(std::vector<int32_t> toks, std::vector<int32_t> starts, std::vector<SequenceState*> states,
+                        std::vector<int32_t> rows) {
+  ForwardBatch b;
+  b.token_ids = std::move(toks);
+  b.seq_start = std::move(starts);
+  b.states = std::move(states);
+  b.logit_rows = std::move(rows);
+  return b;
+}
+
 TEST(V4Cuda, ABatchAndATruncateMatchTheCpuBackend) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   auto cpu = load_on("tiny-b", "cpu"), gpu = load_on("tiny-b", "cuda");
   const auto a = ids(50, 2), b = ids(9, 3);
   std::vector<std::vector<float>> out;
   for (V4Model* m : {cpu.get(), gpu.get()}) {
     auto sa = m->new_sequence(), sb = m->new_sequence();
-    ForwardBatch first{{}, {0, 41, 50}, {sa.get(), sb.get()}, {40, 49}};
-    first.token_ids.assign(a.begin(), a.begin() + 41);
-    first.token_ids.insert(first.token_ids.end(), b.begin(), b.end());
+    std::vector<int32_t> toks(a.begin(), a.begin() + 41);
+    toks.insert(toks.end(), b.begin(), b.end());
+    ForwardBatch first = make_batch(toks, {0, 41, 50}, {sa.get(), sb.get()}, {40, 49});
     std::vector<float> logits, all;
     m->forward(first, logits);
     all = logits;
-    ForwardBatch draft{{a[41], a[42], a[43]}, {0, 3}, {sa.get()}, {2}};
+    ForwardBatch draft = make_batch({a[41], a[42], a[43]}, {0, 3}, {sa.get()}, {2});
     m->forward(draft, logits);
     sa->truncate(42);  // keep one of the three
-    ForwardBatch next{{a[42], a[43], b[0]}, {0, 2, 3}, {sa.get(), sb.get()}, {1, 2}};
+    ForwardBatch next = make_batch({a[42], a[43], b[0]}, {0, 2, 3}, {sa.get(), sb.get()}, {1, 2});
     m->forward(next, logits);
     all.insert(all.end(), logits.begin(), logits.end());
     out.push_back(all);

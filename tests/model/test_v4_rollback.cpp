@@ -69,5 +69,19 @@ TEST(V4Rollback, ACopiedStateContinuesLikeItsSource) {
   EXPECT_TRUE(feed(*m, *copy, next) == feed(*m, *src, next));
 }
 
+// What prefix caching relies on: a prefill in chunks gives every row the bits of one prefill.
+TEST(V4Rollback, ChunksGiveThePrefillsBits) {
+  auto m = V4Model::load("tests/data/goldens/v4/tiny-a");
+  const auto toks = ids(70, 5);
+  auto whole = m->new_sequence(), chunked = m->new_sequence();
+  const std::vector<float> expected = feed(*m, *whole, toks);
+  std::vector<float> got = feed(*m, *chunked, {toks.begin(), toks.begin() + 29});
+  for (int64_t t = 29; t < 70; t += 6) {
+    const auto part = feed(*m, *chunked, {toks.begin() + t, toks.begin() + std::min<int64_t>(t + 6, 70)});
+    got.insert(got.end(), part.begin(), part.end());
+  }
+  EXPECT_TRUE(got == expected);
+}
+
 }  // namespace
 }  // namespace deepinfer::model

@@ -140,4 +140,21 @@ QLinear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vector<
   return L;
 }
 
+
+void grouped_projection(ops::Backend& be, Workspace& ws, const float* o, int64_t n, const ops::QWeight& w,
+                        int64_t groups, bool bf16, float* u) {
+  const int64_t G = groups, R = w.n / G, gin = w.k;
+  Workspace::Scope scope(ws);
+  Tensor og = ws.f32({n, gin}), ug = ws.f32({n, R});
+  ops::QWeight stack = w;  // [G * R, gin] as G stacked [R, gin] matrices
+  stack.n = R;
+  stack.groups = G;
+  for (int64_t g = 0; g < G; ++g) {
+    be.copy_2d(o + g * gin, G * gin, n, gin, og.f32(), gin);
+    be.linear_plain(og.f32(), n, stack.group(g), ug.f32());
+    if (bf16) be.round_bf16(ug.f32(), n * R);
+    be.copy_2d(ug.f32(), R, n, R, u + g * R, G * R);
+  }
+}
+
 }  // namespace deepinfer::model

@@ -44,4 +44,10 @@ QLinear plain_linear(ops::Backend& be, std::vector<float> f32, int64_t n, int64_
 QLinear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vector<std::string>& bases, int64_t n, int64_t k,
                      bool plain = false);
 
+// The grouped first output projection of the DeepSeek attention (wo_a, run plain): w holds `groups`
+// stacked [R, gin] matrices ([groups * R, gin]); head group g of o [n, groups * gin] times matrix g goes to
+// columns [g * R, (g + 1) * R) of u [n, groups * R], rounded to bf16 when `bf16` (V4.1's reference).
+void grouped_projection(ops::Backend& be, Workspace& ws, const float* o, int64_t n, const ops::QWeight& w,
+                        int64_t groups, bool bf16, float* u);
+
 }  // namespace deepinfer::model

@@ -128,7 +128,7 @@ void V4Model::compress(const V4Compressor& cw, int64_t l, bool index, Step& s, c
 // The lightning indexer of CSA layer l: queries and head weights of every row, this step's index keys,
 // scores sum_h w[t,h] relu(<q[t,h], key>) / sqrt(index_dim) over each row's visible keys, and the
 // top index_topk of them (all when fewer): sel [T, K] compressed row numbers or -1, in the caller's scope.
-void V4Model::index_select(int64_t l, Step& s, const float* x, const float* qr, Tensor& sel, int64_t& K) {
+void V4Model::indexer(int64_t l, Step& s, const float* x, const float* qr, Tensor& sel, int64_t& K) {
   const V4Layer& L = w_.layers[l];
   const int64_t T = s.rows(), ih = c_.index_n_heads, id = c_.index_head_dim, ratio = c_.compress_ratio[l];
   int64_t maxw = 0;
@@ -236,26 +236,17 @@ void V4Model::attend(int64_t l, Step& s, const float* q, const float* kv, const 
 
 // Grouped output projection: wo_a per group of heads (plain), then wo_b.
 void V4Model::output_projection(const V4Layer& L, const float* o, int64_t n, float* out) {
-  const int64_t H = c_.num_heads, hd = c_.head_dim, G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
   Workspace::Scope scope(ws_);
-  Tensor og = ws_.f32({n, gin}), ug = ws_.f32({n, R}), u = ws_.f32({n, G * R});
-  ops::QWeight wo_a = L.wo_a.q;  // [G * R, gin] as G stacked [R, gin] matrices
-  wo_a.n = R;
-  wo_a.groups = G;
-  for (int64_t g = 0; g < G; ++g) {
-    be_.copy_2d(o + g * gin, H * hd, n, gin, og.f32(), gin);
-    be_.linear_plain(og.f32(), n, wo_a.group(g), ug.f32());
-    be_.copy_2d(ug.f32(), R, n, R, u.f32() + g * R, G * R);
-  }
+  Tensor u = ws_.f32({n, c_.o_groups * c_.o_lora_rank});
+  grouped_projection(be_, ws_, o, n, L.wo_a.q, c_.o_groups, false, u.f32());
   lin(u.f32(), n, L.wo_b, out);
 }
 
 void V4Model::attention(int64_t l, Step& s, const float* x, float* out) {
   const V4Layer& L = w_.layers[l];
-  const int64_t T = s.rows(), H = c_.num_heads, hd = c_.head_dim, D = c_.hidden_size;
+  const int64_t T = s.rows(), H = c_.num_heads, hd = c_.head_dim;
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const ops::RopeFreqs rope = rope_for(l);
-  (void)D;
   Workspace::Scope scope(ws_);
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
   lin(x, T, L.wq_a, qr.f32());
@@ -273,7 +264,7 @@ void V4Model::attention(int64_t l, Step& s, const float* x, float* out) {
   if (c_.compress_ratio[l] > 0) {
     Rows rows;
     compress(L.compressor, l, false, s, x, rows);
-    if (c_.attention[l] == AttentionKind::kCSA) index_select(l, s, x, qr.f32(), sel, ksel);
+    if (c_.attention[l] == AttentionKind::kCSA) indexer(l, s, x, qr.f32(), sel, ksel);
   }
   Tensor o = ws_.f32({T, H, hd});
   attend(l, s, q.f32(), kv.f32(), c_.attention[l] == AttentionKind::kCSA ? &sel : nullptr, ksel, o.f32());

@@ -287,17 +287,17 @@ void V4Model::moe(int64_t l, Step& s, const float* x, float* out) {
   be_.copy_rows(x, perm.i32(), M, D, xs.f32(), nullptr);
   expert_ffn(L.routed, xs.f32(), M, rw.f32(), ys.f32(), offsets.i32(), n);
   expert_ffn(L.shared, x, n, nullptr, shared.f32());
-  // out = ((0 + y_e1) + y_e2 ..) + shared, experts by ascending id (slot's order): column j of slot
-  // picks every token's j-th expert row.
-  std::vector<int32_t> column(n);
-  Tensor col = ws_.i32({n}), pick = ws_.i32({n}), term = ws_.f32({n, D});
+  // out = ((0 + y_e1) + y_e2 ..) + shared, experts by ascending id (slot's order): slot transposed to
+  // [k, n], row j picks every token's j-th expert row.
+  std::vector<int32_t> transpose(M);
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < n; ++t) transpose[j * n + t] = static_cast<int32_t>(t * k + j);
+  Tensor tr = ws_.upload(transpose, DType::I32), slot_t = ws_.i32({k, n}), term = ws_.f32({n, D});
+  be_.copy_rows(reinterpret_cast<const float*>(slot.data), tr.i32(), M, 1, reinterpret_cast<float*>(slot_t.data),
+                nullptr);
   be_.fill(out, n * D, 0.0f);
   for (int64_t j = 0; j < k; ++j) {
-    for (int64_t t = 0; t < n; ++t) column[t] = static_cast<int32_t>(t * k + j);
-    be_.upload(col.data, column.data(), n * sizeof(int32_t));
-    be_.copy_rows(reinterpret_cast<const float*>(slot.data), col.i32(), n, 1, reinterpret_cast<float*>(pick.data),
-                  nullptr);
-    be_.copy_rows(ys.f32(), pick.i32(), n, D, term.f32(), nullptr);
+    be_.copy_rows(ys.f32(), slot_t.i32() + j * n, n, D, term.f32(), nullptr);
     be_.add(out, term.f32(), n * D);
   }
   be_.add(out, shared.f32(), n * D);

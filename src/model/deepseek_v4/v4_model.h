@@ -61,7 +61,7 @@ class V4Model final : public CausalLM {
   void block(int64_t l, Step& s, Tensor& X);
   void attention(int64_t l, Step& s, const float* x, float* out);
   void compress(const V4Compressor& cw, int64_t l, bool index, Step& s, const float* x, Rows& out);
-  void index_select(int64_t l, Step& s, const float* x, const float* qr, Tensor& sel, int64_t& K);
+  void indexer(int64_t l, Step& s, const float* x, const float* qr, Tensor& sel, int64_t& K);
   void attend(int64_t l, Step& s, const float* q, const float* kv, const Tensor* sel, int64_t ksel, float* o);
   void output_projection(const V4Layer& L, const float* o, int64_t n, float* out);
   void moe(int64_t l, Step& s, const float* x, float* out);
