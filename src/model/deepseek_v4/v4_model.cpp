@@ -46,10 +46,13 @@ std::vector<int64_t> row_widths(const V4Config& c) {
 }
 }  // namespace
 
-int64_t V4Model::default_block_bytes() const {
-  int64_t row = 1;
-  for (int64_t w : row_widths(c_)) row = std::lcm(row, w * static_cast<int64_t>(sizeof(float)));
-  return (16384 + row - 1) / row * row;
+int64_t V4Model::default_block_bytes() const {  // 16 of the widest rows, whole rows of every width
+  int64_t row = 1, widest = 0;
+  for (int64_t w : row_widths(c_)) {
+    row = std::lcm(row, w * static_cast<int64_t>(sizeof(float)));
+    widest = std::max(widest, w * static_cast<int64_t>(sizeof(float)));
+  }
+  return (16 * widest + row - 1) / row * row;
 }
 
 void V4Model::check_pool(const BlockPool& pool) const {

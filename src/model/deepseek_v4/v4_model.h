@@ -46,7 +46,7 @@ class V4Model final : public CausalLM {
   const V4Config& config() const { return c_; }
   // State memory: sequences created after set_state_pool draw their blocks from `pool`.
   int64_t state_block_bytes() const override { return pool_->block_bytes(); }
-  int64_t default_block_bytes() const;  // whole rows of every state row width, about 16 KiB
+  int64_t default_block_bytes() const;  // 16 rows of the widest state row (a CSA carry row)
   void set_state_pool(std::shared_ptr<BlockPool> pool) override;
   int64_t state_blocks_for(int64_t tokens) const override;
   DeviceMemory* state_memory() const override { return &be_; }

@@ -89,7 +89,7 @@ void V4SequenceState::copy_from(const SequenceState& other) {
   }
   started_ = true;
   length_ = src->length_;
-  peak_ = src->length_;  // rows past the length in the source are not the copy's to take back
+  peak_ = src->peak_;  // the rings hold what the source's do: the same tokens can be taken back
 }
 
 void V4SequenceState::reset() {
