@@ -47,9 +47,9 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const std::stri
   if (type == "deepseek_v4") {
     check(!options.expert_parallel, dir, ": expert parallelism is built for DeepSeek-V4.1 only, this is a V4 checkpoint");
     check(!options.context_parallel, dir, ": context parallelism is built for DeepSeek-V4.1 only, this is a V4 checkpoint");
-    check(options.device.is_cpu(), dir, ": DeepSeek-V4 runs on the CPU only in this build (device ", options.device.str(),
-          " asked); V4.1 runs on CUDA");
-    return V4Model::load(dir);
+    V4LoadOptions v4;
+    v4.device = options.device;
+    return V4Model::load(dir, v4);
   }
   return V41Model::load(dir, options);
 }

@@ -212,6 +212,13 @@ class Backend : public DeviceMemory {
   virtual void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
                             const float* keys, const int32_t* key_rows, const int32_t* key_begin,
                             const int32_t* width, const int32_t* visible, int64_t ld, float* scores) = 0;
+  // V4 indexer scores in fp32 (the transformers reference), addressed as index_scores: for w < visible[t]
+  // (and w < width[t]) s = sum_h (max(dot(q[t,h], key_w), 0) * scale) * weight[t,h], h in order, the dot
+  // summed in channel order; other columns (up to ld) -inf. scores [tokens, ld].
+  virtual void index_scores_fp32(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
+                                 const float* keys, const int32_t* key_rows, const int32_t* key_begin,
+                                 const int32_t* width, const int32_t* visible, int64_t ld, float scale,
+                                 float* scores) = 0;
   // V4.1 candidate blocks (the candidate source layer): for token t, blocks of `block` columns of its
   // first width[t] columns; the block maximum of scores, except block (clen[t]-1)/block (if clen[t] >= 1),
   // which counts +inf; the top min(topk_blocks, ranked[t]) of the first ranked[t] blocks (torch.topk's
@@ -226,6 +233,12 @@ class Backend : public DeviceMemory {
   virtual void index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld,
                             const int32_t* ranked, const int32_t* visible, const int32_t* topk, int64_t K,
                             int32_t* sel) = 0;
+  // index_select with exact ties going to the lower column (V4's indexer, as transformers' reference
+  // ranks): the top m = min(topk[t], ranked[t]) of the first ranked[t] columns of scores [tokens, ld] by
+  // (score descending, column ascending), sorted by column; sel[t, j] = column if < visible[t] else -1,
+  // then -1 up to K. sel [tokens, K].
+  virtual void index_select_stable(const float* scores, int64_t tokens, int64_t ld, const int32_t* ranked,
+                                   const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) = 0;
   // Row-number translation: out[t * out_ld + j] = in[t*k + j] < 0 ? -1 : table[begin[t] + in[t*k + j]]
   // for j < k (a token's selected compressed rows -> arena rows).
   virtual void lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,

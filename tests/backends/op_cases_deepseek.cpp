@@ -170,6 +170,34 @@ std::vector<OpCase> deepseek_op_cases() {
                                             r.out<float>(label("scores d", dim), tokens * ld));
                  }
                }});
+  // V4's fp32 indexer scores (dim 24: tiny-b's index_head_dim): fp32 sums in another order.
+  c.push_back({"index_scores_fp32", "index_scores_fp32", 1e-4, [](OpRun& r) {
+                 const int64_t tokens = 12, heads = 3, dim = 24, nkeys = 300, ld = 120;
+                 std::vector<int32_t> key_rows(nkeys), key_begin(tokens), width(tokens), visible(tokens);
+                 for (auto& k : key_rows) k = r.below(nkeys);
+                 for (int64_t t = 0; t < tokens; ++t) {
+                   key_begin[t] = static_cast<int32_t>((t / 4) * 90);
+                   width[t] = t / 4 == 0 ? 0 : t / 4 == 1 ? static_cast<int32_t>(ld) : 77;
+                   visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
+                 }
+                 r.backend().index_scores_fp32(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
+                                               tokens, heads, dim, r.in(r.uniform(nkeys * dim)), r.in(key_rows),
+                                               r.in(key_begin), r.in(width), r.in(visible), ld, 0.2f,
+                                               r.out<float>("scores", tokens * ld));
+               }});
+  // V4's top-k: exact ties (a few levels) to the lower column; ranked / visible / topk per token.
+  c.push_back({"index_select_stable", "index_select_stable", 0, [](OpRun& r) {
+                 const int64_t tokens = 30, ld = 90, K = 12;
+                 auto s = r.levels(tokens * ld, 5);
+                 std::vector<int32_t> ranked(tokens), visible(tokens), topk(tokens);
+                 for (int64_t t = 0; t < tokens; ++t) {
+                   ranked[t] = t == 0 ? 0 : r.below(ld + 1);
+                   visible[t] = r.below(ranked[t] + 1);
+                   topk[t] = t % 2 ? static_cast<int32_t>(K) : r.below(K + 1);
+                 }
+                 r.backend().index_select_stable(r.in(s), tokens, ld, r.in(ranked), r.in(visible), r.in(topk), K,
+                                                 r.out<int32_t>("sel", tokens * K));
+               }});
   // Candidate blocks: top 5 (partial_sort's heap at nb >= 320, nth_element below), and at ld 20000 the top
   // 1000 of 2500 (nth_element, V4.1-Flash's regime: top 2048 blocks of 8); 6 levels, so ties straddle.
   c.push_back({"candidate_mask,index_select", "candidate_mask_index_select", 0, [](OpRun& r) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <unistd.h>
 #include <filesystem>
@@ -191,9 +192,9 @@ TEST(V4CheckpointFormats, QuantizedCheckpointEqualsItsDequantizedFloatModel) {
   EXPECT_EQ(prefill_logits(*exact, test_ids()), expected);
 
   // The reference's quantization points (on by default for a quantized checkpoint) move the logits,
-  // but stay a perturbation: measured mean |dlogit| is 0.16 against a mean |logit| of 0.84 on this
-  // random 6-layer model (FP8 activations carry up to 2^-4 relative error; some router and indexer
-  // top-k choices flip).
+  // but stay a perturbation: measured mean |dlogit| is 0.18 against a mean |logit| of 0.84 on this
+  // random 6-layer model (FP8 activations carry up to 2^-4 relative error, the quantized GEMMs' outputs
+  // are bf16 as the reference's; some router and indexer top-k choices flip).
   auto simulated = model::V4Model::load(quant_dir);
   EXPECT_TRUE(simulated->simulates_quantization());
   const std::vector<float> got = prefill_logits(*simulated, test_ids());
@@ -202,6 +203,7 @@ TEST(V4CheckpointFormats, QuantizedCheckpointEqualsItsDequantizedFloatModel) {
     mean_diff += std::fabs(got[i] - expected[i]) / got.size();
     mean_abs += std::fabs(expected[i]) / got.size();
   }
+  std::printf("[v4] simulated quantization: mean dlogit %.4f, mean logit %.4f\n", mean_diff, mean_abs);
   EXPECT_GT(mean_diff, 0.0);
   EXPECT_LT(mean_diff, 0.35 * mean_abs);
   fs::remove_all(float_dir);

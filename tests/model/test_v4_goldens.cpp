@@ -84,13 +84,14 @@ TEST_P(V4GoldenModel, LayerStreamsMatchReference) {
   auto& m = model_for(GetParam());
   const io::Checkpoint& g = goldens_for(GetParam());
   const std::vector<int32_t> ids = golden_ints(g, "s64.input_ids");
-  std::vector<std::vector<float>> hidden;
-  m.capture_hidden = &hidden;
+  std::vector<std::vector<float>> hidden;  // the streams entering each layer, then the final normalized state
+  model::ForwardTaps taps;
+  taps.on_layer_input = [&](int64_t, std::vector<float>& X, std::vector<float>&) { hidden.push_back(X); };
+  taps.on_final = [&](const std::vector<float>&, const std::vector<float>& normed) { hidden.push_back(normed); };
   auto state = m.new_sequence();
   model::ForwardBatch b{ids, {0, static_cast<int32_t>(ids.size())}, {state.get()}, {63}};
   std::vector<float> logits;
-  m.forward(b, logits);
-  m.capture_hidden = nullptr;
+  m.forward(b, logits, &taps);
   const int64_t L = m.config().num_layers;
   ASSERT_EQ(static_cast<int64_t>(hidden.size()), L + 1);
   for (int64_t i = 0; i <= L; ++i)

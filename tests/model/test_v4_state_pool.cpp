@@ -23,7 +23,8 @@ std::vector<float> feed(V4Model& m, SequenceState& st, const std::vector<int32_t
 
 TEST(V4StatePool, BlocksMatchTheFormulaAndReturnOnReset) {
   auto m = V4Model::load("tests/data/goldens/v4/tiny-b");
-  auto pool = std::make_shared<BlockPool>(1024, 0);  // small blocks: many rows span several
+  // small blocks (whole rows of every width: 48, 96, 24 and 48 floats): many arrays span several
+  auto pool = std::make_shared<BlockPool>(1152, 0);
   m->set_state_pool(pool);
   auto a = m->new_sequence(), b = m->new_sequence();
   EXPECT_EQ(pool->used(), 0);  // nothing before the first token
@@ -37,7 +38,7 @@ TEST(V4StatePool, BlocksMatchTheFormulaAndReturnOnReset) {
       fed_b += 3;
     }
     EXPECT_EQ(pool->used(), m->state_blocks_for(fed_a) + m->state_blocks_for(fed_b)) << "after " << fed_a;
-    EXPECT_EQ(a->bytes(), m->state_blocks_for(fed_a) * 1024);
+    EXPECT_EQ(a->bytes(), m->state_blocks_for(fed_a) * 1152);
   }
   EXPECT_GT(m->state_blocks_for(100), m->state_blocks_for(1));  // compressed rows grow
   a->reset();
@@ -71,6 +72,16 @@ TEST(V4StatePool, BlockSizeDoesNotChangeLogits) {
   }
   EXPECT_TRUE(runs[0] == runs[1]);
   EXPECT_TRUE(runs[1] == runs[2]);
+}
+
+TEST(V4StatePool, BlocksThatSplitARowAreAClearError) {
+  auto m = V4Model::load("tests/data/goldens/v4/tiny-b");  // head_dim 48: rows of 192 and 384 bytes
+  try {
+    m->set_state_pool(std::make_shared<BlockPool>(1024, 0));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("whole rows"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -70,10 +70,15 @@ class CpuBackend final : public ops::Backend {
   void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const float* keys,
                     const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
                     int64_t ld, float* scores) override;
+  void index_scores_fp32(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
+                         const float* keys, const int32_t* key_rows, const int32_t* key_begin, const int32_t* width,
+                         const int32_t* visible, int64_t ld, float scale, float* scores) override;
   void candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width, const int32_t* clen,
                       const int32_t* ranked, int64_t block, int64_t topk_blocks, uint8_t* mask) override;
   void index_select(const float* scores, const uint8_t* mask, int64_t tokens, int64_t ld, const int32_t* ranked,
                     const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) override;
+  void index_select_stable(const float* scores, int64_t tokens, int64_t ld, const int32_t* ranked,
+                           const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) override;
   void lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,
                    int32_t* out, int64_t out_ld) override;
   void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,

@@ -144,6 +144,30 @@ void CpuBackend::index_scores(const float* q, const float* weight, int64_t token
   }
 }
 
+void CpuBackend::index_scores_fp32(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
+                                   const float* keys, const int32_t* key_rows, const int32_t* key_begin,
+                                   const int32_t* width, const int32_t* visible, int64_t ld, float scale,
+                                   float* scores) {
+  parallel_for(tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t w = 0; w < ld; ++w) {
+        if (w >= visible[t] || w >= width[t]) {
+          scores[t * ld + w] = kNegInf;
+          continue;
+        }
+        const float* key = keys + static_cast<int64_t>(key_rows[key_begin[t] + w]) * dim;
+        float acc = 0;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* qh = q + (t * heads + h) * dim;
+          float d = 0;
+          for (int64_t c = 0; c < dim; ++c) d += qh[c] * key[c];
+          acc += std::max(d, 0.0f) * scale * weight[t * heads + h];
+        }
+        scores[t * ld + w] = acc;
+      }
+  });
+}
+
 void CpuBackend::candidate_mask(const float* scores, int64_t tokens, int64_t ld, const int32_t* width,
                                 const int32_t* clen, const int32_t* ranked, int64_t bs, int64_t topk_blocks,
                                 uint8_t* mask) {
@@ -180,6 +204,27 @@ void CpuBackend::index_select(const float* scores, const uint8_t* mask, int64_t 
     std::fill_n(out, K, -1);
     for (int64_t j = 0; j < m; ++j) out[j] = order[j] < visible[t] ? static_cast<int32_t>(order[j]) : -1;
   }
+}
+
+void CpuBackend::index_select_stable(const float* scores, int64_t tokens, int64_t ld, const int32_t* ranked,
+                                     const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) {
+  (void)ld;
+  parallel_for(tokens, [&](int64_t t0, int64_t t1) {
+    std::vector<int32_t> order;
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* row = scores + t * ld;
+      const int64_t r = ranked[t], m = std::min<int64_t>(topk[t], r);
+      order.resize(r);
+      for (int64_t w = 0; w < r; ++w) order[w] = static_cast<int32_t>(w);
+      std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      std::sort(order.begin(), order.begin() + m);
+      int32_t* out = sel + t * K;
+      std::fill_n(out, K, -1);
+      for (int64_t j = 0; j < m; ++j) out[j] = order[j] < visible[t] ? order[j] : -1;
+    }
+  });
 }
 
 void CpuBackend::lookup_rows(const int32_t* in, int64_t tokens, int64_t k, const int32_t* table, const int32_t* begin,

@@ -42,6 +42,53 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
   scores[t * ld + w] = bf16_round(acc);
 }
 
+// index_scores_fp32 (V4's indexer): the same grid, fp32 throughout, the dot in channel order.
+__global__ void index_scores_fp32_kernel(const float* __restrict__ q, const float* __restrict__ weight, int64_t heads,
+                                         int64_t dim, const float* __restrict__ keys,
+                                         const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin,
+                                         const int32_t* __restrict__ width, const int32_t* __restrict__ visible,
+                                         int64_t ld, float scale, float* scores) {
+  const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (w >= ld) return;
+  if (w >= visible[t] || w >= width[t]) {
+    scores[t * ld + w] = -kInf;
+    return;
+  }
+  const float* key = keys + static_cast<int64_t>(key_rows[key_begin[t] + w]) * dim;
+  float acc = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + (t * heads + h) * dim;
+    float d = 0;
+    for (int64_t c = 0; c < dim; ++c) d = __fmaf_rn(qh[c], key[c], d);
+    acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(d < 0.0f ? 0.0f : d, scale), weight[t * heads + h]));
+  }
+  scores[t * ld + w] = acc;
+}
+
+// index_select_stable: block = token; thread w ranks column w against every ranked column ((score
+// descending, column ascending): a plain O(ranked^2) count, exact), then one pass writes the chosen
+// columns in column order.
+__global__ void index_select_stable_kernel(const float* __restrict__ scores, int64_t ld,
+                                           const int32_t* __restrict__ ranked, const int32_t* __restrict__ visible,
+                                           const int32_t* __restrict__ topk, int64_t K, uint8_t* chosen,
+                                           int32_t* sel) {
+  const int64_t t = blockIdx.x, r = ranked[t], m = topk[t] < r ? topk[t] : r;
+  const float* row = scores + t * ld;
+  uint8_t* ch = chosen + t * ld;
+  for (int64_t w = threadIdx.x; w < r; w += blockDim.x) {
+    const float v = row[w];
+    int64_t rank = 0;
+    for (int64_t u = 0; u < r && rank < m; ++u) rank += row[u] > v || (row[u] == v && u < w);
+    ch[w] = rank < m;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int64_t j = 0;
+  for (int64_t w = 0; w < r && j < m; ++w)
+    if (ch[w]) sel[t * K + j++] = w < visible[t] ? static_cast<int32_t>(w) : -1;
+  for (; j < K; ++j) sel[t * K + j] = -1;
+}
+
 // index_scores at dim 128 (V4.1's indexer): CTA = (token, 64 keys), 8 warps. The token's q (32 heads
 // at a time) and the 64 key rows are staged in shared memory; a group of 8 lanes computes an 8 heads x 8
 // keys tile, lane j the partial sum j of cpu::dot's order (channels c = j, j+8, ..) for all 64 pairs,
@@ -230,6 +277,33 @@ void CudaBackend::index_scores(const float* q, const float* weight, int64_t toke
   index_scores_kernel<<<grid, threads, 0, impl_->stream>>>(q, weight, heads, dim, keys, key_rows, key_begin, width,
                                                            visible, ld, scores);
   check_launch("index_scores_kernel");
+}
+
+void CudaBackend::index_scores_fp32(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
+                                    const float* keys, const int32_t* key_rows, const int32_t* key_begin,
+                                    const int32_t* width, const int32_t* visible, int64_t ld, float scale,
+                                    float* scores) {
+  constexpr int threads = 128;
+  check_sizes(tokens >= 0 && heads >= 0 && dim >= 0 && ld >= 0 && tokens <= INT32_MAX &&
+                  (ld + threads - 1) / threads <= 65535,
+              "index_scores_fp32");
+  if (tokens == 0 || ld == 0) return;
+  impl_->bind();
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + threads - 1) / threads));
+  index_scores_fp32_kernel<<<grid, threads, 0, impl_->stream>>>(q, weight, heads, dim, keys, key_rows, key_begin,
+                                                                width, visible, ld, scale, scores);
+  check_launch("index_scores_fp32_kernel");
+}
+
+void CudaBackend::index_select_stable(const float* scores, int64_t tokens, int64_t ld, const int32_t* ranked,
+                                      const int32_t* visible, const int32_t* topk, int64_t K, int32_t* sel) {
+  check_sizes(tokens >= 0 && ld >= 0 && K >= 0 && tokens <= INT32_MAX, "index_select_stable");
+  if (tokens == 0) return;
+  impl_->bind();
+  uint8_t* chosen = static_cast<uint8_t*>(impl_->workspace(static_cast<size_t>(tokens * std::max<int64_t>(ld, 1))));
+  index_select_stable_kernel<<<static_cast<unsigned>(tokens), 128, 0, impl_->stream>>>(scores, ld, ranked, visible,
+                                                                                     topk, K, chosen, sel);
+  check_launch("index_select_stable_kernel");
 }
 
 // The candidate blocks as index_select of the block maxima: torch_topk's sorted and unsorted forms choose

@@ -4,429 +4,328 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
+#include "model/deepseek_v4/v4_step.h"
 
 namespace deepinfer::model {
 
-// The flat batch of one forward: token t belongs to sequence seq_of[t] at absolute position pos[t].
-struct V4Model::Step {
-  struct Seq {
-    int64_t begin, end, start_pos;
-    V4SequenceState* state;
-  };
-  int64_t tokens = 0;
-  std::vector<int32_t> ids;
-  std::vector<int64_t> pos;
-  std::vector<Seq> seqs;
-};
+V4LoadOptions V4LoadOptions::from_env() {
+  V4LoadOptions o;
+  o.device = Device::resolve("");
+  return o;
+}
+
+V4Model::V4Model(V4Config config, ops::Backend& backend, bool simulate_quant, int64_t rollback)
+    : c_(std::move(config)), be_(backend), simulate_(simulate_quant), rollback_(rollback), ws_(backend),
+      fws_(backend) {
+  check(rollback_ >= 0, "v4: max_rollback_tokens must be >= 0, got ", rollback_);
+  for (int64_t l = 0; l < c_.num_layers; ++l)
+    check(!c_.hash_routed[l] || c_.scoring_func != "softmax",
+          "v4: hash-routed layers with softmax scoring are not supported (layer ", l, ")");
+  rope_main_ = make_rope_table(c_.rope_main, c_.rope_dim);
+  rope_compress_ = make_rope_table(c_.rope_compress, c_.rope_dim);
+  rope_main_freq_ = to_param(be_, rope_main_.inv_freq);
+  rope_compress_freq_ = to_param(be_, rope_compress_.inv_freq);
+  pool_ = std::make_shared<BlockPool>(default_block_bytes(), 0, &be_);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// state
 
 namespace {
-// Orthonormal Walsh–Hadamard transform of each `dim`-vector (dim a power of two), scaled by dim^-1/2.
-// The V4 reference rotates the indexer's queries and keys with it before their FP4 rounding: the
-// scores are unchanged in exact arithmetic, only the quantization error is spread across channels.
-void hadamard_rows(float* x, int64_t rows, int64_t dim) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* v = x + r * dim;
-    for (int64_t h = 1; h < dim; h *= 2)
-      for (int64_t i = 0; i < dim; i += 2 * h)
-        for (int64_t j = i; j < i + h; ++j) {
-          float a = v[j], b = v[j + h];
-          v[j] = a + b;
-          v[j + h] = a - b;
-        }
-    for (int64_t i = 0; i < dim; ++i) v[i] *= scale;
+// The widths (floats) of the state's rows: window and compressed rows, the carries' copies * width rows.
+std::vector<int64_t> row_widths(const V4Config& c) {
+  std::vector<int64_t> w{c.head_dim};
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.compress_ratio[l] == 4) w.push_back(2 * c.head_dim);
+    if (c.attention[l] == AttentionKind::kCSA) w.insert(w.end(), {c.index_head_dim, 2 * c.index_head_dim});
   }
+  return w;
 }
 }  // namespace
 
-V4Model::V4Model(V4Config config, V4Weights weights, ops::Backend& backend, bool simulate_quant)
-    : config_(std::move(config)), w_(std::move(weights)), be_(backend), simulate_quant_(simulate_quant) {
-  rope_main_ = make_rope_table(config_.rope_main, config_.rope_dim);
-  rope_compress_ = make_rope_table(config_.rope_compress, config_.rope_dim);
-  pool_ = std::make_shared<BlockPool>(default_block_bytes(), 0);
+int64_t V4Model::default_block_bytes() const {  // 16 of the widest rows, whole rows of every width
+  int64_t row = 1, widest = 0;
+  for (int64_t w : row_widths(c_)) {
+    row = std::lcm(row, w * static_cast<int64_t>(sizeof(float)));
+    widest = std::max(widest, w * static_cast<int64_t>(sizeof(float)));
+  }
+  return (16 * widest + row - 1) / row * row;
 }
 
-int64_t V4Model::default_block_bytes() const {
-  int64_t widest = config_.head_dim;
-  for (int64_t l = 0; l < config_.num_layers; ++l)
-    if (config_.compress_ratio[l] == 4) widest = std::max(widest, 2 * config_.head_dim);
-  const int64_t bytes = 16 * widest * static_cast<int64_t>(sizeof(float));
-  return (bytes + 63) / 64 * 64;
+void V4Model::check_pool(const BlockPool& pool) const {
+  for (int64_t w : row_widths(c_)) {
+    const int64_t row = w * static_cast<int64_t>(sizeof(float));
+    check(pool.block_bytes() % row == 0, "v4: state blocks of ", pool.block_bytes(), " bytes must hold whole rows of ",
+          row, " bytes (attention reads the arena by row); ", default_block_bytes(), " would");
+  }
+  check(pool.memory().device() == be_.device(), "v4: the state arena is on ", pool.memory().device().str(),
+        ", the model on ", be_.device().str());
+}
+
+void V4Model::set_state_pool(std::shared_ptr<BlockPool> pool) {
+  check(pool != nullptr, "set_state_pool: no pool");
+  check_pool(*pool);
+  pool_ = std::move(pool);
 }
 
 std::unique_ptr<SequenceState> V4Model::new_sequence() const {
-  return std::make_unique<V4SequenceState>(config_, pool_);
+  return std::make_unique<V4SequenceState>(c_, pool_, rollback_);
 }
 
 int64_t V4Model::state_blocks_for(int64_t tokens) const {
-  return V4SequenceState::blocks_for(config_, pool_->block_bytes(), tokens);
+  return V4SequenceState::blocks_for(c_, rollback_, pool_->block_bytes(), tokens);
 }
 
-// y = x · wᵀ. With quantization simulation on and an FP8/FP4-stored weight, the activations are first
-// rounded to FP8 with UE8M0 scales per weight K-block, as the reference's act_quant.
-void V4Model::project(const std::vector<float>& x, int64_t rows, const std::vector<float>& w, int64_t n, int64_t k,
-                      std::vector<float>& y, bool quantized_weight) {
-  y.resize(rows * n);
-  if (simulate_quant_ && quantized_weight) {
-    std::vector<float> xq(x.begin(), x.begin() + rows * k);
-    be_.fake_quant_fp8(xq.data(), rows, k, config_.quant ? config_.quant->block_k : 128);
-    be_.linear(xq.data(), rows, k, w.data(), n, y.data());
-    return;
-  }
-  be_.linear(x.data(), rows, k, w.data(), n, y.data());
+float* V4Model::arena(const Step& s) const { return reinterpret_cast<float*>(s.st[0]->pool().base()); }
+
+int32_t V4Model::arena_row(const Step& s, const float* row, int64_t width) const {
+  return static_cast<int32_t>(s.st[0]->pool().row_index(row, width * static_cast<int64_t>(sizeof(float))));
 }
 
-// Feeds `tokens` new (kv, gate) rows of one sequence into a compressor; every group of `ratio`
-// completed emits one compressed row (softmax pool per channel, norm, RoPE at the group's first position).
-void V4Model::compress(const CompressorWeights& cw, CompressorState& st, const float* kv, const float* gate,
-                       int64_t first_pos, int64_t tokens, bool indexer_keys) {
-  const int64_t width = cw.width, ratio = cw.ratio, row = cw.copies * width;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  const int64_t slots = cw.copies * ratio;
-  std::vector<float> skv(slots * width), sgate(slots * width), z(width);
-  for (int64_t i = 0; i < tokens; ++i) {
-    const int64_t p = first_pos + i;
-    std::copy_n(kv + i * row, row, st.pending_kv.row(st.pending));
-    float* g = st.pending_gate.row(st.pending);
-    for (int64_t c = 0; c < row; ++c) g[c] = gate[i * row + c] + cw.ape[(p % ratio) * row + c];
-    if (++st.pending < ratio) continue;
+// ---------------------------------------------------------------------------------------------------
+// primitives
 
-    if (cw.copies == 2) {  // slots: previous group's series A (none before group 1), then this group's series B
-      for (int64_t s = 0; s < ratio; ++s) {
-        std::copy_n(st.pending_kv.row(s) + width, width, skv.data() + (ratio + s) * width);
-        std::copy_n(st.pending_gate.row(s) + width, width, sgate.data() + (ratio + s) * width);
-        if (st.has_prev) {
-          std::copy_n(st.prev_kv.row(s), width, skv.data() + s * width);
-          std::copy_n(st.prev_gate.row(s), width, sgate.data() + s * width);
-        } else {
-          std::fill_n(skv.data() + s * width, width, 0.0f);
-          std::fill_n(sgate.data() + s * width, width, neg_inf);
-        }
-        std::copy_n(st.pending_kv.row(s), width, st.prev_kv.row(s));
-        std::copy_n(st.pending_gate.row(s), width, st.prev_gate.row(s));
-      }
-      st.has_prev = true;
-    } else {
-      for (int64_t s = 0; s < ratio; ++s) {
-        std::copy_n(st.pending_kv.row(s), width, skv.data() + s * width);
-        std::copy_n(st.pending_gate.row(s), width, sgate.data() + s * width);
-      }
-    }
-    be_.softmax_pool(skv.data(), sgate.data(), 1, slots, width, z.data());
-    be_.rms_norm(z.data(), cw.norm.data(), 1, width, static_cast<float>(config_.rms_norm_eps), z.data());
-    const int64_t group_pos = p + 1 - ratio;
-    be_.rope(z.data(), 1, 1, width, &group_pos, rope_compress_.freqs(), false);
-    if (simulate_quant_) {
-      if (indexer_keys) {
-        hadamard_rows(z.data(), 1, width);
-        be_.fake_quant_fp4(z.data(), 1, width, 32);
-      } else {
-        be_.fake_quant_fp8(z.data(), 1, width - config_.rope_dim, 64);
-      }
-    }
-    std::copy(z.begin(), z.end(), st.rows.append());
-    st.pending = 0;
-  }
+std::vector<float> V4Model::host(const float* p, int64_t n) const {
+  std::vector<float> out(n);
+  be_.download(out.data(), p, n * sizeof(float));
+  return out;
 }
 
-void V4Model::attention(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
-  const V4Config& c = config_;
-  const V4LayerWeights& L = w_.layers[l];
-  const int64_t T = s.tokens, D = c.hidden_size, H = c.num_heads, hd = c.head_dim, W = c.sliding_window;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const ops::RopeFreqs rope = (c.compress_ratio[l] == 0 ? rope_main_ : rope_compress_).freqs();
-  const bool quant = c.quant.has_value();
-
-  std::vector<float> qr, q, kv;
-  project(x, T, L.wq_a, c.q_lora_rank, D, qr, quant);
-  be_.rms_norm(qr.data(), L.q_norm.data(), T, c.q_lora_rank, eps, qr.data());
-  project(qr, T, L.wq_b, H * hd, c.q_lora_rank, q, quant);
-  be_.rms_norm(q.data(), nullptr, T * H, hd, eps, q.data());  // per-head unweighted norm (V4 only)
-  be_.rope(q.data(), T, H, hd, s.pos.data(), rope, false);
-  project(x, T, L.wkv, hd, D, kv, quant);
-  be_.rms_norm(kv.data(), L.kv_norm.data(), T, hd, eps, kv.data());
-  be_.rope(kv.data(), T, 1, hd, s.pos.data(), rope, false);
-  if (simulate_quant_)  // the reference stores the latent's non-RoPE channels FP8-rounded
-    for (int64_t t = 0; t < T; ++t) be_.fake_quant_fp8(kv.data() + t * hd, 1, hd - c.rope_dim, 64);
-
-  const bool compressed = c.compress_ratio[l] > 0, csa = c.attention[l] == AttentionKind::kCSA;
-  std::vector<float> ckv, cgate, ikv, igate, iq, iweights;
-  if (compressed) {
-    const auto& cw = L.compressor;
-    project(x, T, cw.wkv, cw.copies * hd, D, ckv, false);
-    project(x, T, cw.wgate, cw.copies * hd, D, cgate, false);
-  }
-  const int64_t ih = c.index_n_heads, id = c.index_head_dim;
-  if (csa) {
-    const auto& iw = L.indexer;
-    project(x, T, iw.compressor.wkv, 2 * id, D, ikv, false);
-    project(x, T, iw.compressor.wgate, 2 * id, D, igate, false);
-    project(qr, T, iw.wq_b, ih * id, c.q_lora_rank, iq, quant);
-    be_.rope(iq.data(), T, ih, id, s.pos.data(), rope_compress_.freqs(), false);
-    if (simulate_quant_) {
-      hadamard_rows(iq.data(), T * ih, id);
-      be_.fake_quant_fp4(iq.data(), T * ih, id, 32);
-    }
-    project(x, T, iw.weights_proj, ih, D, iweights, false);
-    const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
-    for (float& v : iweights) v *= wscale;
-  }
-
-  std::vector<float> o(T * H * hd);
-  for (const Step::Seq& seq : s.seqs) {
-    V4LayerState& ls = seq.state->layer(l);
-    const int64_t n = seq.end - seq.begin, P = seq.start_pos, b = seq.begin;
-    if (compressed) {
-      const int64_t row = L.compressor.copies * hd;
-      compress(L.compressor, ls.kv, ckv.data() + b * row, cgate.data() + b * row, P, n, false);
-    }
-    if (csa) compress(L.indexer.compressor, ls.index, ikv.data() + b * 2 * id, igate.data() + b * 2 * id, P, n, true);
-
-    // Pool: the window rows before this chunk (from the ring), the chunk's rows, the compressed rows.
-    const int64_t nprev = std::min<int64_t>(P, W - 1), n_rows = compressed ? ls.kv.rows.size() : 0;
-    std::vector<float> pool((nprev + n + n_rows) * hd);
-    for (int64_t i = 0; i < nprev; ++i) std::copy_n(ls.window.row((P - nprev + i) % W), hd, pool.data() + i * hd);
-    std::copy_n(kv.data() + b * hd, n * hd, pool.data() + nprev * hd);
-    if (compressed) ls.kv.rows.copy_to(pool.data() + (nprev + n) * hd);
-
-    const int64_t ratio = c.compress_ratio[l];
-    const int64_t topk = csa ? std::min(c.index_topk, n_rows) : 0;
-    const int64_t K = W + (csa ? topk : compressed ? n_rows : 0);
-    std::vector<int32_t> idx(n * K, -1);
-    parallel_for(n, [&](int64_t i0, int64_t i1) {
-      std::vector<std::pair<float, int32_t>> scored;
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t p = P + i;
-        int32_t* row = idx.data() + i * K;
-        int64_t k = 0;
-        for (int64_t qp = std::max<int64_t>(0, p - W + 1); qp <= p; ++qp)
-          row[k++] = static_cast<int32_t>(qp < P ? qp - (P - nprev) : nprev + qp - P);
-        if (!compressed) continue;
-        const int64_t visible = std::min((p + 1) / ratio, n_rows);
-        const int32_t base = static_cast<int32_t>(nprev + n);
-        if (!csa || visible <= topk) {
-          for (int64_t w = 0; w < visible; ++w) row[W + w] = base + static_cast<int32_t>(w);
-          continue;
-        }
-        // Lightning indexer: score = sum_h weight[t,h] * relu(<iq[t,h], key_w>) / sqrt(index_dim); keep top-k.
-        const float* qt = iq.data() + (b + i) * ih * id;
-        const float* wt = iweights.data() + (b + i) * ih;
-        const float sscale = 1.0f / std::sqrt(static_cast<float>(id));
-        scored.clear();
-        for (int64_t w = 0; w < visible; ++w) {
-          const float* key = ls.index.rows.row(w);
-          float score = 0;
-          for (int64_t h = 0; h < ih; ++h) {
-            float d = 0;
-            for (int64_t ch = 0; ch < id; ++ch) d += qt[h * id + ch] * key[ch];
-            score += std::max(d, 0.0f) * sscale * wt[h];
-          }
-          scored.emplace_back(score, static_cast<int32_t>(w));
-        }
-        // Ties (e.g. rows whose every head's ReLU is 0) go to the lower row, as torch.topk does.
-        std::nth_element(scored.begin(), scored.begin() + topk, scored.end(), [](auto& a, auto& b2) {
-          return a.first > b2.first || (a.first == b2.first && a.second < b2.second);
-        });
-        for (int64_t j = 0; j < topk; ++j) row[W + j] = base + scored[j].second;
-      }
-    });
-    be_.sparse_attention(q.data() + b * H * hd, n, H, hd, pool.data(), idx.data(), K, L.attn_sink.data(),
-                         1.0f / std::sqrt(static_cast<float>(hd)), o.data() + b * H * hd);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(kv.data() + (b + i) * hd, hd, ls.window.row((P + i) % W));
-  }
-
-  // Undo the values' RoPE at the query position, then the grouped output projection.
-  be_.rope(o.data(), T, H, hd, s.pos.data(), rope, true);
-  const int64_t G = c.o_groups, R = c.o_lora_rank, gin = H * hd / G;
-  std::vector<float> og(T * gin), ug, u(T * G * R);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < T; ++t) std::copy_n(o.data() + t * H * hd + g * gin, gin, og.data() + t * gin);
-    std::vector<float> wg(L.wo_a.begin() + g * R * gin, L.wo_a.begin() + (g + 1) * R * gin);
-    project(og, T, wg, R, gin, ug, false);  // the reference runs wo_a dequantized, without act quant
-    for (int64_t t = 0; t < T; ++t) std::copy_n(ug.data() + t * R, R, u.data() + t * G * R + g * R);
-  }
-  project(u, T, L.wo_b, D, G * R, out, quant);
+ops::RopeFreqs V4Model::rope_for(int64_t l) const {
+  const Param& f = c_.compress_ratio[l] == 0 ? rope_main_freq_ : rope_compress_freq_;
+  const RopeTableData& t = c_.compress_ratio[l] == 0 ? rope_main_ : rope_compress_;
+  return {f.data(), t.rope_dim, t.attention_factor};
 }
 
-namespace {
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
-}  // namespace
-
-void V4Model::moe(int64_t l, Step& s, const std::vector<float>& x, std::vector<float>& out) {
-  const V4Config& c = config_;
-  const V4LayerWeights& L = w_.layers[l];
-  const int64_t T = s.tokens, D = c.hidden_size, E = c.n_routed_experts, k = c.experts_per_token;
-  const int64_t I = c.moe_intermediate_size;
-  const bool quant = c.quant.has_value();
-  const float limit = static_cast<float>(c.swiglu_limit);
-
-  std::vector<float> logits;
-  project(x, T, L.gate, E, D, logits, false);
-  std::vector<float> scores(T * E);
-  for (int64_t t = 0; t < T; ++t) {
-    float* sc = scores.data() + t * E;
-    const float* lg = logits.data() + t * E;
-    if (c.scoring_func == "softmax") {
-      float mx = *std::max_element(lg, lg + E), z = 0;
-      for (int64_t e = 0; e < E; ++e) z += (sc[e] = std::exp(lg[e] - mx));
-      for (int64_t e = 0; e < E; ++e) sc[e] /= z;
-    } else {
-      for (int64_t e = 0; e < E; ++e)
-        sc[e] = c.scoring_func == "sigmoid" ? 1.0f / (1.0f + std::exp(-lg[e])) : std::sqrt(softplus(lg[e]));
-    }
-  }
-  // Selection (hash table or biased top-k), weights from the unbiased scores.
-  std::vector<int32_t> sel(T * k);
-  std::vector<float> weight(T * k);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* sc = scores.data() + t * E;
-    int32_t* st = sel.data() + t * k;
-    if (c.hash_routed[l]) {
-      std::copy_n(L.tid2eid.data() + static_cast<int64_t>(s.ids[t]) * k, k, st);
-    } else {
-      std::vector<int32_t> order(E);
-      for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-        float va = sc[a] + L.gate_bias[a], vb = sc[b] + L.gate_bias[b];
-        return va > vb || (va == vb && a < b);
-      });
-      std::copy_n(order.begin(), k, st);
-    }
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += (weight[t * k + j] = sc[st[j]]);
-    for (int64_t j = 0; j < k; ++j) {
-      if (c.norm_topk_prob && c.scoring_func != "softmax") weight[t * k + j] /= sum;
-      weight[t * k + j] *= static_cast<float>(c.routed_scaling_factor);
-    }
-  }
-
-  out.assign(T * D, 0.0f);
-  std::vector<float> xs, g, u, h, y;
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<int64_t> rows;
-    std::vector<float> rw;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < k; ++j)
-        if (sel[t * k + j] == e) {
-          rows.push_back(t);
-          rw.push_back(weight[t * k + j]);
-        }
-    if (rows.empty()) continue;
-    const int64_t m = static_cast<int64_t>(rows.size());
-    xs.resize(m * D);
-    for (int64_t r = 0; r < m; ++r) std::copy_n(x.data() + rows[r] * D, D, xs.data() + r * D);
-    const ExpertWeights& ex = L.experts[e];
-    project(xs, m, ex.w1, I, D, g, quant);
-    project(xs, m, ex.w3, I, D, u, quant);
-    h.resize(m * I);
-    be_.swiglu(g.data(), u.data(), m, I, limit, rw.data(), h.data());  // routing weight before w2
-    project(h, m, ex.w2, D, I, y, quant);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t d = 0; d < D; ++d) out[rows[r] * D + d] += y[r * D + d];
-  }
-  const int64_t Is = I * c.n_shared_experts;
-  project(x, T, L.shared.w1, Is, D, g, quant);
-  project(x, T, L.shared.w3, Is, D, u, quant);
-  h.resize(T * Is);
-  be_.swiglu(g.data(), u.data(), T, Is, limit, nullptr, h.data());
-  project(h, T, L.shared.w2, D, Is, y, quant);
-  for (int64_t i = 0; i < T * D; ++i) out[i] += y[i];
+// y = x Wᵀ: the reference's quantized linear (FP8 activations, block-scaled GEMM) for a quantized
+// projection when the quantization points are simulated, else plain fp32.
+void V4Model::lin(const float* x, int64_t m, const QLinear& W, float* y) {
+  if (W.quant) return be_.linear_quant(x, m, W.q, c_.quant ? c_.quant->block_k : 128, y);
+  be_.linear_plain(x, m, W.q, y);
 }
 
-void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps*) {
-  const V4Config& c = config_;
-  check_batch(batch, c.vocab_size);
-  check(batch.embed_tokens.empty(), "DeepSeek-V4 takes no input rows (embed_tokens): it has no vision input");
-  const int64_t num_seqs = static_cast<int64_t>(batch.states.size());
-  check(static_cast<int64_t>(batch.seq_start.size()) == num_seqs + 1 && batch.seq_start.front() == 0 &&
-            batch.seq_start.back() == static_cast<int32_t>(batch.token_ids.size()),
-        "forward: seq_start must have one entry per sequence plus one, from 0 to the token count");
-  Step s;
-  s.tokens = static_cast<int64_t>(batch.token_ids.size());
-  s.ids = batch.token_ids;
-  s.pos.resize(s.tokens);
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    auto* st = dynamic_cast<V4SequenceState*>(batch.states[i]);
-    check(st != nullptr, "forward: sequence ", i, " has no DeepSeek-V4 state");
-    const int64_t b = batch.seq_start[i], e = batch.seq_start[i + 1];
-    check(b <= e, "forward: seq_start is not ascending at sequence ", i);
-    for (int64_t t = b; t < e; ++t) s.pos[t] = st->length() + (t - b);
-    if (e > b) s.seqs.push_back({b, e, st->length(), st});
-  }
-  for (int32_t id : s.ids)
-    check(id >= 0 && id < c.vocab_size, "forward: token id ", id, " is outside the vocabulary (", c.vocab_size, ")");
-  for (int32_t r : batch.logit_rows)
-    check(r >= 0 && r < s.tokens, "forward: logit row ", r, " is outside the batch of ", s.tokens, " tokens");
-  for (auto& seq : s.seqs) seq.state->ensure_allocated();
+void V4Model::lin_grouped(const float* x, int64_t m, const QLinear& W, const int32_t* offsets, int64_t max_rows,
+                          float* y) {
+  if (W.quant) return be_.linear_quant_grouped(x, m, W.q, offsets, max_rows, c_.quant ? c_.quant->block_k : 128, y);
+  ops::for_each_group(be_, offsets, W.q.groups, m, [&](int64_t g, int64_t row, int64_t rows) {
+    be_.linear_plain(x + row * W.k, rows, W.q.group(g), y + row * W.n);
+  });
+}
 
-  const int64_t T = s.tokens, D = c.hidden_size, hc = c.hc_mult;
-  const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
-  std::vector<float> X(T * hc * D);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < hc; ++k) std::copy_n(w_.embed.data() + s.ids[t] * D, D, X.data() + (t * hc + k) * D);
-  if (capture_hidden) capture_hidden->clear();
+void V4Model::quant_head(float* x, int64_t rows, int64_t width, int64_t dim) {
+  Workspace::Scope scope(ws_);
+  Tensor t = ws_.f32({rows, dim});
+  be_.copy_2d(x, width, rows, dim, t.f32(), dim);
+  be_.fake_quant_fp8(t.f32(), rows, dim, 64);
+  be_.copy_2d(t.f32(), dim, rows, dim, x, width);
+}
 
-  std::vector<float> pre(T * hc), post(T * hc), comb(T * hc * hc), a(T * D), sub;
-  // One mHC site: collapse the streams with `pre`, run the sub-layer, expand with `post` + Cᵀ·streams.
-  auto site = [&](const HcWeights& hw, const std::vector<float>& norm, auto&& sublayer) {
-    be_.hc_weights(X.data(), T, hc, D, hw.fn.data(), hw.base.data(), hw.scale.data(), eps, hc_eps,
-                   c.hc_sinkhorn_iters, pre.data(), post.data(), comb.data());
-    be_.hc_collapse(X.data(), pre.data(), T, hc, D, false, a.data());
-    be_.rms_norm(a.data(), norm.data(), T, D, eps, a.data());
-    sublayer(a, sub);
-    std::vector<float> mixed(T * hc * D);
-    be_.hc_expand(X.data(), sub.data(), post.data(), comb.data(), T, hc, D, false, mixed.data());
-    X.swap(mixed);
+// The orthonormal Walsh–Hadamard rotation of each index_head_dim vector, which the reference applies
+// to the indexer's queries and keys before their FP4 rounding (scores unchanged in exact arithmetic;
+// the quantization error spreads across channels).
+void V4Model::hadamard(float* x, int64_t rows) {
+  Workspace::Scope scope(ws_);
+  const int64_t d = c_.index_head_dim;
+  Tensor t = ws_.f32({rows, d});
+  be_.linear_plain(x, rows, w_.hadamard.q, t.f32());
+  be_.copy(x, t.data, t.bytes());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// forward
+
+// One block: two mHC sites (weights, collapse, norm, sub-layer, expand) around attention and the MoE.
+void V4Model::block(int64_t l, Step& s, Tensor& X) {
+  const int64_t n = s.rows(), hc = c_.hc_mult, D = c_.hidden_size;
+  const float eps = static_cast<float>(c_.rms_norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
+  const V4Layer& L = w_.layers[l];
+  Workspace::Scope scope(ws_);
+  Tensor pre = ws_.f32({n, hc}), post = ws_.f32({n, hc}), comb = ws_.f32({n, hc, hc});
+  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D}), mixed = ws_.f32({n, hc, D});
+  auto site = [&](const V4Hc& h, const Param& norm, const std::function<void()>& sublayer) {
+    be_.hc_weights(X.f32(), n, hc, D, h.fn.data(), h.base.data(), h.scale.data(), eps, hc_eps, c_.hc_sinkhorn_iters,
+                   pre.f32(), post.f32(), comb.f32());
+    be_.hc_collapse(X.f32(), pre.f32(), n, hc, D, false, a.f32());
+    be_.rms_norm(a.f32(), norm.data(), n, D, eps, a.f32());
+    sublayer();
+    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, false, mixed.f32());
+    be_.copy(X.data, mixed.data, mixed.bytes());
   };
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (capture_hidden) capture_hidden->push_back(X);
-    const V4LayerWeights& L = w_.layers[l];
-    site(L.hc_attn, L.attn_norm, [&](const std::vector<float>& in, std::vector<float>& o) { attention(l, s, in, o); });
-    site(L.hc_ffn, L.ffn_norm, [&](const std::vector<float>& in, std::vector<float>& o) { moe(l, s, in, o); });
-  }
-  for (auto& seq : s.seqs) seq.state->advance(seq.end - seq.begin);
-
-  // hc head + final norm on the rows whose logits are wanted (all rows when capturing).
-  std::vector<int32_t> rows = batch.logit_rows;
-  if (capture_hidden) {
-    rows.resize(T);
-    for (int64_t t = 0; t < T; ++t) rows[t] = static_cast<int32_t>(t);
-  }
-  const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float> xr(R * hc * D), hpre(R * hc), y(R * D);
-  for (int64_t r = 0; r < R; ++r) std::copy_n(X.data() + rows[r] * hc * D, hc * D, xr.data() + r * hc * D);
-  be_.hc_weights(xr.data(), R, hc, D, w_.hc_head.fn.data(), w_.hc_head.base.data(), w_.hc_head.scale.data(), eps,
-                 hc_eps, c.hc_sinkhorn_iters, hpre.data(), nullptr, nullptr);
-  be_.hc_collapse(xr.data(), hpre.data(), R, hc, D, false, y.data());
-  be_.rms_norm(y.data(), w_.norm.data(), R, D, eps, y.data());
-  if (capture_hidden) {
-    capture_hidden->push_back(y);
-    std::vector<float> picked(batch.logit_rows.size() * D);
-    for (size_t i = 0; i < batch.logit_rows.size(); ++i)
-      std::copy_n(y.data() + batch.logit_rows[i] * D, D, picked.data() + i * D);
-    y.swap(picked);
-  }
-  logits.resize(batch.logit_rows.size() * c.vocab_size);
-  be_.linear(y.data(), static_cast<int64_t>(batch.logit_rows.size()), D, w_.head.data(), c.vocab_size, logits.data());
+  site(L.hc_attn, L.attn_norm, [&] { attention(l, s, a.f32(), sub.f32()); });
+  site(L.hc_ffn, L.ffn_norm, [&] { moe(l, s, a.f32(), sub.f32()); });
 }
+
+void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, const ForwardTaps* taps) {
+  const std::vector<int64_t> pos = check_batch(batch, c_.vocab_size);
+  check(batch.embed_tokens.empty(), "DeepSeek-V4 takes no input rows (embed_tokens): it has no vision input");
+  const int64_t num = static_cast<int64_t>(batch.states.size()), T = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t D = c_.hidden_size, hc = c_.hc_mult;
+  // The blocks this batch adds must be free before any state changes; one arena holds every state.
+  Step s;
+  int64_t need = 0;
+  BlockPool* pool = nullptr;
+  for (int64_t q = 0; q < num; ++q) {
+    auto* st = dynamic_cast<V4SequenceState*>(batch.states[q]);
+    check(st != nullptr, "forward: sequence ", q, " has no DeepSeek-V4 state");
+    const int64_t n = batch.seq_start[q + 1] - batch.seq_start[q];
+    if (n == 0) continue;
+    check(pool == nullptr || &st->pool() == pool, "forward: the sequences of one batch must share one state arena");
+    pool = &st->pool();
+    const int64_t bb = pool->block_bytes();
+    need += V4SequenceState::blocks_for(c_, rollback_, bb, st->length() + n) -
+            V4SequenceState::blocks_for(c_, rollback_, bb, st->length());
+    s.st.push_back(st);
+    s.begin.push_back(batch.seq_start[q]);
+    s.end_pos.push_back(st->length() + n);
+  }
+  s.begin.push_back(T);
+  if (pool) {
+    check_pool(*pool);
+    check(pool->capacity() == 0 || pool->used() + need <= pool->capacity(), "forward: state memory exhausted: ", need,
+          " more blocks needed, ", pool->capacity() - pool->used(), " of ", pool->capacity(), " free");
+  }
+  logits.clear();
+  if (T == 0) return;
+  s.pos = pos;
+  s.ids = batch.token_ids;
+  for (V4SequenceState* st : s.st) st->start();
+
+  ws_.reset();
+  fws_.reset();
+  s.pos_d = fws_.upload(s.pos, DType::I64);
+  Tensor X = fws_.f32({T, hc, D});  // every stream starts as the token's embedding
+  {
+    Workspace::Scope scope(ws_);
+    std::vector<int32_t> rows(T * hc);
+    for (int64_t i = 0; i < T * hc; ++i) rows[i] = s.ids[i / hc];
+    Tensor r = ws_.upload(rows, DType::I32);
+    be_.copy_rows(w_.embed.data(), r.i32(), T * hc, D, X.f32(), nullptr);
+  }
+  for (int64_t l = 0; l < c_.num_layers; ++l) {
+    if (taps && taps->on_layer_input) {  // may overwrite the streams
+      std::vector<float> hx = host(X.f32(), X.numel()), none;
+      taps->on_layer_input(l, hx, none);
+      be_.upload(X.data, hx.data(), X.bytes());
+    }
+    block(l, s, X);
+  }
+  for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
+
+  // hc head + final norm on the rows whose logits are wanted (every row for on_final).
+  const bool all = taps && taps->on_final;
+  std::vector<int32_t> rows = batch.logit_rows;
+  if (all) {
+    rows.resize(T);
+    std::iota(rows.begin(), rows.end(), 0);
+  }
+  const int64_t R = static_cast<int64_t>(rows.size()), NR = static_cast<int64_t>(batch.logit_rows.size());
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  Tensor rd = ws_.upload(rows, DType::I32), xr = ws_.f32({R, hc, D}), hpre = ws_.f32({R, hc});
+  Tensor y = ws_.f32({R, D}), yn = ws_.f32({R, D});
+  be_.copy_rows(X.f32(), rd.i32(), R, hc * D, xr.f32(), nullptr);
+  be_.hc_weights(xr.f32(), R, hc, D, w_.hc_head.fn.data(), w_.hc_head.base.data(), w_.hc_head.scale.data(), eps,
+                 static_cast<float>(c_.hc_eps), c_.hc_sinkhorn_iters, hpre.f32(), nullptr, nullptr);
+  be_.hc_collapse(xr.f32(), hpre.f32(), R, hc, D, false, y.f32());
+  be_.rms_norm(y.f32(), w_.norm.data(), R, D, eps, yn.f32());
+  Tensor picked = yn;
+  if (all) {
+    taps->on_final(host(y.f32(), y.numel()), host(yn.f32(), yn.numel()));
+    Tensor lr = ws_.upload(batch.logit_rows, DType::I32);
+    picked = ws_.f32({std::max<int64_t>(NR, 1), D});
+    be_.copy_rows(yn.f32(), lr.i32(), NR, D, picked.f32(), nullptr);
+  }
+  Tensor out = ws_.f32({std::max<int64_t>(NR, 1), c_.vocab_size});
+  be_.linear_plain(picked.f32(), NR, w_.head.q, out.f32());
+  logits.resize(NR * c_.vocab_size);
+  be_.download(logits.data(), out.data, logits.size() * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MoE (spec §3.5): sqrt-softplus router with bias (or the token's hash experts), routed experts in token
+// groups, shared expert; the experts' outputs added per token in expert order, then the shared one.
+
+void V4Model::expert_ffn(const V4Expert& ex, const float* x, int64_t m, const float* row_scale, float* y,
+                         const int32_t* offsets, int64_t max_rows) {
+  Workspace::Scope scope(ws_);
+  const int64_t I = ex.w1.n;
+  Tensor g = ws_.f32({m, I}), u = ws_.f32({m, I}), h = ws_.f32({m, I});
+  auto L = [&](const float* in, const QLinear& W, float* out) {
+    if (offsets) lin_grouped(in, m, W, offsets, max_rows, out);
+    else lin(in, m, W, out);
+  };
+  L(x, ex.w1, g.f32());
+  L(x, ex.w3, u.f32());
+  be_.swiglu(g.f32(), u.f32(), m, I, static_cast<float>(c_.swiglu_limit), row_scale, h.f32());  // weight before w2
+  L(h.f32(), ex.w2, y);
+}
+
+void V4Model::moe(int64_t l, Step& s, const float* x, float* out) {
+  const V4Layer& L = w_.layers[l];
+  const int64_t n = s.rows(), D = c_.hidden_size, E = c_.n_routed_experts, k = c_.experts_per_token, M = n * k;
+  Workspace::Scope scope(ws_);
+  Tensor logits = ws_.f32({n, E}), sel = ws_.i32({n, k}), wsel = ws_.f32({n, k});
+  lin(x, n, L.gate, logits.f32());  // fp32 router
+  if (c_.hash_routed[l]) {
+    // The token's tid2eid experts: every other expert's logit -inf, so its score is 0 and the top-k
+    // is exactly the hash experts, weighted by their scores as the reference does.
+    std::vector<float> mask(n * E, -std::numeric_limits<float>::infinity());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < k; ++j) mask[t * E + L.tid2eid[static_cast<int64_t>(s.ids[t]) * k + j]] = 0.0f;
+    Tensor md = ws_.upload(mask, DType::F32);
+    be_.add(logits.f32(), md.f32(), n * E);
+  }
+  using SF = ops::Backend::ScoreFunc;
+  const SF sf = c_.scoring_func == "softmax" ? SF::kSoftmax : c_.scoring_func == "sigmoid" ? SF::kSigmoid
+                                                                                          : SF::kSqrtSoftplus;
+  const ops::Backend::RouteParams rp{sf, 1.0f, k, c_.norm_topk_prob && sf != SF::kSoftmax,
+                                     static_cast<float>(c_.routed_scaling_factor)};
+  be_.moe_route(logits.f32(), n, E, L.gate_bias.empty() ? nullptr : L.gate_bias.data(), nullptr, nullptr, rp,
+                sel.i32(), wsel.f32(), nullptr);
+  Tensor perm = ws_.i32({M}), rw = ws_.f32({M}), slot = ws_.i32({n, k}), offsets = ws_.i32({E + 1});
+  be_.moe_group(sel.i32(), wsel.f32(), n, k, E, perm.i32(), rw.f32(), slot.i32(), offsets.i32());
+  Tensor xs = ws_.f32({M, D}), ys = ws_.f32({M, D}), shared = ws_.f32({n, D});
+  be_.copy_rows(x, perm.i32(), M, D, xs.f32(), nullptr);
+  expert_ffn(L.routed, xs.f32(), M, rw.f32(), ys.f32(), offsets.i32(), n);
+  expert_ffn(L.shared, x, n, nullptr, shared.f32());
+  // out = ((0 + y_e1) + y_e2 ..) + shared, experts by ascending id (slot's order): slot transposed to
+  // [k, n], row j picks every token's j-th expert row.
+  std::vector<int32_t> transpose(M);
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < n; ++t) transpose[j * n + t] = static_cast<int32_t>(t * k + j);
+  Tensor tr = ws_.upload(transpose, DType::I32), slot_t = ws_.i32({k, n}), term = ws_.f32({n, D});
+  be_.copy_rows(reinterpret_cast<const float*>(slot.data), tr.i32(), M, 1, reinterpret_cast<float*>(slot_t.data),
+                nullptr);
+  be_.fill(out, n * D, 0.0f);
+  for (int64_t j = 0; j < k; ++j) {
+    be_.copy_rows(ys.f32(), slot_t.i32() + j * n, n, D, term.f32(), nullptr);
+    be_.add(out, term.f32(), n * D);
+  }
+  be_.add(out, shared.f32(), n * D);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// loading
 
 std::unique_ptr<V4Model> V4Model::load(const std::string& dir, const V4LoadOptions& options) {
   V4Config config = V4Config::from_file(dir + "/config.json");
   io::Checkpoint ckpt = io::Checkpoint::open(dir);
-  check_fits_in_memory(ckpt);
+  ops::Backend& be = ops::backend_for(options.device);
+  if (options.device.is_cpu()) check_fits_in_memory(ckpt);
+  else check_fits_on_device(ckpt, {}, be);
   // A checkpoint saved by transformers carries the "model." prefix; read it through the name map.
   const bool hf_names = ckpt.contains("model.embed_tokens.weight");
   std::function<std::string(const std::string&)> names = transformers_name;
   if (!hf_names) names = [](const std::string& n) { return n; };
   WeightLoader loader(ckpt, config.quant ? config.quant->block_n : 128, config.quant ? config.quant->block_k : 128,
                       names);
-  V4Weights weights = load_v4_weights(config, loader);
-  bool simulate = options.quant_simulation == QuantSimulation::kOn ||
-                  (options.quant_simulation == QuantSimulation::kAuto && config.quant.has_value());
-  return std::make_unique<V4Model>(std::move(config), std::move(weights), ops::cpu_backend(), simulate);
+  const bool simulate = options.quant_simulation == QuantSimulation::kOn ||
+                        (options.quant_simulation == QuantSimulation::kAuto && config.quant.has_value());
+  auto m = std::make_unique<V4Model>(std::move(config), be, simulate, options.max_rollback_tokens);
+  m->w_ = load_v4_weights(m->c_, loader, be, simulate);
+  return m;
 }
 
 }  // namespace deepinfer::model

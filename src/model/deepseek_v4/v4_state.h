@@ -1,9 +1,13 @@
-// Per-sequence DeepSeek-V4 state, held in blocks of one BlockPool: per layer a sliding-window ring
-// of K=V latents, and for compressed layers the compressed rows plus the compressor's carry (tokens
-// of the unfinished group, and for CSA the previous group's first-series halves). CSA layers hold
-// the same for the indexer's keys. Fixed-size parts (ring, carry) are allocated at the first token;
-// compressed rows grow one per completed group.
+// Per-sequence DeepSeek-V4 state in PagedRows over one BlockPool arena (on the model's device), and its
+// rollback. Per layer: a sliding-window ring of K=V latents; for compressed layers the compressed rows
+// and the compressor's carry, a ring of the last positions' kv and gate rows (copies * width each, the
+// gate with the position bias added); CSA layers hold the same for the indexer's keys. Rings are
+// `rollback` positions longer than the reference needs, so truncate() takes back up to `rollback` tokens
+// exactly; the window ring also holds one attention round of a chunk (kRound positions: a chunk's
+// rows enter the ring before they are attended, round by round). Rings are allocated at the first
+// token; compressed rows grow one per completed group.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,43 +18,53 @@
 
 namespace deepinfer::model {
 
-struct CompressorState {
-  PagedRows pending_kv, pending_gate;  // [ratio, copies*width]: the unfinished group, gate with ape added
-  PagedRows prev_kv, prev_gate;        // CSA: previous complete group's series A [ratio, width]
-  PagedRows rows;                      // compressed rows [groups, width]
-  int64_t pending = 0;
-  bool has_prev = false;
-};
-
-struct V4LayerState {
-  PagedRows window;  // ring [sliding_window, head_dim]; slot = position % sliding_window
-  CompressorState kv, index;
-};
-
 class V4SequenceState final : public SequenceState {
  public:
-  V4SequenceState(const V4Config& config, std::shared_ptr<BlockPool> pool);
-  int64_t length() const override { return length_; }
-  int64_t bytes() const override;
-  void reset() override;
-  // V4's compressor carry keeps no history yet: only a truncate to the current length is possible.
-  void truncate(int64_t length) override;
-  int64_t max_rollback() const override { return 0; }
-  V4LayerState& layer(int64_t l) { return layers_[l]; }
-  void advance(int64_t tokens) { length_ += tokens; }
-  // Allocates the fixed-size parts (rings, carries) before the first token.
-  void ensure_allocated();
+  struct Compressor {
+    PagedRows carry;  // [2 * carry, copies * width]: kv rows, then gate rows; position p at slot p % carry
+    PagedRows rows;   // [groups, width]
+    int64_t carry_size = 0, ratio = 0, width = 0, copies = 1;
+    float* carry_kv(int64_t pos) { return carry.row(pos % carry_size); }
+    float* carry_gate(int64_t pos) { return carry.row(carry_size + pos % carry_size); }
+  };
+  struct Layer {
+    PagedRows window;  // ring of ring_size() positions, [.., head_dim]
+    Compressor kv, index;
+  };
+  // Positions of a chunk attended per round (the window ring holds one round beyond the window).
+  static int64_t round_tokens(const V4Config& c) { return std::max<int64_t>(c.sliding_window, 16); }
 
-  // Pool blocks a sequence of this config holds after `tokens` tokens (what ensure_allocated and the
-  // compressors take), so a caller can reserve exactly before a forward.
-  static int64_t blocks_for(const V4Config& config, int64_t block_bytes, int64_t tokens);
+  V4SequenceState(const V4Config& config, std::shared_ptr<BlockPool> pool, int64_t rollback);
+  int64_t length() const override { return length_; }
+  int64_t bytes() const override { return blocks() * pool_->block_bytes(); }
+  void reset() override;
+  // Takes back the last length()-`length` tokens, down to the longest length reached minus max_rollback().
+  void truncate(int64_t length) override;
+  int64_t max_rollback() const override { return rollback_; }
+  // A copy of `src` at its length: compressed rows shared (append-only, copy on write), rings copied.
+  void copy_from(const SequenceState& src) override;
+  void advance_to(int64_t length) {
+    length_ = length;
+    peak_ = std::max(peak_, length);
+  }
+  void start();  // allocates rings and carries at the first token
+  bool started() const { return started_; }
+  int64_t blocks() const;
+  BlockPool& pool() const { return *pool_; }
+  Layer& layer(int64_t l) { return layers_[l]; }
+  int64_t ring_size() const { return ring_size_; }
+  float* ring_row(int64_t l, int64_t pos) { return layers_[l].window.row(pos % ring_size_); }
+
+  // Pool blocks a sequence of this config holds after `tokens` tokens (exact, 0 for 0 tokens).
+  static int64_t blocks_for(const V4Config& c, int64_t rollback, int64_t block_bytes, int64_t tokens);
 
  private:
+  std::shared_ptr<BlockPool> pool_;  // declared first: outlives the rows below
   V4Config config_;
-  std::shared_ptr<BlockPool> pool_;  // kept alive while any state uses it
-  int64_t length_ = 0;
-  bool allocated_ = false;
-  std::vector<V4LayerState> layers_;
+  int64_t rollback_, ring_size_;
+  int64_t length_ = 0, peak_ = 0;
+  bool started_ = false;
+  std::vector<Layer> layers_;
 };
 
 }  // namespace deepinfer::model

@@ -1,102 +1,133 @@
 #include "model/deepseek_v4/v4_weights.h"
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace deepinfer::model {
 namespace {
 
-HcWeights load_hc(const WeightLoader& w, const std::string& prefix, int64_t outs, int64_t width, int64_t scales,
-                  const std::string& sep) {
-  return {w.floats(prefix + sep + "fn", {outs, width}), w.floats(prefix + sep + "base", {outs}),
-          w.floats(prefix + sep + "scale", {scales})};
+V4Hc load_hc(ops::Backend& be, const WeightLoader& w, const std::string& prefix, int64_t outs, int64_t width,
+             int64_t scales) {
+  return {to_param(be, w.floats(prefix + "_fn", {outs, width})), to_param(be, w.floats(prefix + "_base", {outs})),
+          to_param(be, w.floats(prefix + "_scale", {scales}))};
 }
 
-CompressorWeights load_compressor(const WeightLoader& w, const std::string& p, int64_t D, int64_t width,
-                                  int64_t ratio) {
-  CompressorWeights c;
+V4Compressor load_compressor(ops::Backend& be, const WeightLoader& w, const std::string& p, int64_t D, int64_t width,
+                             int64_t ratio) {
+  V4Compressor c;
   c.width = width;
   c.ratio = ratio;
   c.copies = ratio == 4 ? 2 : 1;  // CSA's overlapping windows: two series per token
-  c.wkv = w.matrix(p + ".wkv", c.copies * width, D);
-  c.wgate = w.matrix(p + ".wgate", c.copies * width, D);
-  c.ape = w.floats(p + ".ape", {ratio, c.copies * width});
-  c.norm = w.floats(p + ".norm.weight", {width});
+  c.wkv = load_linear(be, w, p + ".wkv", c.copies * width, D, true);
+  c.wgate = load_linear(be, w, p + ".wgate", c.copies * width, D, true);
+  c.ape = to_param(be, w.floats(p + ".ape", {ratio, c.copies * width}));
+  c.norm = to_param(be, w.floats(p + ".norm.weight", {width}));
   return c;
 }
 
-// transformers stores routed experts packed: gate_up_proj [E, 2I, D], down_proj [E, D, I].
-std::vector<ExpertWeights> load_packed_experts(const io::Checkpoint& ck, const std::string& layer, int64_t E,
-                                               int64_t I, int64_t D) {
-  std::vector<float> gu = ck.read_f32(layer + "mlp.experts.gate_up_proj", {E, 2 * I, D});
-  std::vector<float> down = ck.read_f32(layer + "mlp.experts.down_proj", {E, D, I});
-  std::vector<ExpertWeights> experts(E);
+// transformers stores routed experts packed: gate_up_proj [E, 2I, D], down_proj [E, D, I] (float).
+V4Expert load_packed_experts(ops::Backend& be, const io::Checkpoint& ck, const std::string& layer, int64_t E,
+                             int64_t I, int64_t D) {
+  const std::vector<float> gu = ck.read_f32(layer + "mlp.experts.gate_up_proj", {E, 2 * I, D});
+  std::vector<float> w1, w3;
   for (int64_t e = 0; e < E; ++e) {
     const float* g = gu.data() + e * 2 * I * D;
-    experts[e].w1.assign(g, g + I * D);
-    experts[e].w3.assign(g + I * D, g + 2 * I * D);
-    experts[e].w2.assign(down.data() + e * D * I, down.data() + (e + 1) * D * I);
+    w1.insert(w1.end(), g, g + I * D);
+    w3.insert(w3.end(), g + I * D, g + 2 * I * D);
   }
-  return experts;
+  auto stack = [&](std::vector<float> v, int64_t n, int64_t k) {
+    QLinear L = plain_linear(be, std::move(v), n, k);
+    L.q.groups = E;
+    return L;
+  };
+  return {stack(std::move(w1), I, D), stack(ck.read_f32(layer + "mlp.experts.down_proj", {E, D, I}), D, I),
+          stack(std::move(w3), I, D)};
+}
+
+std::vector<float> hadamard_matrix(int64_t dim) {
+  check(dim > 0 && (dim & (dim - 1)) == 0, "v4: index_head_dim must be a power of two for the Hadamard rotation, got ",
+        dim);
+  std::vector<float> h(dim * dim);
+  const float s = 1.0f / std::sqrt(static_cast<float>(dim));
+  for (int64_t i = 0; i < dim; ++i)
+    for (int64_t j = 0; j < dim; ++j) h[i * dim + j] = __builtin_popcountll(i & j) % 2 ? -s : s;
+  return h;
 }
 
 }  // namespace
 
-V4Weights load_v4_weights(const V4Config& c, const WeightLoader& w) {
+V4Weights load_v4_weights(const V4Config& c, const WeightLoader& w, ops::Backend& be, bool simulate) {
   const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_heads, hd = c.head_dim;
   const int64_t I = c.moe_intermediate_size, E = c.n_routed_experts;
+  auto F = [&](const std::string& name, const std::vector<int64_t>& shape) { return to_param(be, w.floats(name, shape)); };
+  // A projection the reference runs quantized (when the simulation is on), and one it runs plain.
+  auto Q = [&](const std::string& base, int64_t n, int64_t k) { return load_linear(be, w, base, n, k, !simulate); };
+  auto P = [&](const std::string& base, int64_t n, int64_t k) { return load_linear(be, w, base, n, k, true); };
   V4Weights m;
-  m.embed = w.matrix("embed", c.vocab_size, D);
-  m.head = c.tie_word_embeddings && !w.has("head.weight") ? m.embed : w.matrix("head", c.vocab_size, D);
-  m.norm = w.floats("norm.weight", {D});
-  m.hc_head = load_hc(w, "hc_head", hc, hc * D, 1, "_");
+  std::vector<float> embed = w.matrix("embed", c.vocab_size, D);
+  const bool tied = c.tie_word_embeddings && !w.has("head.weight");
+  m.head = tied ? plain_linear(be, embed, c.vocab_size, D) : P("head", c.vocab_size, D);
+  m.embed = to_param(be, embed);
+  m.norm = F("norm.weight", {D});
+  m.hc_head = load_hc(be, w, "hc_head", hc, hc * D, 1);
+  if (simulate && c.index_n_heads > 0) m.hadamard = plain_linear(be, hadamard_matrix(c.index_head_dim), c.index_head_dim, c.index_head_dim);
+  Progress progress("loading DeepSeek-V4", c.num_layers, "layers");
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    V4LayerWeights L;
-    L.attn_norm = w.floats(p + "attn_norm.weight", {D});
-    L.ffn_norm = w.floats(p + "ffn_norm.weight", {D});
-    L.hc_attn = load_hc(w, p + "hc_attn", (2 + hc) * hc, hc * D, 3, "_");
-    L.hc_ffn = load_hc(w, p + "hc_ffn", (2 + hc) * hc, hc * D, 3, "_");
-    L.wq_a = w.matrix(p + "attn.wq_a", c.q_lora_rank, D);
-    L.q_norm = w.floats(p + "attn.q_norm.weight", {c.q_lora_rank});
-    L.wq_b = w.matrix(p + "attn.wq_b", H * hd, c.q_lora_rank);
-    L.wkv = w.matrix(p + "attn.wkv", hd, D);
+    V4Layer L;
+    L.attn_norm = F(p + "attn_norm.weight", {D});
+    L.ffn_norm = F(p + "ffn_norm.weight", {D});
+    L.hc_attn = load_hc(be, w, p + "hc_attn", (2 + hc) * hc, hc * D, 3);
+    L.hc_ffn = load_hc(be, w, p + "hc_ffn", (2 + hc) * hc, hc * D, 3);
+    L.wq_a = Q(p + "attn.wq_a", c.q_lora_rank, D);
+    L.q_norm = F(p + "attn.q_norm.weight", {c.q_lora_rank});
+    L.wq_b = Q(p + "attn.wq_b", H * hd, c.q_lora_rank);
+    L.wkv = Q(p + "attn.wkv", hd, D);
     // The release spells the latent norm kv_norm; transformers-derived files spell it norm.
     const std::string kv_norm = w.has(p + "attn.kv_norm.weight") ? p + "attn.kv_norm.weight" : p + "attn.norm.weight";
-    L.kv_norm = w.floats(kv_norm, {hd});
-    L.wo_a = w.matrix(p + "attn.wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);
-    L.wo_b = w.matrix(p + "attn.wo_b", D, c.o_groups * c.o_lora_rank);
-    L.attn_sink = w.floats(p + "attn.attn_sink", {H});
+    L.kv_norm = F(kv_norm, {hd});
+    L.wo_a = P(p + "attn.wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);  // the reference runs it dequantized
+    L.wo_b = Q(p + "attn.wo_b", D, c.o_groups * c.o_lora_rank);
+    L.attn_sink = F(p + "attn.attn_sink", {H});
     if (c.compress_ratio[l] > 0) {
-      L.compressor = load_compressor(w, p + "attn.compressor", D, hd, c.compress_ratio[l]);
+      L.compressor = load_compressor(be, w, p + "attn.compressor", D, hd, c.compress_ratio[l]);
       if (c.attention[l] == AttentionKind::kCSA) {
-        L.indexer.wq_b = w.matrix(p + "attn.indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-        L.indexer.weights_proj = w.matrix(p + "attn.indexer.weights_proj", c.index_n_heads, D);
-        L.indexer.compressor = load_compressor(w, p + "attn.indexer.compressor", D, c.index_head_dim, 4);
+        L.index_wq_b = Q(p + "attn.indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+        L.index_weights_proj = P(p + "attn.indexer.weights_proj", c.index_n_heads, D);
+        L.index_compressor = load_compressor(be, w, p + "attn.indexer.compressor", D, c.index_head_dim, 4);
       }
     }
-    L.gate = w.matrix(p + "ffn.gate", E, D);
+    L.gate = P(p + "ffn.gate", E, D);
     if (c.hash_routed[l]) {
       L.tid2eid = w.ints(p + "ffn.gate.tid2eid", {c.vocab_size, c.experts_per_token});
       for (int32_t e : L.tid2eid)
         check(e >= 0 && e < E, w.checkpoint().path(), ": layer ", l, " tid2eid names expert ", e, " of ", E);
     } else {
-      L.gate_bias = w.floats(p + "ffn.gate.bias", {E});
+      L.gate_bias = F(p + "ffn.gate.bias", {E});
     }
     const std::string hf_layer = "model.layers." + std::to_string(l) + ".";
     const bool packed = !w.has(p + "ffn.experts.0.w1.weight") &&
                         w.checkpoint().contains(hf_layer + "mlp.experts.gate_up_proj");
-    if (packed) L.experts = load_packed_experts(w.checkpoint(), hf_layer, E, I, D);
-    for (int64_t e = 0; e < E && !packed; ++e) {
-      const std::string x = p + "ffn.experts." + std::to_string(e) + ".";
-      L.experts.push_back({w.matrix(x + "w1", I, D), w.matrix(x + "w2", D, I), w.matrix(x + "w3", I, D)});
+    if (packed) {
+      L.routed = load_packed_experts(be, w.checkpoint(), hf_layer, E, I, D);
+    } else {
+      auto names = [&](const char* proj) {
+        std::vector<std::string> v;
+        for (int64_t e = 0; e < E; ++e) v.push_back(p + "ffn.experts." + std::to_string(e) + "." + proj);
+        return v;
+      };
+      L.routed = {load_stacked(be, w, names("w1"), I, D, !simulate), load_stacked(be, w, names("w2"), D, I, !simulate),
+                  load_stacked(be, w, names("w3"), I, D, !simulate)};
     }
     const int64_t Is = I * c.n_shared_experts;
-    L.shared = {w.matrix(p + "ffn.shared_experts.w1", Is, D), w.matrix(p + "ffn.shared_experts.w2", D, Is),
-                w.matrix(p + "ffn.shared_experts.w3", Is, D)};
+    L.shared = {Q(p + "ffn.shared_experts.w1", Is, D), Q(p + "ffn.shared_experts.w2", D, Is),
+                Q(p + "ffn.shared_experts.w3", Is, D)};
     m.layers.push_back(std::move(L));
+    progress.update(l + 1);
   }
   return m;
 }

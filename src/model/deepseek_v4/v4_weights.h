@@ -1,53 +1,56 @@
-// DeepSeek-V4 weights as the CPU backend uses them (fp32, dequantized at load).
+// DeepSeek-V4 weights on the backend's device. Projections the reference runs quantized (act_quant +
+// FP8/FP4 GEMM) are QLinear::quant when the quantization points are simulated; every other one runs
+// plain (fp32, or bf16 where the backend keeps bf16 values so).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "model/deepseek/linear.h"
 #include "model/deepseek_v4/v4_config.h"
 #include "model/weight_loader.h"
 
 namespace deepinfer::model {
 
-using Floats = std::vector<float>;
-
-struct HcWeights {  // one mHC site: fn [(2+hc)*hc, hc*D] (head: [hc, hc*D]), base, scale
-  Floats fn, base, scale;
+struct V4Hc {  // one mHC site: fn [(2+hc)*hc, hc*D] (head: [hc, hc*D]), base, scale
+  Param fn, base, scale;
 };
 
-struct CompressorWeights {  // wkv/wgate [c*width, D], ape [ratio, c*width], norm [width]
-  Floats wkv, wgate, ape, norm;
+struct V4Compressor {  // wkv/wgate [c*width, D], ape [ratio, c*width], norm [width]
+  QLinear wkv, wgate;
+  Param ape, norm;
   int64_t width = 0, ratio = 0, copies = 1;  // copies = 2 when windows overlap (CSA)
 };
 
-struct IndexerWeights {
-  Floats wq_b;          // [index_heads*index_dim, q_lora_rank]
-  Floats weights_proj;  // [index_heads, D]
-  CompressorWeights compressor;
+struct V4Expert {  // w1 (gate) and w3 (up) [I, D], w2 (down) [D, I]
+  QLinear w1, w2, w3;
 };
 
-struct ExpertWeights {  // w1 (gate) and w3 (up) [I, D], w2 (down) [D, I]
-  Floats w1, w2, w3;
-};
-
-struct V4LayerWeights {
-  Floats attn_norm, ffn_norm;
-  HcWeights hc_attn, hc_ffn;
-  Floats wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, attn_sink;
-  CompressorWeights compressor;  // ratio 0 when the layer is sliding-only
-  IndexerWeights indexer;        // CSA layers only
-  Floats gate, gate_bias;        // gate [E, D]; bias [E] (top-k layers)
-  std::vector<int32_t> tid2eid;  // [vocab, k] (hash layers)
-  std::vector<ExpertWeights> experts;
-  ExpertWeights shared;
+struct V4Layer {
+  Param attn_norm, ffn_norm;
+  V4Hc hc_attn, hc_ffn;
+  QLinear wq_a, wq_b, wkv, wo_a, wo_b;
+  Param q_norm, kv_norm, attn_sink;
+  V4Compressor compressor;  // ratio 0 when the layer is sliding-only
+  QLinear index_wq_b, index_weights_proj;  // CSA layers: the indexer
+  V4Compressor index_compressor;
+  QLinear gate;                  // [E, D], fp32 router
+  Param gate_bias;               // [E] (top-k layers)
+  std::vector<int32_t> tid2eid;  // [vocab, k] (hash layers; host: the token ids are)
+  V4Expert routed;               // the routed experts stacked (q.groups = E)
+  V4Expert shared;
 };
 
 struct V4Weights {
-  Floats embed, head, norm;
-  HcWeights hc_head;
-  std::vector<V4LayerWeights> layers;
+  Param embed, norm;
+  QLinear head;
+  V4Hc hc_head;
+  std::vector<V4Layer> layers;
+  QLinear hadamard;  // [index_head_dim]^2 orthonormal Walsh-Hadamard matrix (simulated indexer quantization)
 };
 
-V4Weights load_v4_weights(const V4Config& c, const WeightLoader& w);
+// simulate: the reference's quantization points are reproduced (quantized projections run quantized).
+V4Weights load_v4_weights(const V4Config& c, const WeightLoader& w, ops::Backend& be, bool simulate);
 
 // Maps a released tensor name to the name transformers saves it under ("model.layers.0.self_attn.q_a_proj.weight").
 // Routed experts are stored packed by transformers and handled by the loader itself.

@@ -343,18 +343,9 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
 // Grouped output projection: wo_a per group of heads (dequantized, bf16 out, no activation quantization),
 // then wo_b.
 void V41Model::output_projection(const V41Block& B, const float* o, int64_t n, float* out) {
-  const int64_t H = c_.n_heads, hd = c_.head_dim, G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
   Workspace::Scope scope(ws_);
-  Tensor og = ws_.f32({n, gin}), ug = ws_.f32({n, R}), u = ws_.f32({n, G * R});
-  ops::QWeight wo_a = B.wo_a.q;  // [G * R, gin] as G stacked [R, gin] matrices
-  wo_a.n = R;
-  wo_a.groups = G;
-  for (int64_t g = 0; g < G; ++g) {
-    be_.copy_2d(o + g * gin, H * hd, n, gin, og.f32(), gin);
-    be_.linear_plain(og.f32(), n, wo_a.group(g), ug.f32());
-    be_.round_bf16(ug.f32(), n * R);
-    be_.copy_2d(ug.f32(), R, n, R, u.f32() + g * R, G * R);
-  }
+  Tensor u = ws_.f32({n, c_.o_groups * c_.o_lora_rank});
+  grouped_projection(be_, ws_, o, n, B.wo_a.q, c_.o_groups, true, u.f32());
   lin(u.f32(), n, B.wo_b, out);
 }
 

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
+#include "model/deepseek/linear.h"
 #include "model/deepseek_v41/v41_config.h"
 #include "model/deepseek_v41/v41_engram.h"
 #include "model/deepseek_v41/v41_state.h"
@@ -29,24 +30,7 @@ class ExpertParallel;
 
 namespace deepinfer::model {
 
-// A parameter on the backend's device (fp32 for now; the stored FP8/FP4 formats are the CUDA issue's).
-struct Param {
-  Buffer buf;
-  int64_t size = 0;
-  float* data() const { return static_cast<float*>(buf.data()); }
-  bool empty() const { return size == 0; }
-};
-
-// A projection: quant = stored FP8/FP4 and run as the reference's quantized linear (activations
-// FP8-quantized first). w holds the backend's format (ops::Backend::weight_format): the stored bytes
-// with `scale` (the GPU), or fp32 values (the CPU, and every plain linear); q is what the ops read.
-struct V41Linear {
-  Param w, scale;
-  Buffer scale_ue8m0;  // the scales in the tensor-core GEMM's layout (ops::gemm_scale_bytes), when stored
-  ops::QWeight q;
-  int64_t n = 0, k = 0;
-  bool quant = false;
-};
+using V41Linear = QLinear;  // model/deepseek/linear.h
 
 struct V41Expert {
   V41Linear w1, w2, w3;
