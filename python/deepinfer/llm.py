@@ -175,6 +175,10 @@ class LLM:
         if not isinstance(messages, (list, tuple)):
             raise TypeError(f"chat: messages must be a list of messages (dicts), got {type(messages).__name__}")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        for i, conv in enumerate(conversations):
+            if not isinstance(conv, (list, tuple)) or not all(isinstance(m, dict) for m in conv):
+                what = type(conv).__name__ if not isinstance(conv, (list, tuple)) else "a list holding a non-dict"
+                raise TypeError(f"chat: messages[{i}] must be a conversation (a list of message dicts), got {what}")
         try:
             tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
         except (TypeError, ValueError) as e:

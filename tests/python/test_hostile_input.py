@@ -292,6 +292,15 @@ def test_openai_content_parts_render_as_their_text(demo):
         demo.chat([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}], use_tqdm=False)
 
 
+def test_chat_names_a_conversation_that_is_not_a_list_of_messages(demo):
+    for bad, what in (([5], "got int"), ([[{"role": "user", "content": "x"}, "oops"]], "a list holding a non-dict"),
+                      (["hello"], "got str")):
+        with pytest.raises(TypeError, match=r"chat: messages\[0\] must be a conversation .*" + what):
+            demo.chat(bad, use_tqdm=False)
+    out = demo.chat([{"role": "user", "content": "x"}], SamplingParams(max_tokens=1), use_tqdm=False)
+    assert len(out) == 1  # the engine serves the next request
+
+
 def test_tools_and_assistant_tool_calls_render_in_dsml(demo):
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                                "parameters": {"type": "object",
