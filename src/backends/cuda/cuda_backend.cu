@@ -858,12 +858,8 @@ void CudaBackend::sparse_attention(const float* q, int64_t tokens, int64_t heads
     if (launch_tiled_nv<4, 4>(mx, st, q, tokens, heads, dim, pool, idx, k, sink, scale, out)) return;
   }
   const size_t smem = static_cast<size_t>(1 + kAttnWarps) * dim * sizeof(float);
-  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention: dim ", dim,
-        " needs more shared memory than the device has");
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(sparse_attention_generic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "cudaFuncSetAttribute(sparse_attention_generic_kernel)");
+  impl_->allow_smem(sparse_attention_generic_kernel, smem, "cudaFuncSetAttribute(sparse_attention_generic_kernel)",
+                    "cuda sparse_attention: dim ", dim, " needs more shared memory than the device has");
   sparse_attention_generic_kernel<<<grid, threads, smem, impl_->stream>>>(q, heads, dim, pool, idx, k, sink, scale,
                                                                           out);
   check_launch("sparse_attention_generic_kernel");
@@ -997,12 +993,9 @@ void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_
     return;
   }
   const size_t smem = (static_cast<size_t>(1 + kAttnWarps) * dim + block) * sizeof(float);
-  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda sparse_attention_online: dim ", dim, " block ",
-        block, " need more shared memory than the device has");
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(sparse_attention_online_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "cudaFuncSetAttribute(sparse_attention_online_kernel)");
+  impl_->allow_smem(sparse_attention_online_kernel, smem, "cudaFuncSetAttribute(sparse_attention_online_kernel)",
+                    "cuda sparse_attention_online: dim ", dim, " block ", block,
+                    " need more shared memory than the device has");
   sparse_attention_online_kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, smem, impl_->stream>>>(
       q, heads, dim, pool, fresh, idx, k, sink, scale, block, out);
   check_launch("sparse_attention_online_kernel");

@@ -64,6 +64,14 @@ struct CudaBackend::Impl {
     check_cuda(cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
   }
+  // Checks that `smem` bytes of dynamic shared memory fit one block here (else an Error of `what...`) and
+  // lets `kernel` take them past the 48 KB default; `attr` names the attribute call in CUDA's errors.
+  template <typename Kernel, typename... What>
+  void allow_smem(Kernel kernel, size_t smem, const char* attr, const What&... what) {
+    check(smem <= static_cast<size_t>(max_smem_optin), what...);
+    if (smem > 48 * 1024)
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), attr);
+  }
   // A workspace of at least `bytes`, valid for the ops enqueued until the next call (stream order).
   void* workspace(size_t bytes) {
     if (bytes <= scratch_bytes) return scratch;

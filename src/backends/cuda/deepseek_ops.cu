@@ -219,12 +219,8 @@ void CudaBackend::moe_route(const float* logits, int64_t n, int64_t E, const flo
   impl_->bind();
   // Shared memory: per warp (token) the scores, the (biased score, expert) row, the taken flags.
   const size_t smem = kRouteWarps * route_row_bytes(E);
-  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda moe_route: ", E,
-        " experts need more shared memory than the device has");
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "cudaFuncSetAttribute(moe_route_kernel)");
+  impl_->allow_smem(moe_route_kernel, smem, "cudaFuncSetAttribute(moe_route_kernel)", "cuda moe_route: ", E,
+                    " experts need more shared memory than the device has");
   moe_route_kernel<<<static_cast<unsigned>((n + kRouteWarps - 1) / kRouteWarps), kRouteWarps * 32, smem,
                      impl_->stream>>>(logits, n, E, bias, bias_vl, image, p, sel, weight, scores);
   check_launch("moe_route_kernel");
@@ -263,12 +259,8 @@ void CudaBackend::engram_gate(float* x, const float* kv, const float* qk, const 
   impl_->bind();
   const float dscale = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
   const size_t smem = static_cast<size_t>(3 * dim) * sizeof(float);
-  check(smem <= static_cast<size_t>(impl_->max_smem_optin), "cuda engram_gate: dim ", dim,
-        " needs more shared memory than the device has");
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(engram_gate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "cudaFuncSetAttribute(engram_gate_kernel)");
+  impl_->allow_smem(engram_gate_kernel, smem, "cudaFuncSetAttribute(engram_gate_kernel)", "cuda engram_gate: dim ",
+                    dim, " needs more shared memory than the device has");
   engram_gate_kernel<<<static_cast<unsigned>(n * hc), kGateThreads, smem, impl_->stream>>>(x, kv, qk, image, hc, dim,
                                                                                          eps, dscale);
   check_launch("engram_gate_kernel");
