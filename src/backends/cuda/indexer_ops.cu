@@ -21,6 +21,19 @@ __device__ float dot8(const float* __restrict__ a, const float* __restrict__ b, 
                    __fadd_rn(__fadd_rn(s[2], s[6]), __fadd_rn(s[3], s[7])));
 }
 
+// Column w of token t's score row: its key row, or nullptr (and -inf written) where w is past the
+// token's visible or ranked width. The grids below run one thread per column.
+__device__ __forceinline__ const float* index_key(int64_t t, int64_t w, int64_t dim, const float* keys,
+                                                  const int32_t* key_rows, const int32_t* key_begin,
+                                                  const int32_t* width, const int32_t* visible, int64_t ld,
+                                                  float* scores) {
+  if (w >= visible[t] || w >= width[t]) {
+    scores[t * ld + w] = -kInf;
+    return nullptr;
+  }
+  return keys + static_cast<int64_t>(key_rows[key_begin[t] + w]) * dim;
+}
+
 // Block (token t, 128 columns): one thread per column w of the token's score row.
 __global__ void index_scores_kernel(const float* __restrict__ q, const float* __restrict__ weight, int64_t heads,
                                     int64_t dim, const float* __restrict__ keys, const int32_t* __restrict__ key_rows,
@@ -28,11 +41,8 @@ __global__ void index_scores_kernel(const float* __restrict__ q, const float* __
                                     const int32_t* __restrict__ visible, int64_t ld, float* scores) {
   const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (w >= ld) return;
-  if (w >= visible[t] || w >= width[t]) {
-    scores[t * ld + w] = -kInf;
-    return;
-  }
-  const float* key = keys + static_cast<int64_t>(key_rows[key_begin[t] + w]) * dim;
+  const float* key = index_key(t, w, dim, keys, key_rows, key_begin, width, visible, ld, scores);
+  if (!key) return;
   float acc = 0;
   for (int64_t h = 0; h < heads; ++h) {
     float r = bf16_round(dot8(q + (t * heads + h) * dim, key, dim));
@@ -50,11 +60,8 @@ __global__ void index_scores_fp32_kernel(const float* __restrict__ q, const floa
                                          int64_t ld, float scale, float* scores) {
   const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (w >= ld) return;
-  if (w >= visible[t] || w >= width[t]) {
-    scores[t * ld + w] = -kInf;
-    return;
-  }
-  const float* key = keys + static_cast<int64_t>(key_rows[key_begin[t] + w]) * dim;
+  const float* key = index_key(t, w, dim, keys, key_rows, key_begin, width, visible, ld, scores);
+  if (!key) return;
   float acc = 0;
   for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + (t * heads + h) * dim;
