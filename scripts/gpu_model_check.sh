@@ -42,6 +42,9 @@ export DEEPINFER_DEVICE=cuda
 # but the transcendentals (the model code on the GPU against the reference), then with the tensor cores
 # (the default).
 DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact run test_v41_goldens-cuda-exact "$(find_bin test_v41_goldens)"
+# Layer by layer against the CPU backend (streams, routes, logits), exact and default.
+DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact run test_v41_cuda-exact "$(find_bin test_v41_cuda)"
+run test_v41_cuda "$(find_bin test_v41_cuda)"
 for t in test_v41_goldens test_v41_image_tokens speculation_v41_test test_vision_logits test_vision_engine \
          test_v41_dummy_weights; do
   run "$t-cuda" "$(find_bin $t)"
