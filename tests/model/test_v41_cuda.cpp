@@ -6,6 +6,7 @@
 // logits stay within the goldens' tolerance. The first layer that departs is printed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +62,28 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+struct Rows {
+  double max = 0, mean = 0, argmax = 0;
+};
+
+Rows compare_rows(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+  Rows r;
+  EXPECT_EQ(a.size(), b.size());
+  const size_t n = std::min(a.size(), b.size()), rows = n / static_cast<size_t>(V);
+  if (rows == 0) return r;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    r.max = std::max(r.max, d);
+    r.mean += d / static_cast<double>(n);
+  }
+  for (size_t row = 0; row < rows; ++row) {
+    const float* x = a.data() + row * V;
+    const float* y = b.data() + row * V;
+    r.argmax += (std::max_element(x, x + V) - x == std::max_element(y, y + V) - y) / static_cast<double>(rows);
+  }
+  return r;
+}
+
 TEST(V41Cuda, LayersRoutesAndLogitsMatchTheCpuBackend) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   const bool exact = exact_mode();
@@ -68,30 +91,39 @@ TEST(V41Cuda, LayersRoutesAndLogitsMatchTheCpuBackend) {
     auto cpu = testing::load_v41_golden(name, [](V41Options& o) { o.device = Device::resolve("cpu"); });
     auto gpu = testing::load_v41_golden(name, [](V41Options& o) { o.device = Device::resolve("cuda"); });
     auto g = io::Checkpoint::open(testing::kV41GoldenRoot + name + "/goldens.safetensors");
-    const auto ids = testing::golden_ints(g, "s64.input_ids");
-    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{0, 1, 2, 3},
-                                             std::vector<int64_t>{0, 5}, std::vector<int64_t>{0, 64}}) {
-      const std::vector<int32_t> part(ids.begin(), ids.begin() + cuts.back());
-      const Trace a = run(*cpu, part, cuts), b = run(*gpu, part, cuts);
-      const std::string what = std::string(name) + " cuts ending " + std::to_string(cuts.back()) + " in " +
+    // The goldens' own prompts of 1 and 5 tokens, then the 64-token one in one step and in decode steps.
+    const auto s64 = testing::golden_ints(g, "s64.input_ids");
+    const std::vector<std::pair<std::vector<int32_t>, std::vector<int64_t>>> runs = {
+        {testing::golden_ints(g, "s1.input_ids"), {0, 1}},
+        {testing::golden_ints(g, "s5.input_ids"), {0, 5}},
+        {testing::golden_ints(g, "s5.input_ids"), {0, 1, 2, 3, 4, 5}},
+        {s64, {0, 64}},
+        {s64, {0, 60, 61, 62, 63, 64}}};
+    for (const auto& [ids, cuts] : runs) {
+      const Trace a = run(*cpu, ids, cuts), b = run(*gpu, ids, cuts);
+      const std::string what = std::string(name) + " S=" + std::to_string(cuts.back()) + " in " +
                                std::to_string(cuts.size() - 1) + " steps";
-      bool reported = false;
+      size_t flips_total = 0;
+      bool departed = false;
       for (size_t l = 0; l < a.streams.size(); ++l) {
         const float ds = max_diff(a.streams[l], b.streams[l]);
-        const float dsc = max_diff(a.scores[l], b.scores[l]);
-        const float dw = max_diff(a.weights[l], b.weights[l]);
         size_t flips = 0;
         for (size_t i = 0; i < std::min(a.experts[l].size(), b.experts[l].size()); ++i) flips += a.experts[l][i] != b.experts[l][i];
-        std::printf("[v41-cuda] %s layer %zu: input max|d| %.3g, router scores %.3g, weights %.3g, experts differing %zu/%zu\n",
-                    what.c_str(), l, ds, dsc, dw, flips, a.experts[l].size());
-        if (exact && !reported && (ds > 1e-4f || flips > 0)) {
-          ADD_FAILURE() << what << ": first departure at layer " << l << " (input " << ds << ", " << flips << " experts)";
-          reported = true;
-        }
+        flips_total += flips;
+        std::printf("[v41-cuda] %s layer %zu: input max|d| %.3g, router scores %.3g, weights %.3g, experts differing %zu/%zu%s\n",
+                    what.c_str(), l, ds, max_diff(a.scores[l], b.scores[l]), max_diff(a.weights[l], b.weights[l]), flips,
+                    a.experts[l].size(), !departed && ds > 1e-4f ? "  <- first departure" : "");
+        departed = departed || ds > 1e-4f;
       }
-      const float dl = max_diff(a.logits, b.logits);
-      std::printf("[v41-cuda] %s: logits max|d| %.3g\n", what.c_str(), dl);
-      EXPECT_LE(dl, exact ? 1e-3f : 5e-2f) << what;
+      const Rows r = compare_rows(a.logits, b.logits, cpu->vocab_size());
+      std::printf("[v41-cuda] %s: logits max|d| %.3g mean|d| %.3g argmax %.3f\n", what.c_str(), r.max, r.mean, r.argmax);
+      if (exact) {  // the same bits but the transcendentals: the same experts, logits within float noise
+        EXPECT_EQ(flips_total, 0u) << what;
+        EXPECT_LE(r.max, 1e-3) << what;
+      } else {  // the goldens' bounds: reduction order and bf16 roundings may flip an expert
+        EXPECT_LE(r.mean, 0.05) << what;
+        EXPECT_GE(r.argmax, 0.95) << what;
+      }
     }
   }
 }
