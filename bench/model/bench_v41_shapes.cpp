@@ -16,12 +16,12 @@
 #include "greedy_batch.h"
 #include "model/deepseek_v41/v41_model.h"
 #if __has_include(<nvtx3/nvToolsExt.h>)
-#include <nvtx3/nvToolsExt.h>  // "decode" ranges for `ncu --nvtx --nvtx-include decode/` (scripts/gpu_flash_bench.sh)
-#define DECODE_RANGE_PUSH() nvtxRangePushA("decode")
-#define DECODE_RANGE_POP() nvtxRangePop()
+#include <nvtx3/nvToolsExt.h>  // "decode" / "prefill" ranges for `ncu --nvtx --nvtx-include decode/` (scripts/gpu_flash_bench.sh)
+#define RANGE_PUSH(name) nvtxRangePushA(name)
+#define RANGE_POP() nvtxRangePop()
 #else
-#define DECODE_RANGE_PUSH()
-#define DECODE_RANGE_POP()
+#define RANGE_PUSH(name)
+#define RANGE_POP()
 #endif
 
 namespace {
@@ -40,22 +40,25 @@ std::vector<int64_t> csv(const char* s) {
 int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>((s * 7919 + i * 104729 + 1000) % std::min<int64_t>(vocab, 100000)); }
 
 // Prefills `seqs` sequences with `prompt` tokens each (one forward), then times `steps` decode steps.
-// Returns {prefill seconds, best decode step seconds}. ranged: the decode steps are NVTX ranges (not the warm-up's).
+// Returns {prefill seconds, best decode step seconds}. ranged: the prefill and the decode steps are NVTX ranges
+// (not the warm-up's).
 std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps, bool ranged = true) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
   const int64_t V = m.vocab_size();
   model::ForwardBatch b = bench::prompt_batch(m, seqs, prompt, st, [&](int64_t s, int64_t i) { return token(s, i, V); });
   std::vector<float> logits;
   auto t0 = Clock::now();
+  if (ranged) RANGE_PUSH("prefill");
   m.forward(b, logits);
+  if (ranged) RANGE_POP();
   const double prefill = std::chrono::duration<double>(Clock::now() - t0).count();
   double best = 1e30;
   for (int64_t step = 0; step < steps; ++step) {
     bench::next_greedy_step(logits, V, b);
     t0 = Clock::now();
-    if (ranged) DECODE_RANGE_PUSH();
+    if (ranged) RANGE_PUSH("decode");
     m.forward(b, logits);
-    if (ranged) DECODE_RANGE_POP();
+    if (ranged) RANGE_POP();
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return {prefill, best};
@@ -80,9 +83,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(m->config().n_layers), static_cast<long long>(m->config().dim));
   std::fflush(stdout);
   run(*m, 1, 16, 1, false);  // warm-up: workspaces, kernels' first launches
+  const char* reps_env = std::getenv("BENCH_PREFILL_REPS");  // 1 under a profiler
+  const int reps = reps_env ? std::max(1, std::atoi(reps_env)) : 3;
   for (int64_t p : prefills) {
     double best = 1e30;
-    for (int r = 0; r < 3; ++r) best = std::min(best, run(*m, 1, p, 0).first);
+    for (int r = 0; r < reps; ++r) best = std::min(best, run(*m, 1, p, 0).first);
     std::printf("{\"prefill_tokens\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(p), best);
     std::fflush(stdout);
   }

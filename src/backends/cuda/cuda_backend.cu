@@ -77,12 +77,22 @@ __device__ float sumsq_cpu_order(const float* xr, int64_t n, float* stage, float
   return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
 }
 
+// The sum of squares of a row: the CPU's order (above) under DEEPINFER_FP8_GEMM=exact, else a block tree
+// (each thread a strided slice, then block_sum): the CPU's chains are serial, 20,480 channels of an mHC row
+// took ~45 us that way. Both depend on the row only (batch-invariant). Every thread gets the total.
+__device__ float sumsq_row(const float* xr, int64_t n, bool cpu_order, float* stage, float* part) {
+  if (cpu_order) return sumsq_cpu_order(xr, n, stage, part);
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc = fmaf(xr[i], xr[i], acc);
+  return block_sum(acc, stage);
+}
+
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
-                                float* y) {
+                                bool cpu_order, float* y) {
   __shared__ float stage[kSumsqChunk], part[8];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
-  const float total = sumsq_cpu_order(xr, dim, stage, part);  // every read of x is done: in-place is safe
+  const float total = sumsq_row(xr, dim, cpu_order, stage, part);  // every read of x is done: in-place is safe
   const float r_inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
 }
@@ -358,7 +368,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
 // dots [rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn; the
-// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x in the CPU's order (sumsq_cpu_order), then thread 0
+// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when exact), then thread 0
 // scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
 // config), else in a local array (HC = 0: hc <= kHcMax).
 constexpr int kHcThreads = 256, kHcMax = 16;
@@ -366,12 +376,12 @@ template <int HC>
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     const float* __restrict__ x, int64_t hc_rt, int64_t dim, const float* __restrict__ dots,
     const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
-    int64_t sinkhorn_iters, float* pre, float* post, float* comb) {
+    int64_t sinkhorn_iters, bool cpu_order, float* pre, float* post, float* comb) {
   __shared__ float stage[kSumsqChunk], part[8];
   const int64_t r = blockIdx.x;
   const int hc = HC > 0 ? HC : static_cast<int>(hc_rt);
   const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
-  const float ss = sumsq_cpu_order(x + r * width, width, stage, part);
+  const float ss = sumsq_row(x + r * width, width, cpu_order, stage, part);
   if (threadIdx.x != 0) return;
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
   const float* mr = dots + r * outs;
@@ -780,7 +790,7 @@ void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, in
   check_sizes(rows >= 0 && dim > 0 && rows <= INT32_MAX, "rms_norm");
   if (rows == 0) return;
   const int threads = dim >= 1024 ? 512 : 128;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, impl_->stream>>>(x, weight, dim, eps, y);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, impl_->stream>>>(x, weight, dim, eps, impl_->exact_gemm, y);
   check_launch("rms_norm_kernel");
 }
 
@@ -879,7 +889,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
   auto tail = hc == 4 ? hc_weights_tail_kernel<4> : hc_weights_tail_kernel<0>;
   tail<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,
-                                                                     sinkhorn_iters, pre, post, comb);
+                                                                     sinkhorn_iters, impl_->exact_gemm, pre, post, comb);
   check_launch("hc_weights_tail_kernel");
 }
 

@@ -52,8 +52,8 @@ struct CudaBackend::Impl {
   int max_smem_optin = 48 * 1024;
   int attention_kernel = CudaBackend::kAttnAuto;
   bool linear_gemv = true;
-  bool batch_invariant = false;
-  bool exact_gemm = false;  // DEEPINFER_FP8_GEMM=exact: linear_quant dequantizes (the CPU's bits)  // fixed reduction orders (fp8_gemm never splits K)
+  bool batch_invariant = false;  // fixed reduction orders (fp8_gemm never splits K)
+  bool exact_gemm = false;  // DEEPINFER_FP8_GEMM=exact: linear_quant dequantizes, sums in the CPU's orders (its bits)
   bool exact_attention = false;  // DEEPINFER_ATTENTION=exact: sparse_attention_online stays on the fp32 kernel
   void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
   size_t scratch_bytes = 0;
