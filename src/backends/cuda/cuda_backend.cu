@@ -82,9 +82,23 @@ __device__ float sumsq_cpu_order(const float* xr, int64_t n, float* stage, float
 // took ~45 us that way. Both depend on the row only (batch-invariant). Every thread gets the total.
 __device__ float sumsq_row(const float* xr, int64_t n, bool cpu_order, float* stage, float* part) {
   if (cpu_order) return sumsq_cpu_order(xr, n, stage, part);
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc = fmaf(xr[i], xr[i], acc);
-  return block_sum(acc, stage);
+  // Four independent loads in flight per thread: one row is latency-bound (one block), not bandwidth-bound.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int64_t bd = blockDim.x;
+  int64_t i = threadIdx.x;
+  if (reinterpret_cast<uintptr_t>(xr) % 16 == 0 && n % 4 == 0) {
+    const float4* v = reinterpret_cast<const float4*>(xr);
+    const int64_t n4 = n / 4;
+    auto add = [&](float4 q, float& a) { a = fmaf(q.x, q.x, fmaf(q.y, q.y, fmaf(q.z, q.z, fmaf(q.w, q.w, a)))); };
+    for (; i + 3 * bd < n4; i += 4 * bd) {
+      const float4 q0 = v[i], q1 = v[i + bd], q2 = v[i + 2 * bd], q3 = v[i + 3 * bd];
+      add(q0, acc[0]), add(q1, acc[1]), add(q2, acc[2]), add(q3, acc[3]);
+    }
+    for (; i < n4; i += bd) add(v[i], acc[0]);
+  } else {
+    for (; i < n; i += bd) acc[0] = fmaf(xr[i], xr[i], acc[0]);
+  }
+  return block_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), stage);
 }
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
@@ -371,7 +385,7 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when exact), then thread 0
 // scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
 // config), else in a local array (HC = 0: hc <= kHcMax).
-constexpr int kHcThreads = 256, kHcMax = 16;
+constexpr int kHcThreads = 512, kHcMax = 16;
 template <int HC>
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     const float* __restrict__ x, int64_t hc_rt, int64_t dim, const float* __restrict__ dots,
