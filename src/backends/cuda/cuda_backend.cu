@@ -122,8 +122,8 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t*
   const float pos = static_cast<float>(positions[r]);
   for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
     const float angle = inv_freq[i] * pos;
-    cs[i] = cosf(angle) * attention_factor;
-    sn[i] = sinf(angle) * attention_factor * sign;
+    cs[i] = static_cast<float>(cos(static_cast<double>(angle))) * attention_factor;  // correctly rounded, as the CPU's libm
+    sn[i] = static_cast<float>(sin(static_cast<double>(angle))) * attention_factor * sign;
   }
   __syncthreads();
   for (int64_t e = threadIdx.x; e < heads * pairs; e += blockDim.x) {
@@ -146,9 +146,9 @@ __device__ void attn_merge(const float* m_w, const float* l_w, const float* acc,
   float M = sink;
   for (int w = 0; w < kAttnWarps; ++w) M = M < m_w[w] ? m_w[w] : M;
   float f[kAttnWarps];
-  float L = expf(sink - M);
+  float L = expf_cr(sink - M);
   for (int w = 0; w < kAttnWarps; ++w) {
-    f[w] = m_w[w] == -kInf ? 0.0f : expf(m_w[w] - M);
+    f[w] = m_w[w] == -kInf ? 0.0f : expf_cr(m_w[w] - M);
     L += l_w[w] * f[w];
   }
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
@@ -287,11 +287,11 @@ __global__ void __launch_bounds__(W * 32, 1) sparse_attention_tiled_kernel(
       for (int hh = 0; hh < HPW; ++hh) {
         const float th = __shfl_sync(0xffffffffu, tm, hh * R);
         const float mn = m[hh] < th ? th : m[hh];
-        corr[hh] = mn == -kInf ? 1.0f : expf(m[hh] - mn);  // nothing valid yet: keep the zeros
+        corr[hh] = mn == -kInf ? 1.0f : expf_cr(m[hh] - mn);  // nothing valid yet: keep the zeros
         m[hh] = mn;
         if (hh == my_h) mine = mn;
       }
-      const float p = valid ? expf(sc - mine) : 0.0f;
+      const float p = valid ? expf_cr(sc - mine) : 0.0f;
       float ps = p;
 #pragma unroll
       for (int o = R / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
@@ -332,8 +332,8 @@ __global__ void __launch_bounds__(W * 32, 1) sparse_attention_tiled_kernel(
     const int64_t h = h0 + warp * HPW + hh;
     const float sk = sink[h];
     const float M = sk < m[hh] ? m[hh] : sk;
-    const float f = m[hh] == -kInf ? 0.0f : expf(m[hh] - M);
-    const float g = f / (l[hh] * f + expf(sk - M));
+    const float f = m[hh] == -kInf ? 0.0f : expf_cr(m[hh] - M);
+    const float g = f / (l[hh] * f + expf_cr(sk - M));
     float4* o = reinterpret_cast<float4*>(out + (t * heads + h) * dim);
 #pragma unroll
     for (int i = 0; i < NV; ++i)
@@ -364,8 +364,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
     for (int64_t c = lane; c < dim; c += 32) d += qs[c] * pv[c];
     const float s = scale * warp_sum(d);
     const float m_new = m < s ? s : m;
-    const float corr = expf(m - m_new);
-    const float p = expf(s - m_new);
+    const float corr = expf_cr(m - m_new);
+    const float p = expf_cr(s - m_new);
     l = l * corr + p;
     for (int64_t c = lane; c < dim; c += 32) accw[c] = accw[c] * corr + p * pv[c];
     m = m_new;
@@ -489,7 +489,7 @@ __global__ void softmax_pool_kernel(const float* __restrict__ kv, const float* _
   float denom = 0.0f, acc = 0.0f;
   for (int64_t s = 0; s < slots; ++s) {
     const float gv = g[s * channels];
-    const float ex = (isinf(gv) && gv < 0) ? 0.0f : expf(gv - mx);
+    const float ex = (isinf(gv) && gv < 0) ? 0.0f : expf_cr(gv - mx);
     denom += ex;
     acc += ex * v[s * channels];
   }
@@ -507,7 +507,7 @@ __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restri
     gv = limit < gv ? limit : gv;                                // std::min(gv, limit)
     uv = uv < -limit ? -limit : (limit < uv ? limit : uv);       // std::clamp(uv, -limit, limit)
   }
-  h[e] = gv / (1.0f + expf(-gv)) * uv * s;
+  h[e] = gv / (1.0f + expf_cr(-gv)) * uv * s;
 }
 
 // ---------------------------------------------------------------- fake quantization
@@ -682,11 +682,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
     for (int64_t j = lane; j < n; j += 32) bm = bm < ps[j] ? ps[j] : bm;
     bm = warp_max(bm);  // every warp computes the same block max
     const float m_new = m < bm ? bm : m;
-    const float rescale = expf(m - m_new);
+    const float rescale = expf_cr(m - m_new);
     __syncthreads();  // all warps have read the scores
     float psum = 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float p = it[j0 + j] != -1 ? expf(ps[j] - m_new) : 0.0f;
+      const float p = it[j0 + j] != -1 ? expf_cr(ps[j] - m_new) : 0.0f;
       psum += p;
       ps[j] = p;
     }
@@ -703,7 +703,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
     }
     __syncthreads();  // ps is rewritten by the next block
   }
-  z += expf(sink[h] - m);
+  z += expf_cr(sink[h] - m);
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
     float sacc = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) sacc += acc_all[w * dim + c];

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_internal.cuh"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -30,7 +31,7 @@ __global__ void bias_act_kernel(float* x, int64_t rows, int64_t dim, const float
   float v = x[e] + (bias ? bias[e % dim] : 0.0f);
   if (bf16_out) v = to_bf16(v);
   if (act == static_cast<int>(ops::Activation::kGeluErf)) {
-    v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    v = 0.5f * v * (1.0f + static_cast<float>(erf(static_cast<double>(v * 0.70710678118654752f))));
     if (bf16_out) v = to_bf16(v);
   }
   x[e] = v;
@@ -83,7 +84,7 @@ __global__ void attention_full_kernel(const float* __restrict__ q, const float* 
   for (unsigned w = 0; w < blockDim.x / 32; ++w) mx = fmaxf(mx, red[w]);
   __syncthreads();
   float den = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) den += p[j] = expf(p[j] - mx);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) den += p[j] = expf_cr(p[j] - mx);
   for (int off = 16; off; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = den;
   __syncthreads();
