@@ -382,69 +382,59 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
 // dots [rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn; the
-// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when exact), then thread 0
-// scales by the rsqrt and runs the small Sinkhorn tail as the CPU, in registers for HC = 4 (every DeepSeek
-// config), else in a local array (HC = 0: hc <= kHcMax).
-constexpr int kHcThreads = 512, kHcMax = 16;
-template <int HC>
+// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when
+// exact), then warp 0 runs the small Sinkhorn tail with one lane per matrix element (hc x hc <= 256, up to
+// 8 a lane): each lane sums its row or column from shared memory in the CPU's order, so the bits are the
+// CPU's, and the 20 iterations' divisions run side by side instead of on one thread.
+constexpr int kHcThreads = 512, kHcMax = 16, kHcPerLane = kHcMax * kHcMax / 32;
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     const float* __restrict__ x, int64_t hc_rt, int64_t dim, const float* __restrict__ dots,
     const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
     int64_t sinkhorn_iters, bool cpu_order, float* pre, float* post, float* comb) {
-  __shared__ float stage[kSumsqChunk], part[8];
+  __shared__ float stage[kSumsqChunk], part[8], c[kHcMax * kHcMax];
   const int64_t r = blockIdx.x;
-  const int hc = HC > 0 ? HC : static_cast<int>(hc_rt);
+  const int hc = static_cast<int>(hc_rt), n = hc * hc, lane = threadIdx.x;
   const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
   const float ss = sumsq_row(x + r * width, width, cpu_order, stage, part);
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x >= 32) return;
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
   const float* mr = dots + r * outs;
   auto mv = [&](int o) { return mr[o] * r_inv; };  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
-#pragma unroll
-  for (int i = 0; i < hc; ++i) pre[r * hc + i] = sigmoidf_(mv(i) * scale[0] + base[i]) + hc_eps;
+  for (int i = lane; i < hc; i += 32) pre[r * hc + i] = sigmoidf_(mv(i) * scale[0] + base[i]) + hc_eps;
   if (!comb) return;
-#pragma unroll
-  for (int i = 0; i < hc; ++i) post[r * hc + i] = 2.0f * sigmoidf_(mv(hc + i) * scale[1] + base[hc + i]);
-  float c[HC > 0 ? HC * HC : kHcMax * kHcMax];
-#pragma unroll
-  for (int j = 0; j < hc; ++j) {
-    float mx = -kInf;
-#pragma unroll
-    for (int kk = 0; kk < hc; ++kk) {
-      c[j * hc + kk] = mv(2 * hc + j * hc + kk) * scale[2] + base[2 * hc + j * hc + kk];
-      mx = mx < c[j * hc + kk] ? c[j * hc + kk] : mx;
-    }
-    float z = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < hc; ++kk) z += (c[j * hc + kk] = expf_cr(c[j * hc + kk] - mx));
-#pragma unroll
-    for (int kk = 0; kk < hc; ++kk) c[j * hc + kk] = c[j * hc + kk] / z + hc_eps;
-  }
-  auto normalize_columns = [&] {
-#pragma unroll
-    for (int kk = 0; kk < hc; ++kk) {
-      float s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < hc; ++j) s += c[j * hc + kk];
-#pragma unroll
-      for (int j = 0; j < hc; ++j) c[j * hc + kk] /= (s + hc_eps);
-    }
+  for (int i = lane; i < hc; i += 32) post[r * hc + i] = 2.0f * sigmoidf_(mv(hc + i) * scale[1] + base[hc + i]);
+  for (int e = lane; e < n; e += 32) c[e] = mv(2 * hc + e) * scale[2] + base[2 * hc + e];
+  __syncwarp();
+  float v[kHcPerLane];
+  // Every lane computes its elements' new values from c, then all write them back.
+  auto phase = [&](auto&& value) {
+    for (int q = 0, e = lane; e < n; e += 32, ++q) v[q] = value(e / hc, e % hc);
+    __syncwarp();
+    for (int q = 0, e = lane; e < n; e += 32, ++q) c[e] = v[q];
+    __syncwarp();
   };
-  normalize_columns();
+  auto row_sum = [&](int j) {
+    float z = 0.0f;
+    for (int k = 0; k < hc; ++k) z += c[j * hc + k];
+    return z;
+  };
+  auto col_sum = [&](int k) {
+    float z = 0.0f;
+    for (int j = 0; j < hc; ++j) z += c[j * hc + k];
+    return z;
+  };
+  phase([&](int j, int k) {  // softmax over each row j (max, then exp), then + eps
+    float mx = -kInf;
+    for (int kk = 0; kk < hc; ++kk) mx = mx < c[j * hc + kk] ? c[j * hc + kk] : mx;
+    return expf_cr(c[j * hc + k] - mx);
+  });
+  phase([&](int j, int k) { return c[j * hc + k] / row_sum(j) + hc_eps; });
+  phase([&](int j, int k) { return c[j * hc + k] / (col_sum(k) + hc_eps); });
   for (int64_t it = 1; it < sinkhorn_iters; ++it) {
-#pragma unroll
-    for (int j = 0; j < hc; ++j) {
-      float s = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < hc; ++kk) s += c[j * hc + kk];
-#pragma unroll
-      for (int kk = 0; kk < hc; ++kk) c[j * hc + kk] /= (s + hc_eps);
-    }
-    normalize_columns();
+    phase([&](int j, int k) { return c[j * hc + k] / (row_sum(j) + hc_eps); });
+    phase([&](int j, int k) { return c[j * hc + k] / (col_sum(k) + hc_eps); });
   }
-  float* cr = comb + r * hc * hc;
-#pragma unroll
-  for (int e = 0; e < hc * hc; ++e) cr[e] = c[e];
+  for (int e = lane; e < n; e += 32) comb[r * n + e] = c[e];
 }
 
 // ---------------------------------------------------------------- hc_collapse / hc_expand
@@ -901,8 +891,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
   linear(x, rows, width, fn, outs, dots);
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
-  auto tail = hc == 4 ? hc_weights_tail_kernel<4> : hc_weights_tail_kernel<0>;
-  tail<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,
+  hc_weights_tail_kernel<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,
                                                                      sinkhorn_iters, impl_->exact_gemm, pre, post, comb);
   check_launch("hc_weights_tail_kernel");
 }

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/kernels/mxfp4_decode.h"
 #include "backends/cuda/kernels/sm90.cuh"
@@ -235,11 +234,10 @@ void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
 // Measured on the H200 (docs/performance.md): faster than the WGMMA path up to 8 rows a group on average
 // (512 tokens top-6 over 384 experts: 1.5x), 1.8x slower at 64.
 bool mxfp4_decode_fits(const Fp8GemmArgs& a) {
-  static const int64_t per_group = [] {  // MEASUREMENT KNOB (to be removed): mean rows a group
-    const char* e = std::getenv("DEEPINFER_MXFP4_DECODE_ROWS");
-    return e ? std::atoll(e) : 8;
-  }();
-  const bool few_rows = a.groups > 0 ? a.m <= per_group * int64_t{a.groups} : a.m <= 64;
+  // Grouped: up to 32 rows a group on average (one token tile batch). Measured on 8 Flash layers
+  // (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than with 8, and slower
+  // again with 64 or 128 at 2048+ tokens.
+  const bool few_rows = a.groups > 0 ? a.m <= 32 * int64_t{a.groups} : a.m <= 64;
   return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && few_rows && a.k % kStageK == 0 &&
          a.n % kRows == 0 && reinterpret_cast<uintptr_t>(a.y) % 4 == 0 && a.ldy % 2 == 0;
 }

@@ -15,7 +15,7 @@
 namespace deepinfer::cuda {
 
 // Whether the decode path takes `a`: MXFP4, k % 256 == 0, not batch-invariant, and few rows (grouped: m <=
-// 8 groups, about 8 rows a group; ungrouped: m <= 64).
+// 32 x groups, about 32 rows a group; ungrouped: m <= 64).
 bool mxfp4_decode_fits(const Fp8GemmArgs& a);
 // Enqueues it (after fp8_gemm's argument checks).
 void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream);
