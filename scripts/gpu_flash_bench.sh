@@ -3,6 +3,8 @@
 # to FLASH_LAYERS layers (default 8; `deepinfer make-demo-model --flash-layers`), loads it with dummy
 # weights in the released formats (FP8 32x32 blocks, MXFP4 experts), times prefill and decode steps
 # (bench_v41_shapes) and prints them beside the H200's floors (bench/sweep/report_shapes.py).
+# FLASH_VERIFY="1,2,...": also DSpark's cost side, verification forwards of that many tokens per sequence
+# at each batch size and the draft head's time.
 #   GPU_MODEL_PREBUILT=DIR DEMO_TOKENIZER=tokenizer.json scripts/gpu_flash_bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,7 @@ find_bin() { find "$bin" -name "$1" -type f | head -1; }
 flash=/tmp/deepinfer-flash
 "$(find_bin deepinfer)" make-demo-model "$flash" --tokenizer "${DEMO_TOKENIZER:?}" --flash-layers "${FLASH_LAYERS:-8}" || exit 1
 DEEPINFER_DEVICE=cuda timeout "${FLASH_TIMEOUT:-420}" "$(find_bin bench_v41_shapes)" "$flash" dummy \
-  "${FLASH_BATCHES:-1,8,32,128}" "${FLASH_PREFILLS:-128,1024,4096}" 4 | tee "$out/flash_shapes.jsonl"
+  "${FLASH_BATCHES:-1,8,32,128}" "${FLASH_PREFILLS:-128,1024,4096}" 4 "${FLASH_VERIFY:-}" | tee "$out/flash_shapes.jsonl"
 echo "bench exit ${PIPESTATUS[0]}"
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
 python3 bench/sweep/report_shapes.py "$flash" "$out/flash_shapes.jsonl" --device cuda | tee "$out/flash_report.md"

@@ -64,11 +64,51 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
   return {prefill, best};
 }
 
+// DSpark's cost side: after a prefill of 32 tokens per sequence, the best of `reps` forwards of `seqs`
+// sequences x `q` tokens each with every row's logits (verifying q - 1 drafts after the anchor: the
+// draft tokens' values do not change the work), then, with a DSpark head, the best of `reps` batched
+// draft() calls (block tokens and confidences per sequence). Returns {verify seconds, draft seconds or 0}.
+std::pair<double, double> verify_and_draft(model::V41Model& m, int64_t seqs, int64_t q, int reps) {
+  std::vector<std::unique_ptr<model::SequenceState>> st;
+  const int64_t V = m.vocab_size();
+  model::ForwardBatch b = bench::prompt_batch(m, seqs, 32, st, [&](int64_t s, int64_t i) { return token(s, i, V); });
+  std::vector<float> logits;
+  m.forward(b, logits);
+  double verify = 1e30, draft = 0;
+  for (int r = 0; r < reps; ++r) {  // each rep appends q tokens (the context grows by a few: no rollback needed)
+    b.token_ids.clear(), b.logit_rows.clear(), b.seq_start = {0};
+    for (int64_t s = 0; s < seqs; ++s)
+      for (int64_t i = 0; i < q; ++i) {
+        b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
+        b.token_ids.push_back(token(s, 100 + r * q + i, V));
+      }
+    for (int64_t s = 1; s <= seqs; ++s) b.seq_start.push_back(static_cast<int32_t>(s * q));
+    const auto t0 = Clock::now();
+    RANGE_PUSH("verify");
+    m.forward(b, logits);
+    RANGE_POP();
+    verify = std::min(verify, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (m.config().dspark_block_size > 0) {
+    std::vector<model::V41SequenceState*> states;
+    std::vector<int32_t> anchors;
+    for (auto& x : st) states.push_back(static_cast<model::V41SequenceState*>(x.get())), anchors.push_back(1000);
+    draft = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      m.draft(states, anchors);
+      draft = std::min(draft, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  }
+  return {verify, draft};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_v41_shapes MODEL_DIR [auto|dummy] [batches=1,8,32,128] [prefills=128,1024,4096] [steps=4]\n");
+    std::fprintf(stderr, "usage: bench_v41_shapes MODEL_DIR [auto|dummy] [batches=1,8,32,128] [prefills=128,1024,4096] [steps=4] "
+                 "[verify_tokens=]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -76,6 +116,7 @@ int main(int argc, char** argv) {
   o.dummy_weights = argc > 2 && std::string(argv[2]) == "dummy";
   const auto batches = csv(argc > 3 ? argv[3] : "1,8,32,128"), prefills = csv(argc > 4 ? argv[4] : "128,1024,4096");
   const int64_t steps = argc > 5 ? std::atoll(argv[5]) : 4;
+  const auto verify = csv(argc > 6 ? argv[6] : "");  // tokens per sequence of a verification forward, e.g. 1,2,..6
   auto t0 = Clock::now();
   auto m = model::V41Model::load(dir, o);
   std::printf("{\"load_seconds\": %.2f, \"device\": \"%s\", \"layers\": %lld, \"dim\": %lld}\n",
@@ -95,5 +136,17 @@ int main(int argc, char** argv) {
     const double step = run(*m, bs, 32, std::max<int64_t>(steps, 1)).second;
     std::printf("{\"decode_batch\": %lld, \"step_seconds\": %.6f}\n", static_cast<long long>(bs), step);
     std::fflush(stdout);
+  }
+  for (int64_t bs : verify.empty() ? std::vector<int64_t>{} : batches) {
+    double draft = 1e30;  // the same work at every q: the best of all
+    for (int64_t q : verify) {
+      const auto [t, d] = verify_and_draft(*m, bs, q, 3);
+      draft = std::min(draft, d);
+      std::printf("{\"verify_batch\": %lld, \"tokens_per_seq\": %lld, \"step_seconds\": %.6f}\n",
+                  static_cast<long long>(bs), static_cast<long long>(q), t);
+      std::fflush(stdout);
+    }
+    if (draft > 0 && draft < 1e30) std::printf("{\"draft_batch\": %lld, \"block\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(bs),
+                               static_cast<long long>(m->config().dspark_block_size), draft);
   }
 }

@@ -7,7 +7,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/kernels/fp8_gemm.h"
 #include "backends/cuda/kernels/mxfp4_decode.h"
@@ -600,7 +599,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
   if (mxfp4_decode_fits(a)) return mxfp4_decode_gemm(a, stream);  // few rows a group: stream the weights once
-  Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
+  const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   static const int forced_bn = [] {  // MEASUREMENT KNOB (to be removed): grouped calls swapped with this token tile
     const char* e = std::getenv("DEEPINFER_GROUPED_SWAP_BN");
     return e ? std::atoi(e) : 0;
