@@ -600,11 +600,6 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
   if (mxfp4_decode_fits(a)) return mxfp4_decode_gemm(a, stream);  // few rows a group: stream the weights once
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
-  static const int forced_bn = [] {  // MEASUREMENT KNOB (to be removed): grouped calls swapped with this token tile
-    const char* e = std::getenv("DEEPINFER_GROUPED_SWAP_BN");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (a.groups > 0 && forced_bn > 0) pl.swap = true, pl.bn = forced_bn;
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),
         " bytes");
