@@ -225,6 +225,7 @@ EngineStats Engine::stats() const {
     s.forward_tokens += o.forward_tokens, s.preemptions += o.preemptions, s.failed_batches += o.failed_batches;
     s.max_seqs_in_step = std::max(s.max_seqs_in_step, o.max_seqs_in_step);
     s.draft_tokens_verified += o.draft_tokens_verified, s.draft_tokens_accepted += o.draft_tokens_accepted;
+    s.waiting_seqs += o.waiting_seqs, s.running_seqs += o.running_seqs;
   }
   return s;
 }
@@ -641,6 +642,8 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
     st.prefix_cached_blocks = states_.cached_blocks();
     st.state_blocks_allocated = states_.pool_blocks();
     st.live_states = states_.num_states();
+    st.waiting_seqs = static_cast<int64_t>(scheduler_.num_waiting());
+    st.running_seqs = static_cast<int64_t>(scheduler_.num_running());
   });
   return outs;
 }

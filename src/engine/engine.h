@@ -79,6 +79,8 @@ struct EngineStats {
   int64_t state_blocks_reserved = 0;      // blocks the scheduler reserved for live sequences
   int64_t state_blocks_allocated = 0;     // blocks the pool has handed out
   int64_t live_states = 0;                // sequences holding a state
+  int64_t waiting_seqs = 0;               // sequences queued for their first schedule (queue depth)
+  int64_t running_seqs = 0;               // sequences the scheduler runs (prefilling or decoding)
 };
 
 class DataParallelGroup;

@@ -332,6 +332,8 @@ PYBIND11_MODULE(_core, m) {
         d["state_blocks_reserved"] = s.state_blocks_reserved;
         d["state_blocks_allocated"] = s.state_blocks_allocated;
         d["live_states"] = s.live_states;
+        d["waiting_seqs"] = s.waiting_seqs;
+        d["running_seqs"] = s.running_seqs;
         d["prefix_cached_tokens"] = s.prefix_cached_tokens;
         d["prefix_hits"] = s.prefix_hits;
         d["prefix_snapshots"] = s.prefix_snapshots;
@@ -344,6 +346,7 @@ PYBIND11_MODULE(_core, m) {
         py::dict d;
         d["async_scheduling"] = o.async_scheduling;
         d["prefix_caching"] = o.prefix_caching;
+        d["speculative"] = o.speculative;
         d["batch_invariant"] = o.batch_invariant;
         d["max_num_seqs"] = o.max_num_seqs;
         d["max_num_batched_tokens"] = o.max_num_batched_tokens;

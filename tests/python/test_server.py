@@ -48,7 +48,8 @@ def test_health_models_metrics(server, client):
     text = raw(server, "GET", "/metrics", key=None)[1]
     for name in ("deepinfer_requests_total", "deepinfer_time_to_first_token_seconds_bucket",
                  "deepinfer_num_requests_running", "deepinfer_num_requests_waiting",
-                 "deepinfer_state_memory_budget_bytes", "deepinfer_engine_steps_total"):
+                 "deepinfer_state_memory_budget_bytes", "deepinfer_state_memory_used_bytes",
+                 "deepinfer_engine_waiting_seqs", "deepinfer_engine_steps_total"):
         assert name in text, name
 
 

@@ -9,6 +9,13 @@ import sys
 from typing import Optional, Sequence
 
 
+def _draft_count(text: str) -> int:
+    k = int(text)  # argparse turns the ValueError into "invalid _draft_count value"
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"the draft count must be >= 1, got {k}")
+    return k
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="deepinfer serve", description="OpenAI-compatible server over DeepInfer's engine")
     p.add_argument("model_pos", nargs="?", metavar="MODEL", help="model folder or Hugging Face repo id")
@@ -24,6 +31,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--state-memory-mb", type=int, help="state budget in MiB (default DEEPINFER_STATE_MEMORY_MB)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default DEEPINFER_DEVICE, else cpu)")
+    p.add_argument("--speculative", nargs="?", type=_draft_count, const=True, metavar="K",
+                   help="DSpark speculative decoding (V4.1), up to K draft tokens a step (default "
+                        "DEEPINFER_USE_NEXTN_DECODE); /metrics then reports the acceptance")
+    p.add_argument("--speculative-schedule", choices=["confidence", "fixed"],
+                   help="per-request draft lengths from the drafts' confidences, or K every step")
     p.add_argument("--allowed-local-media-path", metavar="DIR",
                    help="chat image_url parts may name image files inside DIR (default: data: URLs only)")
     p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
@@ -33,6 +46,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if bool(args.model) == bool(args.model_pos):
         p.error("give the model once: deepinfer serve MODEL or --model MODEL")
     args.model = args.model or args.model_pos
+    if args.speculative_schedule and args.speculative is None:
+        p.error("--speculative-schedule needs --speculative")
     if args.allowed_local_media_path is not None and not os.path.isdir(args.allowed_local_media_path):
         p.error(f"--allowed-local-media-path {args.allowed_local_media_path}: not a folder")
     return args
@@ -50,6 +65,16 @@ def chat_format(model_dir: str, has_tokenizer: bool) -> Optional[str]:
     return "v41" if model_type == "deepseek_v41" else "v4"
 
 
+def speculative(args: argparse.Namespace) -> Optional[dict]:
+    """LLM(speculative=...) of --speculative [K] and --speculative-schedule (None: the engine's default)."""
+    if args.speculative is None:
+        return None
+    spec: dict = {} if args.speculative is True else {"num_draft_tokens": args.speculative}
+    if args.speculative_schedule:
+        spec["schedule"] = args.speculative_schedule
+    return spec
+
+
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     import uvicorn
@@ -60,7 +85,8 @@ def main(argv: Sequence[str]) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        llm = LLM(args.model, tokenizer=args.tokenizer, seed=args.seed, max_model_len=args.max_model_len,
+        llm = LLM(args.model, tokenizer=args.tokenizer, device=args.device, seed=args.seed,
+                  max_model_len=args.max_model_len, speculative=speculative(args),
                   max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                   state_memory_bytes=None if args.state_memory_mb is None else args.state_memory_mb << 20,
                   enable_prefix_caching=args.prefix_caching)
