@@ -91,6 +91,29 @@ def test_streamed_chat_matches_unstreamed(client):
     assert usage.prompt_tokens == full.usage.prompt_tokens > 0
 
 
+def test_streamed_usage_counts_cached_tokens(client):
+    """stream_options.include_usage: a last chunk with usage, cached_tokens from the prefix cache."""
+    system = "You answer in one word. " * 40  # > 2 prefix blocks of 64 tokens
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Colour of the sky?"}]
+    usages = []
+    for _ in range(2):
+        stream = client.chat.completions.create(model=NAME, messages=messages, max_tokens=3, stream=True,
+                                                stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        chunks = list(stream)
+        assert chunks[-1].choices == [] and all(c.usage is None for c in chunks[:-1])
+        usages.append(chunks[-1].usage)
+    assert [u.completion_tokens for u in usages] == [3, 3] and usages[0].prompt_tokens == usages[1].prompt_tokens
+    assert usages[1].prompt_tokens_details.cached_tokens >= 128 > usages[0].prompt_tokens_details.cached_tokens
+    cached = []
+    for _ in range(2):
+        stream = client.completions.create(model=NAME, prompt=system + "Go.", max_tokens=2, stream=True,
+                                           stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        last = list(stream)[-1]
+        assert last.choices == [] and last.usage.completion_tokens == 2
+        cached.append(last.usage.prompt_tokens_details.cached_tokens)
+    assert cached[1] >= 128 > cached[0]
+
+
 def test_json_schema_output(client):
     schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
               "required": ["color", "ok"], "additionalProperties": False}
@@ -100,6 +123,42 @@ def test_json_schema_output(client):
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
     r = client.completions.create(model=NAME, prompt="x", max_tokens=16, extra_body={"guided_choice": ["yes", "no"]})
     assert r.choices[0].text in ("yes", "no")
+
+
+SMALL = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "boolean"}}, "required": ["a", "b"],
+         "additionalProperties": False}
+GRAMMAR = 'root ::= ("yes" | "no") " " [0-9] [0-9]'
+REGEX = "[0-9]{3}-[a-z]{2}"
+
+
+@pytest.mark.parametrize("extra, check", [
+    ({"guided_json": SMALL}, lambda t: jsonschema.validate(json.loads(t), SMALL)),
+    ({"guided_json": json.dumps(SMALL)}, lambda t: jsonschema.validate(json.loads(t), SMALL)),  # a JSON string
+    ({"guided_regex": REGEX}, lambda t: re.fullmatch(REGEX, t) or pytest.fail(t)),
+    ({"guided_choice": ["left", "right"]}, lambda t: t in ("left", "right") or pytest.fail(t)),
+    ({"guided_grammar": GRAMMAR}, lambda t: re.fullmatch("(yes|no) [0-9]{2}", t) or pytest.fail(t)),
+    ({"structured_outputs": {"json": SMALL}}, lambda t: jsonschema.validate(json.loads(t), SMALL)),
+    ({"structured_outputs": {"regex": REGEX}}, lambda t: re.fullmatch(REGEX, t) or pytest.fail(t)),
+    ({"structured_outputs": {"choice": ["left", "right"]}}, lambda t: t in ("left", "right") or pytest.fail(t)),
+    ({"structured_outputs": {"grammar": GRAMMAR}}, lambda t: re.fullmatch("(yes|no) [0-9]{2}", t) or pytest.fail(t)),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SMALL, "strict": True}}},
+     lambda t: jsonschema.validate(json.loads(t), SMALL)),
+])
+def test_vllm_structured_output_spellings(client, extra, check):
+    r = client.completions.create(model=NAME, prompt="Answer:", max_tokens=48, temperature=0.7, seed=1, extra_body=extra)
+    assert r.choices[0].finish_reason == "stop", r.choices[0].text  # the constraint ended the answer
+    check(r.choices[0].text)
+
+
+def test_json_object_spellings(client):
+    """json_object (response_format, or vLLM's structured_outputs.json_object): any JSON object."""
+    for extra in ({"response_format": {"type": "json_object"}}, {"structured_outputs": {"json_object": True}}):
+        r = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "JSON please"}],
+                                           max_tokens=200, temperature=0, extra_body=extra)
+        text = r.choices[0].message.content
+        assert text.lstrip().startswith("{"), text
+        if r.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(text), dict)
 
 
 WEATHER = {"type": "function", "function": {
@@ -180,6 +239,7 @@ def test_disconnect_frees_request(server):
     ({"prompt": "x", "response_format": {"type": "xml"}}, "response_format"),
     ({"prompt": "x", "guided_json": {"type": "object", "$dynamicRef": "#meta"}}, "unsupported keyword"),
     ({"prompt": "x", "guided_regex": "a", "guided_choice": ["b"]}, "one structured-output"),
+    ({"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, "structural_tag not supported"),
     ({"prompt": [1, 2, 10**9]}, "outside the vocabulary"),
 ])
 def test_bad_completion_requests(server, client, body, message):

@@ -36,10 +36,14 @@ def get(body: dict, key: str, types: tuple, default: Any = None) -> Any:
 
 
 NUM = (int, float)
+# vLLM's structured_outputs fields that tune its backends; the constraint is the same without them.
+_SO_OPTIONS = {"disable_fallback", "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern",
+               "_backend", "_backend_was_auto"}
 
 
 def structured_args(body: dict) -> Optional[dict]:
-    """response_format, vLLM's guided_* fields and structured_outputs → so_args (at most one)."""
+    """response_format, vLLM's guided_* fields and structured_outputs ({json, regex, choice, grammar,
+    json_object}) → so_args (at most one)."""
     found: list[tuple[str, dict]] = []
     rf = get(body, "response_format", (dict,))
     if rf is not None:
@@ -59,9 +63,15 @@ def structured_args(body: dict) -> Optional[dict]:
         if body.get(f"guided_{key}") is not None:
             found.append((f"guided_{key}", {"schema_type": schema_type, "schema": body[f"guided_{key}"]}))
     so = get(body, "structured_outputs", (dict,))
+    unknown = sorted(set(so or {}) - set(spellings) - _SO_OPTIONS - {"json_object"})
+    if unknown:
+        raise bad(f"structured_outputs: {', '.join(unknown)} not supported (json, regex, choice, grammar, "
+                  "json_object)", "structured_outputs")
     for key, schema_type in spellings.items():
         if so and so.get(key) is not None:
             found.append(("structured_outputs", {"schema_type": schema_type, "schema": so[key]}))
+    if so and so.get("json_object"):
+        found.append(("structured_outputs", {"schema_type": "json_object"}))
     if len(found) > 1:
         raise bad(f"give one structured-output constraint, got {', '.join(k for k, _ in found)}", found[1][0])
     if not found:
