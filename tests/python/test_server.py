@@ -71,6 +71,24 @@ def test_completion_usage_and_seed(client):
         assert all(lp <= 0 for lp in ch.logprobs.token_logprobs)
 
 
+def test_stop_and_chat_logprobs(client):
+    full = client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=12, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text
+    stop = full[len(full) // 2:len(full) // 2 + 2]
+    if not stop.strip():
+        pytest.skip(f"no stop string in the middle of {full!r}")
+    cut = client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=12, temperature=0, stop=[stop],
+                                    extra_body={"ignore_eos": True}).choices[0]
+    assert cut.finish_reason == "stop" and cut.text == full[:full.index(stop)]
+    r = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+                                       temperature=0, logprobs=True, top_logprobs=2, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 5
+    for entry in content:
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob)  # greedy: the top token
+
+
 def test_streamed_chat_matches_unstreamed(client):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
     full = client.chat.completions.create(model=NAME, messages=messages, max_tokens=8, temperature=0)
