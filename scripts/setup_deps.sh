@@ -22,12 +22,23 @@ ensure_test_deps() {
   pip_install_once requirements-test.txt
 }
 
-# pip-installs a requirements file unless it is unchanged since the last install.
+# pip-installs a requirements file unless it is unchanged since the last install: into python3, or into
+# the virtual environment given (its stamp kept inside it, so a new venv installs again).
 pip_install_once() {
-  local file=$1 stamp=.deps/$1.stamp
+  local file=$1 venv=${2:-}
+  local python=${venv:+$venv/bin/python} stamp=${venv:-.deps}/$file.stamp
   if [[ ! -f $stamp || $file -nt $stamp ]]; then
-    echo "setup: pip install -r $file"
-    python3 -m pip install -q -r "$file"
-    mkdir -p .deps && touch "$stamp"
+    echo "setup: pip install -r $file${venv:+ into $venv}"
+    "${python:-python3}" -m pip install -q -r "$file"
+    mkdir -p "$(dirname "$stamp")" && touch "$stamp"
   fi
+}
+
+# Prints the path of a Python X.Y interpreter (python3.X on PATH, else pyenv's), or fails.
+find_python() {
+  local v=$1 p
+  for p in "$(command -v "python$v" 2>/dev/null)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/"python$v"; do
+    [[ -n $p && -x $p ]] && "$p" -c 'import sys, venv' 2>/dev/null && { echo "$p"; return 0; }
+  done
+  return 1
 }

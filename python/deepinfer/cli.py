@@ -1,7 +1,8 @@
 """The `deepinfer` command: Python subcommands (serve) here, the others in the C++ binary.
 
 `pip install .` puts the binary inside the package (deepinfer/_bin/deepinfer); in a source tree
-after ./build.sh it is build/tools/deepinfer (DEEPINFER_BUILD_DIR). `python -m deepinfer` is the same.
+after ./build.sh it is build/tools/deepinfer (DEEPINFER_BUILD_DIR), after `pip install -e .` alone
+build/<wheel tag>/tools/deepinfer (pyproject.toml's build-dir). `python -m deepinfer` is the same.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def native_binary() -> Optional[pathlib.Path]:
     candidates = [here / "_bin" / "deepinfer"]
     if os.environ.get("DEEPINFER_CLI"):
         candidates.insert(0, pathlib.Path(os.environ["DEEPINFER_CLI"]))
-    candidates.append(here.parents[1] / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer")
+    root = here.parents[1]
+    candidates.append(root / os.environ.get("DEEPINFER_BUILD_DIR", "build") / "tools" / "deepinfer")
+    candidates += sorted(root.glob("build/*/tools/deepinfer"), key=lambda p: p.stat().st_mtime, reverse=True)
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
 
 

@@ -1,5 +1,6 @@
 # Puts python/ (where ./build.sh writes the extension next to the package) on sys.path, unless
-# DEEPINFER_TEST_INSTALLED=1 (test.sh after `pip install .`): then the installed package is tested.
+# DEEPINFER_TEST_INSTALLED=1 (test.sh after `pip install .`) or =editable (after `pip install -e .`):
+# then the installed package is tested.
 import os
 import pathlib
 import shutil
@@ -12,7 +13,8 @@ import urllib.request
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-INSTALLED = os.environ.get("DEEPINFER_TEST_INSTALLED") == "1"
+INSTALLED = os.environ.get("DEEPINFER_TEST_INSTALLED") in ("1", "editable")
+EDITABLE = os.environ.get("DEEPINFER_TEST_INSTALLED") == "editable"
 if not INSTALLED:
     sys.path.insert(0, str(ROOT / "python"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -23,7 +25,7 @@ def deepinfer_command() -> list[str]:
     if INSTALLED:
         exe = shutil.which("deepinfer")
         if exe is None:
-            pytest.fail("DEEPINFER_TEST_INSTALLED=1 but no `deepinfer` command is on PATH")
+            pytest.fail("DEEPINFER_TEST_INSTALLED is set but no `deepinfer` command is on PATH")
         return [exe]
     return [sys.executable, "-m", "deepinfer"]
 

@@ -1,11 +1,14 @@
 """The `deepinfer` package and command as a user gets them: from any folder, after `pip install .`
-(test.sh sets DEEPINFER_TEST_INSTALLED=1), or from the source tree after ./build.sh."""
+(test.sh sets DEEPINFER_TEST_INSTALLED=1) or `pip install -e .` (=editable, test.sh's Python 3.12 run),
+or from the source tree after ./build.sh."""
 import os
 import pathlib
 import subprocess
 import sys
 
-from conftest import INSTALLED, ROOT, deepinfer_command
+import sysconfig
+
+from conftest import EDITABLE, INSTALLED, ROOT, deepinfer_command
 
 
 def run(cmd, cwd, **kw):
@@ -13,14 +16,19 @@ def run(cmd, cwd, **kw):
 
 
 def test_import_from_any_folder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} if INSTALLED else None
     r = run([sys.executable, "-c", "import deepinfer, deepinfer.server; print(deepinfer.__file__); "
-             "print(deepinfer.LLM.__name__, deepinfer.SamplingParams().max_tokens)"], tmp_path)
+             "print(deepinfer._core.__file__); print(deepinfer.LLM.__name__, deepinfer.SamplingParams().max_tokens)"],
+            tmp_path, env=env)
     assert r.returncode == 0, r.stderr
-    where = pathlib.Path(r.stdout.splitlines()[0]).resolve()
-    if INSTALLED:  # the installed copy, not the source tree
+    where, core = (pathlib.Path(line).resolve() for line in r.stdout.splitlines()[:2])
+    assert core.name.endswith(sysconfig.get_config_var("EXT_SUFFIX"))  # built for this interpreter
+    if EDITABLE:  # the sources, with the extension built beside them
+        assert where == ROOT / "python" / "deepinfer" / "__init__.py" and core.parent == where.parent, (where, core)
+    elif INSTALLED:  # the installed copy, not the source tree
         assert ROOT / "python" not in where.parents, where
         assert (where.parent / "_bin" / "deepinfer").is_file()
-    assert r.stdout.splitlines()[1] == "LLM 16"
+    assert r.stdout.splitlines()[2] == "LLM 16"
 
 
 def test_command_lists_native_and_python_commands(tmp_path):
