@@ -250,6 +250,27 @@ def test_disconnect_frees_request(server):
     assert metric(server, "deepinfer_request_finished_total", '{reason="abort"}') >= 1
 
 
+def test_disconnect_frees_unstreamed_request(server):
+    """A plain (not streamed) request whose client leaves while its tokens flow is aborted too."""
+    aborted = metric(server, "deepinfer_aborted_requests_total")
+    body = {"model": NAME, "prompt": "tell me everything", "max_tokens": 100000, "ignore_eos": True}
+    u = urllib.parse.urlsplit(server)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    deadline = time.monotonic() + 60
+    while metric(server, "deepinfer_num_requests_running") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    steps = metric(server, "deepinfer_engine_steps_total")
+    while metric(server, "deepinfer_engine_steps_total") < steps + 3 and time.monotonic() < deadline:
+        time.sleep(0.05)  # decoding
+    conn.close()
+    while metric(server, "deepinfer_num_requests_running") > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(server, "deepinfer_num_requests_running") == 0
+    assert metric(server, "deepinfer_aborted_requests_total") == aborted + 1
+
+
 @pytest.mark.parametrize("body, message", [
     ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"),

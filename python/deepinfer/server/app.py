@@ -27,15 +27,8 @@ def build_app(engine: AsyncEngine, model_name: str, chat_format: Optional[str],
     server = _Server(engine, model_name, chat_format, allowed_local_media_path)
     app.state.server = server
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if api_key and (request.url.path.startswith("/v1") or request.url.path == "/tokenize"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                err = APIError(401, "missing or incorrect API key (send 'Authorization: Bearer KEY')",
-                               code="invalid_api_key")
-                return JSONResponse(err.body(), status_code=401)
-        return await call_next(request)
+    if api_key:
+        app.add_middleware(_APIKeyGuard, api_key=api_key)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError):
@@ -78,6 +71,25 @@ def build_app(engine: AsyncEngine, model_name: str, chat_format: Optional[str],
         return await server.chat(await _body(request), request)
 
     return app
+
+
+class _APIKeyGuard:
+    """Refuses /v1 and /tokenize requests without 'Authorization: Bearer KEY'. Plain ASGI: Starlette's
+    BaseHTTPMiddleware (@app.middleware) hides a client's disconnect from the handlers."""
+
+    def __init__(self, app, api_key: str) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path.startswith("/v1") or path == "/tokenize"):
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                err = APIError(401, "missing or incorrect API key (send 'Authorization: Bearer KEY')",
+                               code="invalid_api_key")
+                await JSONResponse(err.body(), status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _body(request: Request) -> dict:
@@ -147,15 +159,22 @@ class _Server:
         first_seen: set[str] = set()
         finished: set[str] = set()
         self.waiting += len(ids)
+        checked = t0
         try:
             while len(finished) < len(ids):
                 try:
                     d = await asyncio.wait_for(queue.get(), timeout=1.0)
                 except asyncio.TimeoutError:
-                    if not stream and await request.is_disconnected():
+                    d = None
+                now = time.monotonic()
+                # A stream notices a gone client when it writes; a plain response asks, even while outputs flow.
+                if not stream and now - checked >= 1.0:
+                    checked = now
+                    if await request.is_disconnected():
                         return
+                if d is None:
                     continue
-                rid, now = d["request_id"], time.monotonic()
+                rid = d["request_id"]
                 has_tokens = any(c["token_ids"] for c in d["outputs"])
                 if rid not in first_seen and (has_tokens or d["finished"]):
                     first_seen.add(rid)
