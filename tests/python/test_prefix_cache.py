@@ -42,6 +42,18 @@ def test_shared_prefix_is_cached_and_changes_nothing(demo_model):
     assert [o.metrics.num_cached_tokens for o in again] == [0, 0]
 
 
+def test_second_request_of_a_2k_prefix_prefills_only_its_suffix(demo_model):
+    on = LLM(demo_model, max_model_len=4096)
+    prefix = ids(5, 2048, vocab=100000)
+    a, b = {"prompt_token_ids": prefix + ids(6, 3)}, {"prompt_token_ids": prefix + ids(7, 4)}
+    on.generate(a, greedy(1), use_tqdm=False)
+    before = on.stats()["forward_tokens"]
+    warm = on.generate(b, greedy(4), use_tqdm=False)
+    assert warm[0].metrics.num_cached_tokens == 2048  # 2051 // 64 * 64
+    assert on.stats()["forward_tokens"] - before == 4 + 3  # its 4-token suffix, then one per later token
+    same(warm, LLM(demo_model, max_model_len=4096, enable_prefix_caching=False).generate(b, greedy(4), use_tqdm=False))
+
+
 def test_bad_block_size_is_refused(demo_model):
     with pytest.raises(ValueError, match="prefix_block_tokens"):
         LLM(demo_model, prefix_block_tokens=0)
