@@ -232,8 +232,8 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 }
 
 // Grouped (routed-expert) GEMMs over groups of uneven sizes (empty groups too): MXFP4 weights on the
-// decode path (m <= 8 groups, k % 256 == 0: 8-, 16- and 32-token tiles, groups of 33 and 40 rows in
-// two batches, 70 groups for the active-group list) and widened in shared memory (k 384, 300 rows);
+// decode path (m <= 8 groups, k % 256 == 0: groups of 9..40 rows in batches of 8 tokens, 70 groups for
+// the active-group list) and widened in shared memory (k 384, 300 rows);
 // FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case { bool w4; int blk; std::vector<int> sizes; int64_t n, k; };

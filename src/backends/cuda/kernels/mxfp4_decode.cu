@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/kernels/mxfp4_decode.h"
 #include "backends/cuda/kernels/sm90.cuh"
@@ -15,11 +16,19 @@ namespace {
 using sm90::smem_addr;
 using sm90::ue8m0;
 
-constexpr int kWarps = 4, kRows = 32, kStages = 4, kMaxGroups = 512;
+constexpr int kWarps = 4, kTokens = 8, kStages = 4, kMaxGroups = 512;
 constexpr int kStageK = 256, kStageBlocks = kStageK / 32, kRowBytes = kStageK / 2;  // 128 bytes a row a stage
-constexpr int kWBytes = kRows * kRowBytes, kStageBytes = kWBytes + kStageBlocks * kRows;  // + [block][row] scales
-constexpr int kHeadBytes = (4 * (2 * kMaxGroups + 2) + 127) / 128 * 128;                   // offsets, active list
-constexpr int kSmem = kHeadBytes + kWarps * kStages * kStageBytes;
+constexpr int kHeadBytes = (4 * (2 * kMaxGroups + 2) + 127) / 128 * 128;             // offsets, active list
+
+// A warp's slice is MT x 16 weight rows. A stage: weights [rows][128 B], their scales [8 blocks][rows],
+// the batch's activations [8 tokens][256 B] and their scales [8 blocks][32 B] (the 16-byte chunks
+// holding the batch's 8 bytes).
+template <int MT>
+struct Lay {
+  static constexpr int kRows = 16 * MT, kWBytes = kRows * kRowBytes, kWsOff = kWBytes,
+                       kAOff = kWsOff + kStageBlocks * kRows, kAsOff = kAOff + kTokens * kStageK,
+                       kStageBytes = kAsOff + kStageBlocks * 32, kSmem = kHeadBytes + kWarps * kStages * kStageBytes;
+};
 
 struct Params {
   const uint8_t* a;
@@ -66,8 +75,10 @@ struct Cursor {
   int tile, batch, st;
 };
 
-template <int NT>
+template <int MT>
 __global__ void __launch_bounds__(kWarps * 32) mxfp4_decode_kernel(const Params p) {
+  using L = Lay<MT>;
+  constexpr int kRows = L::kRows;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int n_active;
   int* off = reinterpret_cast<int*>(smem);  // [groups + 1] row offsets
@@ -100,39 +111,47 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_decode_kernel(const Params 
   __syncthreads();
   const int slices = p.n / kRows, tiles = n_active * slices, stages = p.k / kStageK;
   const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
-  constexpr int kBatchRows = 8 * NT;
   auto group_of = [&](int tile) { return active[tile / slices]; };
-  auto batches = [&](int tile) {
-    const int g = group_of(tile);
-    return (off[g + 1] - off[g] + kBatchRows - 1) / kBatchRows;
-  };
   auto advance = [&](Cursor& c) {
     if (++c.st < stages) return;
     c.st = 0;
-    if (++c.batch < batches(c.tile)) return;
+    const int g = group_of(c.tile);
+    if (++c.batch * kTokens < off[g + 1] - off[g]) return;
     c.batch = 0;
     c.tile += nw;
   };
-  uint8_t* const ring = smem + kHeadBytes + warp * kStages * kStageBytes;
+  uint8_t* const ring = smem + kHeadBytes + warp * kStages * L::kStageBytes;
 
-  // Producer: one stage of the slice (32 rows x 128 bytes, chunks swizzled by row / 4 so the fragment
-  // reads below hit 32 banks) and its scales [8 blocks][32 rows], by cp.async; always one commit group.
+  // Producer: one stage by cp.async, always one commit group. Weight chunks are swizzled by row / (2 MT) and
+  // activation chunks by 2 x token, so the fragment reads below hit every bank.
   Cursor pc{gw, 0, 0};
   int pslot = 0;
   auto produce = [&]() {
     if (pc.tile < tiles) {
-      const int64_t wrow = static_cast<int64_t>(group_of(pc.tile)) * p.n + (pc.tile % slices) * kRows;
+      const int g = group_of(pc.tile), row0 = off[g] + pc.batch * kTokens, rows = min(off[g + 1] - row0, kTokens);
+      const int64_t wrow = static_cast<int64_t>(g) * p.n + (pc.tile % slices) * kRows;
       const uint8_t* src = p.w + wrow * p.ldw + pc.st * kRowBytes;
-      const uint32_t dst = smem_addr(ring + pslot * kStageBytes);
+      const uint32_t dst = smem_addr(ring + pslot * L::kStageBytes);
 #pragma unroll
       for (int i = 0; i < kRows / 4; ++i) {
         const int row = i * 4 + (lane >> 3), ch = lane & 7;
-        cp_async16(dst + row * kRowBytes + ((ch ^ ((row >> 2) & 7)) * 16), src + row * p.ldw + ch * 16);
+        cp_async16(dst + row * kRowBytes + ((ch ^ ((row / (2 * MT)) & 7)) * 16), src + row * p.ldw + ch * 16);
       }
-      if (lane < 2 * kStageBlocks) {
-        const int j = lane >> 1, h = lane & 1;
-        cp_async16(dst + kWBytes + j * kRows + h * 16,
-                   p.w_scale + static_cast<int64_t>(pc.st * kStageBlocks + j) * p.ld_ws + wrow + h * 16);
+#pragma unroll
+      for (int i = 0; i < kTokens * 16 / 32; ++i) {
+        const int tok = i * 2 + (lane >> 4), ch = lane & 15;
+        if (tok < rows)
+          cp_async16(dst + L::kAOff + tok * kStageK + ((ch ^ (2 * tok)) * 16),
+                     p.a + static_cast<int64_t>(row0 + tok) * p.lda + pc.st * kStageK + ch * 16);
+      }
+      if (lane < kStageBlocks * MT) {  // weight scales: MT chunks a block
+        const int64_t kb = pc.st * kStageBlocks + lane / MT;
+        cp_async16(dst + L::kWsOff + lane * 16, p.w_scale + kb * p.ld_ws + wrow + (lane % MT) * 16);
+      } else if (lane >= 16) {  // activation scales; ld_as % 16 == 0: the chunks lie within the scale row
+        const int j = (lane - 16) >> 1, h = lane & 1;
+        const int64_t kb = pc.st * kStageBlocks + j;
+        if (h == 0 || (row0 & 15) + rows > 16)
+          cp_async16(dst + L::kAsOff + j * 32 + h * 16, p.a_scale + kb * p.ld_as + (row0 & ~15) + h * 16);
       }
       advance(pc);
     }
@@ -142,9 +161,9 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_decode_kernel(const Params 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) produce();
 
-  // Consumer. Thread (g8, t4) holds weight rows 4 g8 + {0, 1} (mma 0's rows g8, g8 + 8) and 4 g8 + {2, 3}
-  // (mma 1's), word t4 of each K block; tokens 8 nt + g8 on the B side, 8 nt + 2 t4 + {0, 1} in C.
-  float acc[NT][8];
+  // Consumer. Thread (g8, t4) holds weight rows r = 2 MT g8 + 2 mt + {0, 1} (mma mt's rows g8, g8 + 8),
+  // word t4 of each K block; token g8 on the B side, tokens 2 t4 + {0, 1} in C.
+  float acc[MT][4];
   int row0 = 0, rows = 0, col0 = 0;
   Cursor cc{gw, 0, 0};
   int cslot = 0;
@@ -154,92 +173,91 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_decode_kernel(const Params 
     produce();  // into the slot consumed last iteration
     if (cc.st == 0) {
       const int g = group_of(cc.tile);
-      row0 = off[g] + cc.batch * kBatchRows;
-      rows = min(off[g + 1] - row0, kBatchRows);
+      row0 = off[g] + cc.batch * kTokens;
+      rows = min(off[g + 1] - row0, kTokens);
       col0 = (cc.tile % slices) * kRows;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 8; ++r) acc[nt][r] = 0.0f;
+        for (int r = 0; r < 4; ++r) acc[mt][r] = 0.0f;
     }
-    const uint8_t* stage = ring + cslot * kStageBytes;
-#pragma unroll 2
+    const uint8_t* stage = ring + cslot * L::kStageBytes;
+    const uint8_t* as = stage + L::kAsOff + (row0 & 15) + 2 * t4;  // columns past `rows` are never stored
+#pragma unroll 4
     for (int j = 0; j < kStageBlocks; ++j) {
-      const int kb = cc.st * kStageBlocks + j;
-      uint32_t ev[4], od[4];
+      const uint2 av = *reinterpret_cast<const uint2*>(stage + L::kAOff + g8 * kStageK +
+                                                       (((2 * j + (t4 >> 1)) ^ (2 * g8)) * 16) + (t4 & 1) * 8);
+      const uint32_t b0 = __byte_perm(av.x, av.y, 0x6420), b1 = __byte_perm(av.x, av.y, 0x7531);
+      const float as0 = ue8m0(as[j * 32]) * 64.0f, as1 = ue8m0(as[j * 32 + 1]) * 64.0f;
+      const uint8_t* ws = stage + L::kWsOff + j * kRows + 2 * MT * g8;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        e2m1x8_to_e4m3(lds32(stage + (4 * g8 + i) * kRowBytes + ((j ^ g8) * 16) + t4 * 4), ev[i], od[i]);
-      const uint32_t sw = lds32(stage + kWBytes + j * kRows + 4 * g8);
-      const float ws0 = ue8m0(sw & 0xff), ws1 = ue8m0((sw >> 8) & 0xff), ws2 = ue8m0((sw >> 16) & 0xff),
-                  ws3 = ue8m0(sw >> 24);
-      const uint8_t* as = p.a_scale + static_cast<int64_t>(kb) * p.ld_as + row0;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        if (nt * 8 >= rows) break;
-        const int tb = nt * 8 + g8, tc = nt * 8 + 2 * t4;
-        uint2 av = make_uint2(0, 0);
-        if (tb < rows) av = __ldg(reinterpret_cast<const uint2*>(p.a + (row0 + tb) * p.lda + kb * 32 + t4 * 8));
-        const float as0 = tc < rows ? ue8m0(__ldg(as + tc)) * 64.0f : 0.0f;
-        const float as1 = tc + 1 < rows ? ue8m0(__ldg(as + tc + 1)) * 64.0f : 0.0f;
-        const uint32_t b0 = __byte_perm(av.x, av.y, 0x6420), b1 = __byte_perm(av.x, av.y, 0x7531);
-        float d0[4], d1[4];
-        mma_e4m3(d0, ev[0], ev[1], od[0], od[1], b0, b1);
-        mma_e4m3(d1, ev[2], ev[3], od[2], od[3], b0, b1);
-        acc[nt][0] += d0[0] * (ws0 * as0);
-        acc[nt][1] += d0[1] * (ws0 * as1);
-        acc[nt][2] += d0[2] * (ws1 * as0);
-        acc[nt][3] += d0[3] * (ws1 * as1);
-        acc[nt][4] += d1[0] * (ws2 * as0);
-        acc[nt][5] += d1[1] * (ws2 * as1);
-        acc[nt][6] += d1[2] * (ws3 * as0);
-        acc[nt][7] += d1[3] * (ws3 * as1);
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint8_t* wr = stage + (2 * MT * g8 + 2 * mt) * kRowBytes + ((j ^ g8) * 16) + t4 * 4;
+        uint32_t e0, o0, e1, o1;
+        e2m1x8_to_e4m3(lds32(wr), e0, o0);
+        e2m1x8_to_e4m3(lds32(wr + kRowBytes), e1, o1);
+        const float w0 = ue8m0(ws[2 * mt]), w1 = ue8m0(ws[2 * mt + 1]);
+        float d[4];
+        mma_e4m3(d, e0, e1, o0, o1, b0, b1);
+        acc[mt][0] += d[0] * (w0 * as0);
+        acc[mt][1] += d[1] * (w0 * as1);
+        acc[mt][2] += d[2] * (w1 * as0);
+        acc[mt][3] += d[3] * (w1 * as1);
       }
     }
-    if (cc.st == stages - 1) {  // token 8 nt + 2 t4 + c gets rows 4 g8 .. 4 g8 + 3 of the slice
+    if (cc.st == stages - 1) {  // token 2 t4 + c gets rows 2 MT g8 .. 2 MT g8 + 2 MT - 1 of the slice
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int c = 0; c < 2; ++c) {
+        const int tok = 2 * t4 + c;
+        if (tok >= rows) continue;
+        auto* y = reinterpret_cast<__nv_bfloat162*>(p.y + (row0 + tok) * p.ldy + col0 + 2 * MT * g8);
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int tok = nt * 8 + 2 * t4 + c;
-          if (tok >= rows) continue;
-          auto* y = reinterpret_cast<__nv_bfloat162*>(p.y + (row0 + tok) * p.ldy + col0 + 4 * g8);
-          y[0] = __floats2bfloat162_rn(acc[nt][c], acc[nt][2 + c]);
-          y[1] = __floats2bfloat162_rn(acc[nt][4 + c], acc[nt][6 + c]);
-        }
+        for (int mt = 0; mt < MT; ++mt) y[mt] = __floats2bfloat162_rn(acc[mt][c], acc[mt][2 + c]);
+      }
     }
     advance(cc);
     cslot = (cslot + 1) % kStages;
   }
 }
 
-template <int NT>
+// Warp slices of 16 or 32 rows (DEEPINFER_MXFP4_DECODE_MT=1 or 2; measurements).
+int slice_mtiles() {
+  static const int v = [] {
+    const char* e = std::getenv("DEEPINFER_MXFP4_DECODE_MT");
+    return e && std::atoi(e) == 1 ? 1 : 2;
+  }();
+  return v;
+}
+
+template <int MT>
 void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
+  using L = Lay<MT>;
   static const int per_sm = [] {
     int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_decode_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
+    if (cudaFuncSetAttribute(mxfp4_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem) !=
             cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_decode_kernel<NT>, kWarps * 32, kSmem) != cudaSuccess)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_decode_kernel<MT>, kWarps * 32, L::kSmem) !=
+            cudaSuccess)
       return 0;
     return b;
   }();
-  check(per_sm > 0, "mxfp4_decode: cannot launch with ", kSmem, " bytes of shared memory");
-  const int64_t warps = active_bound * (p.n / kRows);
+  check(per_sm > 0, "mxfp4_decode: cannot launch with ", L::kSmem, " bytes of shared memory");
+  const int64_t warps = active_bound * (p.n / L::kRows);
   const int64_t grid = std::min<int64_t>((warps + kWarps - 1) / kWarps, int64_t{per_sm} * sm90::sm_count());
-  mxfp4_decode_kernel<NT><<<static_cast<unsigned>(grid), kWarps * 32, kSmem, s>>>(p);
+  mxfp4_decode_kernel<MT><<<static_cast<unsigned>(grid), kWarps * 32, L::kSmem, s>>>(p);
 }
 
 }  // namespace
 
 // Measured on the H200 (docs/performance.md): faster than the WGMMA path up to 8 rows a group on average
-// (512 tokens top-6 over 384 experts: 1.5x), 1.8x slower at 64.
+// (512 tokens top-6 over 384 experts: 1.5x), 1.8x slower at 64 (the first version of this kernel).
 bool mxfp4_decode_fits(const Fp8GemmArgs& a) {
   // Grouped: up to 32 rows a group on average (one token tile batch). Measured on 8 Flash layers
   // (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than with 8, and slower
   // again with 64 or 128 at 2048+ tokens.
   const bool few_rows = a.groups > 0 ? a.m <= 32 * int64_t{a.groups} : a.m <= 64;
   return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && few_rows && a.k % kStageK == 0 &&
-         a.n % kRows == 0 && reinterpret_cast<uintptr_t>(a.y) % 4 == 0 && a.ldy % 2 == 0;
+         a.n % 32 == 0 && reinterpret_cast<uintptr_t>(a.y) % 4 == 0 && a.ldy % 2 == 0;
 }
 
 void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream) {
@@ -249,12 +267,10 @@ void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream) {
   p.y = a.y, p.ldy = a.ldy;
   p.m = static_cast<int>(a.m), p.n = static_cast<int>(a.n), p.k = static_cast<int>(a.k);
   p.groups = a.groups, p.group_offsets = a.groups > 0 ? a.group_offsets : nullptr;
-  const int64_t rows = a.groups > 0 ? std::max<int64_t>(1, a.max_group_rows) : a.m;
   const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1;
   auto s = static_cast<cudaStream_t>(stream);
-  if (rows <= 8) launch<1>(p, active_bound, s);
-  else if (rows <= 16) launch<2>(p, active_bound, s);
-  else launch<4>(p, active_bound, s);  // groups of more than 32 rows take batches of 32
+  if (slice_mtiles() == 1) launch<1>(p, active_bound, s);
+  else launch<2>(p, active_bound, s);
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_decode: launch failed: ", cudaGetErrorString(e));
 }

@@ -2,12 +2,13 @@
 // few rows (decode: about one token per active expert). fp8_gemm (fp8_gemm.h) calls it itself; the
 // arguments and the result are fp8_gemm's, up to the fp32 summation order inside a K block.
 //
-// Kernel: each warp streams a 32-row slice of one active expert's weights once, over the whole K, through
-// a 4-stage cp.async ring in its own shared memory (no block-wide barrier); the e2m1 codes become e4m3
-// codes of 2^-6 times their value in registers (same sign / exponent / mantissa layout, bias 6 higher:
-// a shift and a mask), each K block of 32 is one m16n8k32 FP8 mma per 16 weight rows x 8 tokens, and
-// its fp32 partial is promoted with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K order.
-// A group of more than 8 * NT rows takes its token tiles in batches, each streaming the slice again.
+// Kernel: each warp streams a 16- or 32-row slice of one active expert's weights once, over the whole K,
+// with the activations of up to 8 of the group's tokens and both scale sets, through a 4-stage cp.async
+// ring in its own shared memory (no block-wide barrier); the e2m1 codes become e4m3 codes of 2^-6 times
+// their value in registers (same sign / exponent / mantissa layout, bias 6 higher: shifts and masks), each
+// K block of 32 is one m16n8k32 FP8 mma per 16 weight rows x 8 tokens, and its fp32 partial is promoted
+// with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K order. A group of more than 8 rows
+// takes them in batches of 8, each streaming the slice again (mostly from L2).
 // Results depend on a row's own inputs only (no split K), not on m or the other groups.
 #pragma once
 #include "backends/cuda/kernels/fp8_gemm.h"
