@@ -7,8 +7,9 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick | --moe | --indexer | --attention]   (--moe / --indexer / --attention: the
-//   copy ceiling and the routed-expert rows / the indexer rows / sparse attention and candidate_mask only)
+//   bench_cuda_kernels [--quick | --moe | --moe-decode | --indexer | --attention]   (--moe / --indexer /
+//   --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse attention and
+//   candidate_mask only; --moe-decode: the routed-expert rows the MXFP4 decode path takes, m 1..512)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,7 +112,8 @@ void row(const std::string& kernel, const std::string& shape, cudaStream_t s, co
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  const bool moe_only = argc > 1 && std::strcmp(argv[1], "--moe") == 0;
+  const bool moe_decode = argc > 1 && std::strcmp(argv[1], "--moe-decode") == 0;
+  const bool moe_only = moe_decode || (argc > 1 && std::strcmp(argv[1], "--moe") == 0);
   const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   const int reps = quick ? 10 : 30;
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
     const Moe moes[] = {{"experts_gate_up", 5120, 4608}, {"experts_down", 2304, 5120}};
     std::vector<int64_t> mts = {1, 8, 32, 64, 512, 4096};
     if (quick) mts = {1, 64, 4096};
+    if (moe_decode) mts = {1, 8, 32, 64, 512};
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
       if (indexer_only || attention_only) break;

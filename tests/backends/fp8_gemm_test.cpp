@@ -233,16 +233,27 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 
 // Grouped (routed-expert) GEMMs over groups of uneven sizes (empty groups too): MXFP4 weights on the
 // decode path (m <= 8 groups, k % 256 == 0: groups of 9..40 rows in batches of 8 tokens, 70 groups for
-// the active-group list) and widened in shared memory (k 384, 300 rows);
+// the active-group list, one token a group as in decode, ungrouped m 5 and 64, weight scales of 2^-127 ..
+// 2^-125 (byte 0 included) and of 2^73 .. 2^88) and widened in shared memory (k 384, 300 rows);
 // FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
-  struct Case { bool w4; int blk; std::vector<int> sizes; int64_t n, k; };
+  struct Case {
+    bool w4;
+    int blk;
+    std::vector<int> sizes;
+    int64_t n, k;
+    bool grouped = true;
+    int ws_lo = 120, ws_hi = 132;  // MXFP4 weight scale bytes
+  };
   std::vector<int> many(70);
   for (size_t g = 0; g < many.size(); ++g) many[g] = g % 3 == 0 ? 0 : static_cast<int>(1 + g % 4);
   const Case cases[] = {{true, 32, {3, 0, 1, 17, 0, 5, 2}, 256, 512}, {true, 32, {1, 1, 1, 1, 1, 1}, 384, 1024},
                         {true, 32, {8, 0, 2, 16}, 128, 256},           {true, 32, many, 128, 512},
                         {true, 32, {40, 0, 1, 2, 1, 0, 3, 1, 33, 0, 1, 2}, 128, 768},
                         {true, 32, {40, 64, 0, 7}, 256, 384},         {true, 32, {150, 0, 300, 77}, 256, 512},
+                        {true, 32, {1, 0, 1, 1, 0, 0, 1, 1, 1}, 256, 2304},
+                        {true, 32, {5}, 256, 512, false},              {true, 32, {64}, 128, 256, false},
+                        {true, 32, {2, 1, 0, 9}, 128, 512, true, 0, 2}, {true, 32, {1, 3, 8}, 128, 512, true, 200, 215},
                         {false, 32, {3, 0, 20, 9}, 256, 512},          {false, 128, {200, 5, 0, 90}, 256, 512}};
   for (const Case& cs : cases) {
     const int64_t groups = static_cast<int64_t>(cs.sizes.size()), n = cs.n, k = cs.k, kb = k / cs.blk;
@@ -264,7 +275,7 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
       w.resize(groups * n * ldw);
       ws.resize(kb * ld_ws);
       for (auto& v : w) v = static_cast<uint8_t>(rng_() & 0xff);
-      for (auto& v : ws) v = scale_byte(120, 132);
+      for (auto& v : ws) v = scale_byte(cs.ws_lo, cs.ws_hi);
       wf.resize(groups * n * k);
       for (int64_t r = 0; r < groups * n; ++r)
         for (int64_t c = 0; c < k; ++c) {
@@ -288,10 +299,12 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
     args.w = dw.get(); args.ldw = ldw; args.w_scale = dws.get(); args.ld_ws = ld_ws;
     args.y = dy.get(); args.ldy = ldy; args.m = m; args.n = n; args.k = k; args.blk = cs.blk;
     args.wfmt = cs.w4 ? cuda::WeightFormat::kMxfp4 : cuda::WeightFormat::kFp8Block;
-    args.groups = static_cast<int>(groups); args.group_offsets = doff.get(); args.max_group_rows = max_rows;
+    if (cs.grouped) {
+      args.groups = static_cast<int>(groups); args.group_offsets = doff.get(); args.max_group_rows = max_rows;
+    }
     cuda::fp8_gemm(args, nullptr, nullptr);
     const auto y = dy.host();
-    std::string what = std::string(cs.w4 ? "grouped mxfp4" : "grouped fp8 blk " + std::to_string(cs.blk)) + " G " +
+    std::string what = std::string(cs.w4 ? (cs.grouped ? "grouped mxfp4" : "mxfp4") : "grouped fp8 blk " + std::to_string(cs.blk)) + " G " +
                        std::to_string(groups) + " m " + std::to_string(m) + " max " + std::to_string(max_rows) +
                        " n " + std::to_string(n) + " k " + std::to_string(k);
     expect_matches(what, y, m, n, ldy, k, dequant_act(a, as, m, k, lda, ld_as, cs.blk), wf, group_of_row);
