@@ -623,19 +623,215 @@ __global__ void __launch_bounds__(kThreads) kernel(const Params p) {
 }
 }  // namespace v4
 
-// Kernel variants for the measurement run (DEEPINFER_MXFP4_DECODE = v2-16, v2-32, v3-16, v3-32, v4;
-// default v4).
+// --- v5: v4 with loop-invariant descriptors, one source pointer a thread for the weights, no division in
+// the loop, the scales as floats laid out for 16-byte reads, S ring stages (4: 4 CTAs an SM, 3: 5) ---
+namespace v5 {
+constexpr int kRows = 64, kThreads = 128;
+constexpr int kARawOff = 0, kWOff = kTokens * kStageK, kWsOff = kWOff + kRows * kRowBytes,
+              kAsOff = kWsOff + kStageBlocks * kRows, kStageBytes = kAsOff + kStageBlocks * 32;
+template <int S>
+struct Lay {
+  static constexpr int kBOff = (S * kStageBytes + 1023) / 1024 * 1024, kAsfOff = kBOff + 2048,
+                       kWsfOff = kAsfOff + kStageBlocks * kTokens * 4, kHeadOff = kWsfOff + kStageBlocks * kRows * 4,
+                       kSmem = 1024 + kHeadOff + kHeadBytes;
+};
+
+// The cursor of v4 plus the tile's active-group index and slice, stepped without division.
+struct Cursor5 {
+  int gi, slice, batch, st;
+};
+
+template <int S>
+__global__ void __launch_bounds__(kThreads, S == 3 ? 5 : 4) kernel(const Params p) {
+  using L = Lay<S>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  __shared__ int n_active_s;
+  int* off = reinterpret_cast<int*>(ring + L::kHeadOff);
+  int* active = off + kMaxGroups + 1;
+  const int n_active = load_groups(p, off, active, &n_active_s);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g8 = lane >> 2, t4 = lane & 3;
+  const int slices = p.n / kRows, stages = p.k / kStageK;
+  const int step_gi = static_cast<int>(gridDim.x) / slices, step_slice = static_cast<int>(gridDim.x) % slices;
+  const int first = static_cast<int>(blockIdx.x);
+  auto advance = [&](Cursor5& c) {
+    if (++c.st < stages) return;
+    c.st = 0;
+    const int g = active[c.gi];
+    if (++c.batch * kTokens < off[g + 1] - off[g]) return;
+    c.batch = 0;
+    c.gi += step_gi, c.slice += step_slice;
+    if (c.slice >= slices) c.slice -= slices, ++c.gi;
+  };
+
+  // Producer. Thread t copies weight row t / 2, chunks 2 i + t % 2 (a 32-byte sector a thread pair), one
+  // source pointer at immediate offsets; weight scales (t < 32), raw activations (token t / 16 < rows) and
+  // their scales (64 <= t < 80) as in v4.
+  Cursor5 pc{first / slices, first % slices, 0, 0};
+  const uint8_t *pw = nullptr, *pws = nullptr, *pa = nullptr, *pas = nullptr;
+  bool pa_ok = false, pas_ok = false;
+  const int wr_row = tid >> 1, wr_b = tid & 1;
+  int pslot = 0;
+  auto produce = [&]() {
+    if (pc.gi < n_active) {
+      if (pc.st == 0) {
+        const int g = active[pc.gi];
+        const int row0 = off[g] + pc.batch * kTokens, rows = min(off[g + 1] - row0, kTokens);
+        const int64_t wrow = static_cast<int64_t>(g) * p.n + pc.slice * kRows;
+        pw = p.w + (wrow + wr_row) * p.ldw + wr_b * 16;
+        pws = p.w_scale + ((tid >> 2) & 7) * p.ld_ws + wrow + (tid & 3) * 16;
+        pa = p.a + static_cast<int64_t>(row0 + min(tid >> 4, rows - 1)) * p.lda + (tid & 15) * 16;
+        pas = p.a_scale + ((tid >> 1) & 7) * p.ld_as + (row0 & ~15) + (tid & 1) * 16;
+        pa_ok = (tid >> 4) < rows;
+        pas_ok = tid >= 64 && tid < 80 && ((tid & 1) == 0 || (row0 & 15) + rows > 16);
+      }
+      uint8_t* const st = ring + pslot * kStageBytes;
+      const uint32_t w_dst = smem_addr(st + kWOff + wr_row * kRowBytes);
+#pragma unroll
+      for (int i = 0; i < kRowBytes / 32; ++i)
+        cp_async16(w_dst + (((2 * i + wr_b) ^ (wr_row & 7)) * 16), pw + 32 * i);
+      if (tid < 32) cp_async16(smem_addr(st + kWsOff + tid * 16), pws);  // [block][row]
+      if (pa_ok) cp_async16(smem_addr(st + kARawOff + tid * 16), pa);  // [token][256 B]
+      if (pas_ok) cp_async16(smem_addr(st + kAsOff + (tid - 64) * 16), pas);
+      pw += kRowBytes, pa += kStageK;
+      pws += kStageBlocks * p.ld_ws, pas += kStageBlocks * p.ld_as;
+      advance(pc);
+    }
+    cp_async_commit();
+    pslot = pslot + 1 == S ? 0 : pslot + 1;
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) produce();
+
+  // B descriptors (the area is fixed): atom h at +1024 bytes, K block q of it at +32 (16-byte units).
+  const uint64_t desc0 = sm90::desc_k_sw128(smem_addr(ring + L::kBOff));
+  float* const asf_w = reinterpret_cast<float*>(ring + L::kAsfOff);  // [token / 2][block][token % 2]
+  float* const wsf_w = reinterpret_cast<float*>(ring + L::kWsfOff);  // [warp][g8][block][row g8, g8 + 8]
+  const float4* const asf = reinterpret_cast<const float4*>(asf_w + t4 * kStageBlocks * 2);
+  const float4* const wsf = reinterpret_cast<const float4*>(wsf_w + (warp * 8 + g8) * kStageBlocks * 2);
+  float acc[4];
+  int row0 = 0, rows = 0, col0 = 0;
+  Cursor5 cc{first / slices, first % slices, 0, 0};
+  int cslot = 0;
+  while (cc.gi < n_active) {
+    if constexpr (S == 4) asm volatile("cp.async.wait_group 2;" ::: "memory");
+    else asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();  // the stage has landed for every thread; every warp is done with the previous one
+    produce();        // into the slot consumed last iteration
+    if (cc.st == 0) {
+      const int g = active[cc.gi];
+      row0 = off[g] + cc.batch * kTokens;
+      rows = min(off[g + 1] - row0, kTokens);
+      col0 = cc.slice * kRows;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[r] = 0.0f;
+    }
+    uint8_t* const st = ring + cslot * kStageBytes;
+    if (tid < 64) {  // B: token tid / 8, K block tid % 8, deinterleaved
+      const int t = tid >> 3, j = tid & 7;
+      if (t < rows) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(st + kARawOff + t * kStageK + j * 32);
+        const uint4 hi = *reinterpret_cast<const uint4*>(st + kARawOff + t * kStageK + j * 32 + 16);
+        const uint4 ev = make_uint4(__byte_perm(lo.x, lo.y, 0x6420), __byte_perm(lo.z, lo.w, 0x6420),
+                                    __byte_perm(hi.x, hi.y, 0x6420), __byte_perm(hi.z, hi.w, 0x6420));
+        const uint4 od = make_uint4(__byte_perm(lo.x, lo.y, 0x7531), __byte_perm(lo.z, lo.w, 0x7531),
+                                    __byte_perm(hi.x, hi.y, 0x7531), __byte_perm(hi.z, hi.w, 0x7531));
+        uint8_t* b = ring + L::kBOff + (j >> 2) * 1024 + t * 128;
+        const int c = (j & 3) * 2;
+        *reinterpret_cast<uint4*>(b + ((c ^ t) * 16)) = ev;
+        *reinterpret_cast<uint4*>(b + (((c + 1) ^ t) * 16)) = od;
+      }
+    } else {  // activation scales: block (tid - 64) / 8, token tid % 8
+      const int j = (tid - 64) >> 3, t = tid & 7;
+      asf_w[(t >> 1) * kStageBlocks * 2 + j * 2 + (t & 1)] = v4::ue8m0_x8(st[kAsOff + j * 32 + (row0 & 15) + t]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // weight scales: block idx / 64, row idx % 64
+      const int idx = tid + i * kThreads, j = idx >> 6, r = idx & 63;
+      wsf_w[((r >> 4) * 8 + (r & 7)) * kStageBlocks * 2 + j * 2 + ((r >> 3) & 1)] = v4::ue8m0_x8(st[kWsOff + idx]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes of B -> wgmma reads
+    __syncthreads();
+
+    const uint8_t* wr = st + kWOff + (16 * warp + g8) * kRowBytes + t4 * 4;
+    float d[2][4][4];
+    uint32_t a[2][4][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * h + q;
+        v4::e2m1x8_to_e4m3(lds32(wr + ((j ^ g8) * 16)), a[h][q][0], a[h][q][2]);
+        v4::e2m1x8_to_e4m3(lds32(wr + 8 * kRowBytes + ((j ^ g8) * 16)), a[h][q][1], a[h][q][3]);
+      }
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v4::wgmma_rs(d[h][q], a[h][q], desc0 + (h * 64 + q * 2));
+      sm90::wgmma_commit();
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 0) sm90::wgmma_wait<1>();
+      else sm90::wgmma_wait<0>();
+      const float4 as01 = asf[2 * h], as23 = asf[2 * h + 1], ws01 = wsf[2 * h], ws23 = wsf[2 * h + 1];
+      const float as[4][2] = {{as01.x, as01.y}, {as01.z, as01.w}, {as23.x, as23.y}, {as23.z, as23.w}};
+      const float ws[4][2] = {{ws01.x, ws01.y}, {ws01.z, ws01.w}, {ws23.x, ws23.y}, {ws23.z, ws23.w}};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        sm90::fence_regs(d[h][q]);
+        v4::fence_u32(a[h][q]);
+        acc[0] += d[h][q][0] * (ws[q][0] * as[q][0]);
+        acc[1] += d[h][q][1] * (ws[q][0] * as[q][1]);
+        acc[2] += d[h][q][2] * (ws[q][1] * as[q][0]);
+        acc[3] += d[h][q][3] * (ws[q][1] * as[q][1]);
+      }
+    }
+    if (cc.st == stages - 1) {  // token 2 t4 + c gets rows 16 w + g8 (+ 8) of the tile
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = 2 * t4 + c;
+        if (tok >= rows) continue;
+        uint16_t* y = p.y + (row0 + tok) * p.ldy + col0 + 16 * warp + g8;
+        y[0] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[c]));
+        y[8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 + c]));
+      }
+    }
+    advance(cc);
+    cslot = cslot + 1 == S ? 0 : cslot + 1;
+  }
+}
+}  // namespace v5
+
+// Kernel variants for the measurement run (DEEPINFER_MXFP4_DECODE = v2-16, v2-32, v3-16, v3-32, v4, v5,
+// v5s3; default v5).
 int variant() {
   static const int v = [] {
     const char* e = std::getenv("DEEPINFER_MXFP4_DECODE");
-    if (!e) return 4;
+    if (!e) return 5;
     if (!std::strcmp(e, "v2-16")) return 0;
     if (!std::strcmp(e, "v2-32")) return 1;
     if (!std::strcmp(e, "v3-16")) return 2;
     if (!std::strcmp(e, "v3-32")) return 3;
-    return 4;
+    if (!std::strcmp(e, "v4")) return 4;
+    if (!std::strcmp(e, "v5s3")) return 6;
+    return 5;
   }();
   return v;
+}
+
+template <int S>
+void launch_v5(const Params& p, int64_t active_bound, cudaStream_t s) {
+  using L = v5::Lay<S>;
+  static const int per_sm = [] {
+    int b = 0;
+    if (cudaFuncSetAttribute(v5::kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, v5::kernel<S>, v5::kThreads, L::kSmem) != cudaSuccess)
+      return 0;
+    return b;
+  }();
+  check(per_sm > 0, "mxfp4_decode: cannot launch with ", L::kSmem, " bytes of shared memory");
+  const int64_t grid = std::min<int64_t>(active_bound * (p.n / v5::kRows), int64_t{per_sm} * sm90::sm_count());
+  v5::kernel<S><<<static_cast<unsigned>(grid), v5::kThreads, L::kSmem, s>>>(p);
 }
 
 void launch_v4(const Params& p, int64_t active_bound, cudaStream_t s) {
@@ -675,7 +871,8 @@ bool mxfp4_decode_fits(const Fp8GemmArgs& a) {
   // Grouped: up to 32 rows a group on average (one token tile batch). Measured on 8 Flash layers
   // (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than with 8, and slower
   // again with 64 or 128 at 2048+ tokens.
-  const bool few_rows = a.groups > 0 ? a.m <= 32 * int64_t{a.groups} : a.m <= 64;
+  static const bool force = std::getenv("DEEPINFER_MXFP4_DECODE_FORCE") != nullptr;  // measurement run only
+  const bool few_rows = force || (a.groups > 0 ? a.m <= 32 * int64_t{a.groups} : a.m <= 64);
   return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && few_rows && a.k % kStageK == 0 &&
          a.n % 64 == 0 && reinterpret_cast<uintptr_t>(a.y) % 4 == 0 && a.ldy % 2 == 0;
 }
@@ -695,7 +892,9 @@ void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream) {
     case 1: launch_kernel<2>(v2::kernel<2>, p, active_bound, s, per_sm[1]); break;
     case 2: launch_kernel<1>(mxfp4_decode_kernel<1>, p, active_bound, s, per_sm[2]); break;
     case 3: launch_kernel<2>(mxfp4_decode_kernel<2>, p, active_bound, s, per_sm[3]); break;
-    default: launch_v4(p, active_bound, s); break;
+    case 4: launch_v4(p, active_bound, s); break;
+    case 6: launch_v5<3>(p, active_bound, s); break;
+    default: launch_v5<4>(p, active_bound, s); break;
   }
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_decode: launch failed: ", cudaGetErrorString(e));
