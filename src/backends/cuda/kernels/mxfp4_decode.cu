@@ -641,7 +641,7 @@ struct Cursor5 {
   int gi, slice, batch, st;
 };
 
-template <int S>
+template <int S, int QB>
 __global__ void __launch_bounds__(kThreads, S == 3 ? 5 : 4) kernel(const Params p) {
   using L = Lay<S>;
   extern __shared__ uint8_t smem_raw[];
@@ -707,8 +707,6 @@ __global__ void __launch_bounds__(kThreads, S == 3 ? 5 : 4) kernel(const Params 
   const uint64_t desc0 = sm90::desc_k_sw128(smem_addr(ring + L::kBOff));
   float* const asf_w = reinterpret_cast<float*>(ring + L::kAsfOff);  // [token / 2][block][token % 2]
   float* const wsf_w = reinterpret_cast<float*>(ring + L::kWsfOff);  // [warp][g8][block][row g8, g8 + 8]
-  const float4* const asf = reinterpret_cast<const float4*>(asf_w + t4 * kStageBlocks * 2);
-  const float4* const wsf = reinterpret_cast<const float4*>(wsf_w + (warp * 8 + g8) * kStageBlocks * 2);
   float acc[4];
   int row0 = 0, rows = 0, col0 = 0;
   Cursor5 cc{first / slices, first % slices, 0, 0};
@@ -753,39 +751,55 @@ __global__ void __launch_bounds__(kThreads, S == 3 ? 5 : 4) kernel(const Params 
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes of B -> wgmma reads
     __syncthreads();
 
+    // Batches of QB K blocks, rolling: batch h's wgmmas run while batch h - 1 is promoted.
     const uint8_t* wr = st + kWOff + (16 * warp + g8) * kRowBytes + t4 * 4;
-    float d[2][4][4];
-    uint32_t a[2][4][4];
+    constexpr int NB = kStageBlocks / QB;
+    float d[2][QB][4];
+    uint32_t a[2][QB][4];
+    auto promote = [&](int h) {
+      const int hb = h & 1;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+      for (int q = 0; q < QB; q += 2) {  // two K blocks a 16-byte read of each scale array
+        const int j = QB * h + q;
+        const float4 as = *reinterpret_cast<const float4*>(asf_w + t4 * kStageBlocks * 2 + j * 2);
+        const float4 ws = *reinterpret_cast<const float4*>(wsf_w + (warp * 8 + g8) * kStageBlocks * 2 + j * 2);
+        const float sa[2][2] = {{as.x, as.y}, {as.z, as.w}}, sw[2][2] = {{ws.x, ws.y}, {ws.z, ws.w}};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int j = 4 * h + q;
-        v4::e2m1x8_to_e4m3(lds32(wr + ((j ^ g8) * 16)), a[h][q][0], a[h][q][2]);
-        v4::e2m1x8_to_e4m3(lds32(wr + 8 * kRowBytes + ((j ^ g8) * 16)), a[h][q][1], a[h][q][3]);
+        for (int u = 0; u < 2; ++u) {
+          float (&dd)[4] = d[hb][q + u];
+          sm90::fence_regs(dd);
+          v4::fence_u32(a[hb][q + u]);
+          acc[0] += dd[0] * (sw[u][0] * sa[u][0]);
+          acc[1] += dd[1] * (sw[u][0] * sa[u][1]);
+          acc[2] += dd[2] * (sw[u][1] * sa[u][0]);
+          acc[3] += dd[3] * (sw[u][1] * sa[u][1]);
+        }
+      }
+      sm90::fence_regs(acc);  // the promotion stays ahead of the next batch's issue and wait
+    };
+#pragma unroll
+    for (int h = 0; h < NB; ++h) {
+      const int hb = h & 1;
+#pragma unroll
+      for (int q = 0; q < QB; ++q) {
+        const int j = QB * h + q;
+        v4::e2m1x8_to_e4m3(lds32(wr + ((j ^ g8) * 16)), a[hb][q][0], a[hb][q][2]);
+        v4::e2m1x8_to_e4m3(lds32(wr + 8 * kRowBytes + ((j ^ g8) * 16)), a[hb][q][1], a[hb][q][3]);
       }
       sm90::wgmma_fence();
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v4::wgmma_rs(d[h][q], a[h][q], desc0 + (h * 64 + q * 2));
+      for (int q = 0; q < QB; ++q) {
+        const int j = QB * h + q;
+        v4::wgmma_rs(d[hb][q], a[hb][q], desc0 + ((j >> 2) * 64 + (j & 3) * 2));
+      }
       sm90::wgmma_commit();
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h == 0) sm90::wgmma_wait<1>();
-      else sm90::wgmma_wait<0>();
-      const float4 as01 = asf[2 * h], as23 = asf[2 * h + 1], ws01 = wsf[2 * h], ws23 = wsf[2 * h + 1];
-      const float as[4][2] = {{as01.x, as01.y}, {as01.z, as01.w}, {as23.x, as23.y}, {as23.z, as23.w}};
-      const float ws[4][2] = {{ws01.x, ws01.y}, {ws01.z, ws01.w}, {ws23.x, ws23.y}, {ws23.z, ws23.w}};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        sm90::fence_regs(d[h][q]);
-        v4::fence_u32(a[h][q]);
-        acc[0] += d[h][q][0] * (ws[q][0] * as[q][0]);
-        acc[1] += d[h][q][1] * (ws[q][0] * as[q][1]);
-        acc[2] += d[h][q][2] * (ws[q][1] * as[q][0]);
-        acc[3] += d[h][q][3] * (ws[q][1] * as[q][1]);
+      if (h > 0) {
+        sm90::wgmma_wait<1>();
+        promote(h - 1);
       }
     }
+    sm90::wgmma_wait<0>();
+    promote(NB - 1);
     if (cc.st == stages - 1) {  // token 2 t4 + c gets rows 16 w + g8 (+ 8) of the tile
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
@@ -803,7 +817,7 @@ __global__ void __launch_bounds__(kThreads, S == 3 ? 5 : 4) kernel(const Params 
 }  // namespace v5
 
 // Kernel variants for the measurement run (DEEPINFER_MXFP4_DECODE = v2-16, v2-32, v3-16, v3-32, v4, v5,
-// v5s3; default v5).
+// v5q2; default v5).
 int variant() {
   static const int v = [] {
     const char* e = std::getenv("DEEPINFER_MXFP4_DECODE");
@@ -813,25 +827,25 @@ int variant() {
     if (!std::strcmp(e, "v3-16")) return 2;
     if (!std::strcmp(e, "v3-32")) return 3;
     if (!std::strcmp(e, "v4")) return 4;
-    if (!std::strcmp(e, "v5s3")) return 6;
+    if (!std::strcmp(e, "v5q2")) return 6;
     return 5;
   }();
   return v;
 }
 
-template <int S>
+template <int S, int QB>
 void launch_v5(const Params& p, int64_t active_bound, cudaStream_t s) {
   using L = v5::Lay<S>;
   static const int per_sm = [] {
     int b = 0;
-    if (cudaFuncSetAttribute(v5::kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, v5::kernel<S>, v5::kThreads, L::kSmem) != cudaSuccess)
+    if (cudaFuncSetAttribute(v5::kernel<S, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, v5::kernel<S, QB>, v5::kThreads, L::kSmem) != cudaSuccess)
       return 0;
     return b;
   }();
   check(per_sm > 0, "mxfp4_decode: cannot launch with ", L::kSmem, " bytes of shared memory");
   const int64_t grid = std::min<int64_t>(active_bound * (p.n / v5::kRows), int64_t{per_sm} * sm90::sm_count());
-  v5::kernel<S><<<static_cast<unsigned>(grid), v5::kThreads, L::kSmem, s>>>(p);
+  v5::kernel<S, QB><<<static_cast<unsigned>(grid), v5::kThreads, L::kSmem, s>>>(p);
 }
 
 void launch_v4(const Params& p, int64_t active_bound, cudaStream_t s) {
@@ -893,8 +907,8 @@ void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream) {
     case 2: launch_kernel<1>(mxfp4_decode_kernel<1>, p, active_bound, s, per_sm[2]); break;
     case 3: launch_kernel<2>(mxfp4_decode_kernel<2>, p, active_bound, s, per_sm[3]); break;
     case 4: launch_v4(p, active_bound, s); break;
-    case 6: launch_v5<3>(p, active_bound, s); break;
-    default: launch_v5<4>(p, active_bound, s); break;
+    case 6: launch_v5<4, 2>(p, active_bound, s); break;
+    default: launch_v5<4, 4>(p, active_bound, s); break;
   }
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_decode: launch failed: ", cudaGetErrorString(e));
