@@ -2,21 +2,24 @@
 // few rows (decode: about one token per active expert). fp8_gemm (fp8_gemm.h) calls it itself; the
 // arguments and the result are fp8_gemm's, up to the fp32 summation order inside a K block.
 //
-// Kernel: each warp streams a 16- or 32-row slice of one active expert's weights once, over the whole K,
+// Kernel: one CTA (a warpgroup) streams 64 rows of one active expert's weights once, over the whole K,
 // with the activations of up to 8 of the group's tokens and both scale sets, through a 4-stage cp.async
-// ring in its own shared memory (no block-wide barrier); the e2m1 codes become e4m3 codes of 2^-6 times
-// their value in registers (same sign / exponent / mantissa layout, bias 6 higher: shifts and masks), each
-// K block of 32 is one m16n8k32 FP8 mma per 16 weight rows x 8 tokens, and its fp32 partial is promoted
-// with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K order. A group of more than 8 rows
-// takes them in batches of 8, each streaming the slice again (mostly from L2).
-// Results depend on a row's own inputs only (no split K), not on m or the other groups.
+// ring; a persistent grid walks (64-row slice, token batch, K stage) items with the next items' copies in
+// flight across slices. Each warp widens its 16 rows' e2m1 codes in registers to e4m3 codes of 2^-6 times
+// their value (same sign / exponent / mantissa layout, bias 6 higher: shifts and masks) and feeds them as
+// wgmma's A operand (m64n8k32, A from registers); the activations, deinterleaved once a stage into even-k
+// and odd-k halves of each K block to match the codes' nibble split, are B in shared memory. Each K
+// block's fp32 partial is promoted with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K
+// order. A group of more than 8 rows takes them in batches of 8, each streaming the slice again.
+// Results depend on a row's own inputs only (no split K), not on m or the other groups. Scale bytes
+// above 251 (2^124 and up) are read as 251.
 #pragma once
 #include "backends/cuda/kernels/fp8_gemm.h"
 
 namespace deepinfer::cuda {
 
-// Whether the decode path takes `a`: MXFP4, k % 256 == 0, not batch-invariant, and few rows (grouped: m <=
-// 32 x groups, about 32 rows a group; ungrouped: m <= 64).
+// Whether the decode path takes `a`: MXFP4, k % 256 == 0, n % 64 == 0, not batch-invariant, and few
+// rows (grouped: m <= 32 x groups, about 32 rows a group; ungrouped: m <= 64).
 bool mxfp4_decode_fits(const Fp8GemmArgs& a);
 // Enqueues it (after fp8_gemm's argument checks).
 void mxfp4_decode_gemm(const Fp8GemmArgs& a, void* stream);
