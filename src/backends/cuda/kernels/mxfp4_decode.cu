@@ -285,8 +285,9 @@ void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
 
 }  // namespace
 
-// Measured on the H200 (docs/performance.md, kernels6): 1.2-1.45x the bytes floor at 8-64 tokens and
-// 2.2-3.4x faster than the WGMMA path at 512 (4096 tokens forced onto a close variant: 1.3x slower).
+// Measured on the H200 (docs/performance.md, kernels6): 1.2-1.45x the bytes floor at 8-64 tokens; at 512
+// tokens 2044 / 1045 us against the WGMMA path's 6901 / 3443 (kernels5's run); at 4096 a close variant
+// forced onto this path took 1.3x the WGMMA path's time, so prefill stays there.
 bool mxfp4_decode_fits(const Fp8GemmArgs& a) {
   // Grouped: up to 32 rows a group on average (one token tile batch). Measured on 8 Flash layers
   // (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than with 8, and slower
