@@ -286,12 +286,13 @@ void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
 }  // namespace
 
 // Measured on the H200 (docs/performance.md, kernels6): 1.2-1.45x the bytes floor at 8-64 tokens; at 512
-// tokens 2044 / 1045 us against the WGMMA path's 6901 / 3443 (kernels5's run); at 4096 a close variant
-// forced onto this path took 1.3x the WGMMA path's time, so prefill stays there.
+// tokens 2044 / 1045 us against the WGMMA path's 6901 / 3443 (kernels5's run); at 4096 (64 rows a group)
+// a close variant forced onto this path took 1.3x the WGMMA path's time.
 bool mxfp4_decode_fits(const Fp8GemmArgs& a) {
-  // Grouped: up to 32 rows a group on average (one token tile batch). Measured on 8 Flash layers
-  // (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than with 8, and slower
-  // again with 64 or 128 at 2048+ tokens.
+  // Grouped: up to 32 rows a group on average. Measured on 8 Flash layers with the previous (mma.sync)
+  // kernel of this path (docs/performance.md): a prefill of 128-4096 tokens is 1-7% faster with 32 than
+  // with 8, and slower again with 64 or 128 at 2048+ tokens; this kernel is faster than that one at 8
+  // and 64 rows a group, 32 not re-measured.
   const bool few_rows = a.groups > 0 ? a.m <= 32 * int64_t{a.groups} : a.m <= 64;
   return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && few_rows && a.k % kStageK == 0 && a.n % kRows == 0;
 }
