@@ -32,6 +32,8 @@ class SamplingParams:
     # ({"schema_type": "regex" | "json" | "json_schema" | "ebnf" | "choice" | "json_object", "schema": ...}).
     seq_seed: Optional[int] = None
     so_args: Optional[dict[str, Any]] = None
+    # vLLM hands these to custom logits processors and plugins; DeepInfer has neither, so a non-empty
+    # dict is refused (refuse_extra_args) rather than accepted without effect.
     extra_args: Optional[dict[str, Any]] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -42,6 +44,7 @@ class SamplingParams:
         self.seed = self.seq_seed
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        refuse_extra_args(self.extra_args, "SamplingParams.extra_args")
         if self.so_args is not None and not isinstance(self.so_args, dict):
             raise ValueError("SamplingParams.so_args must be a dict like {'schema_type': ..., 'schema': ...}")
         from . import _core
@@ -70,3 +73,16 @@ class SamplingParams:
         for key in ("seq_seed", "extra_args"):
             d.pop(key)
         return d
+
+
+def refuse_extra_args(extra_args: Any, name: str) -> None:
+    """None or {} pass; anything else is an error naming its keys (nothing in DeepInfer reads them)."""
+    if extra_args is None:
+        return
+    if not isinstance(extra_args, dict):
+        raise TypeError(f"{name} must be a dict, got {type(extra_args).__name__}")
+    if extra_args:
+        keys = [repr(k)[:40] for k in list(extra_args)[:8]]
+        more = f" and {len(extra_args) - 8} more" if len(extra_args) > 8 else ""
+        raise ValueError(f"{name} has {', '.join(keys)}{more}: DeepInfer has no custom logits processors or "
+                         f"plugins to read extra arguments, so they would have no effect")

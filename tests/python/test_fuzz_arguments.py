@@ -42,7 +42,7 @@ def values(rng):
     return tuple(rng.choice([0, 1, 5, 2 ** 31]) for _ in range(rng.randrange(4)))
 
 
-FIELDS = [f.name for f in dataclasses.fields(SamplingParams) if f.name != "extra_args"]
+FIELDS = [f.name for f in dataclasses.fields(SamplingParams)]
 SCHEMA_TYPES = ["regex", "json", "json_schema", "ebnf", "choice", "json_object", "grammar", "", None, 5]
 SCHEMAS = ["[a-z]{1,3}", "(a|b)*c", "((((", '{"type": "integer"}', '{"$ref": "#"}', "root ::= \"a\" root",
            'root ::= "x" | "y"', ["yes", "no"], [], {"type": "object", "properties": {"a": {"type": "string"}}},

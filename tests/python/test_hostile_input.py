@@ -223,6 +223,23 @@ def test_sampling_params_as_a_dict(tiny):
         tiny.generate({"prompt_token_ids": [5, 6]}, 0.5, use_tqdm=False)
 
 
+def test_extra_args_are_refused_naming_their_keys(tiny):
+    # vLLM hands extra_args to custom logits processors; DeepInfer has none, so they would do nothing.
+    with pytest.raises(ValueError, match="extra_args has 'my_bias', 'k2': DeepInfer has no custom logits"):
+        SamplingParams(extra_args={"my_bias": 67, "k2": [1]})
+    with pytest.raises(ValueError, match=r"'k0', .*'k7' and 92 more"):
+        SamplingParams(extra_args={f"k{i}": i for i in range(100)})
+    with pytest.raises(TypeError, match="extra_args must be a dict, got list"):
+        SamplingParams(extra_args=["my_bias"])
+    with pytest.raises(ValueError, match="'my_bias'"):
+        tiny.generate({"prompt_token_ids": [5, 6]}, {"max_tokens": 2, "extra_args": {"my_bias": 1}}, use_tqdm=False)
+    plain = tiny.generate({"prompt_token_ids": [5, 6]}, SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
+    for empty in (None, {}):
+        out = tiny.generate({"prompt_token_ids": [5, 6]}, SamplingParams(temperature=0, max_tokens=3, extra_args=empty),
+                            use_tqdm=False)
+        assert out[0].outputs[0].token_ids == plain[0].outputs[0].token_ids
+
+
 def test_a_bad_request_changes_no_other_output(tiny):
     good = [{"prompt_token_ids": [3, 4, 5]}, {"prompt_token_ids": [9, 8]}]
     ref = tiny.generate(good, SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)

@@ -280,6 +280,7 @@ def test_disconnect_frees_unstreamed_request(server):
     ({"prompt": "x", "guided_regex": "a", "guided_choice": ["b"]}, "one structured-output"),
     ({"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, "structural_tag not supported"),
     ({"prompt": [1, 2, 10**9]}, "outside the vocabulary"),
+    ({"prompt": "x", "vllm_xargs": {"my_arg": 67}}, "'vllm_xargs' has 'my_arg'"),
 ])
 def test_bad_completion_requests(server, client, body, message):
     if "prompt" in body:

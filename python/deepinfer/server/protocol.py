@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ..sampling_params import SamplingParams
+from ..sampling_params import SamplingParams, refuse_extra_args
 
 
 class APIError(Exception):
@@ -124,6 +124,10 @@ def sampling_params(body: dict, *, max_tokens_default: Optional[int], logprobs: 
         seq_seed=seed if seed is None or seed >= 0 else seed & ((1 << 64) - 1),
         so_args=so_args,
     )
+    try:  # vLLM's channel to SamplingParams.extra_args
+        refuse_extra_args(get(body, "vllm_xargs", (dict,)), "'vllm_xargs'")
+    except ValueError as e:
+        raise bad(str(e), "vllm_xargs") from None
     best_of = get(body, "best_of", (int,))
     if best_of is not None and best_of != kw["n"]:
         raise bad("best_of other than n is not supported", "best_of")
