@@ -5,8 +5,10 @@
 #   scripts/sanitize.sh [--cpp-only | --python-only] [ctest -R regex] [pytest -k expression]
 #   SANITIZE_TARGETS="engine_test llm_test ..."   build only these (default: everything)
 #   SANITIZE_PYTESTS="tests/python/test_hostile_input.py ..."   (default: every Python test)
-# Any report fails the run (halt_on_error). Leaks are reported for the C++ tests; not for Python (the
-# interpreter keeps its objects at exit). CPU only.
+# Any report fails the run (halt_on_error). An allocation too large for the machine returns null, as
+# malloc does (allocator_may_return_null), so the engine's own "out of memory" error is what is tested.
+# Leaks are reported for the C++ tests; not for Python (the interpreter keeps its objects at exit).
+# CPU only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_deps.sh
@@ -27,7 +29,7 @@ targets=(${SANITIZE_TARGETS:-})
 cmake --build "$dir" -j "${DEEPINFER_BUILD_JOBS:-$(nproc)}" ${targets[@]+--target "${targets[@]}"}
 
 if [[ $what != python ]]; then
-  export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   ctest --test-dir "$dir" --output-on-failure -j "${DEEPINFER_BUILD_JOBS:-$(nproc)}" ${1:+-R "$1"}
   echo "sanitize.sh: the C++ tests ran clean under ASan + UBSan"
 fi
@@ -45,7 +47,7 @@ if [[ $what != cpp ]]; then
   # Reports go to files: pytest captures stderr, and an abort takes its capture with it.
   report="$PWD/$dir/sanitizer-report"
   rm -f "$report".*
-  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$report \
+  ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1:log_path=$report \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$report \
     LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
     PYTHONPATH="$PWD/$dir/python" PATH="$PWD/$dir/bin:$PATH" DEEPINFER_TEST_INSTALLED=1 DEEPINFER_BUILD_DIR="$dir" \

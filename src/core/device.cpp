@@ -1,6 +1,7 @@
 #include "core/device.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -30,6 +31,8 @@ class HostMemory final : public DeviceMemory {
  public:
   Device device() const override { return {}; }
   void* allocate(size_t bytes) override {
+    // Rounded up to the alignment; a size within 255 of SIZE_MAX would wrap to a tiny block.
+    check(bytes <= SIZE_MAX - 255, "out of host memory allocating ", bytes, " bytes");
     void* p = std::aligned_alloc(256, std::max<size_t>(256, (bytes + 255) / 256 * 256));
     check(p != nullptr, "out of host memory allocating ", bytes, " bytes");
     return p;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -175,6 +176,7 @@ TEST(OpTableMemory, FailedAllocationThrows) {
   for (const Device& d : tested_devices()) {
     ops::Backend& b = ops::backend_for(d);
     EXPECT_THROW(b.allocate(size_t{1} << 52), Error) << d.str();
+    EXPECT_THROW(b.allocate(SIZE_MAX - 10), Error) << d.str();  // rounding up must not wrap to a small block
     void* p = b.allocate(16);
     const float one[4] = {1, 2, 3, 4};
     float back[4] = {};
