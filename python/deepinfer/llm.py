@@ -202,7 +202,7 @@ class LLM:
         return list(self._engine.encode(text))
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._engine.decode(list(token_ids), skip_special_tokens)
+        return self._engine.decode(token_ids, skip_special_tokens)  # checked there: a list of ids in the vocabulary
 
     @property
     def model_dir(self) -> str:

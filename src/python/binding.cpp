@@ -272,13 +272,24 @@ PYBIND11_MODULE(_core, m) {
       .def("has_unfinished", [](LLM& llm) { return llm.engine().has_unfinished(); })
       .def("has_tokenizer", [](LLM& llm) { return llm.engine().codec() != nullptr; })
       .def("encode",
-           [](LLM& llm, const std::string& text) {
+           [](LLM& llm, const py::object& text_obj) {
              check(llm.engine().codec(), "this model has no tokenizer");
+             std::string text;
+             convert(text_obj, "LLM.encode: text", text);
              return llm.engine().codec()->encode(text);
            })
-      .def("decode",
-           [](LLM& llm, const std::vector<int32_t>& ids, bool skip_special) {
+      .def("decode",  // ids outside the vocabulary are refused, not skipped silently
+           [](LLM& llm, const py::object& ids_obj, const py::object& skip_obj) {
              check(llm.engine().codec(), "this model has no tokenizer");
+             std::vector<int32_t> ids;
+             bool skip_special = true;
+             convert(ids_obj, "LLM.decode: token_ids", ids);
+             convert(skip_obj, "LLM.decode: skip_special_tokens", skip_special);
+             const int64_t vocab = llm.engine().model().vocab_size();
+             for (size_t i = 0; i < ids.size(); ++i)
+               if (ids[i] < 0 || ids[i] >= vocab)
+                 throw py::value_error("LLM.decode: token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                       " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
              return llm.engine().codec()->decode(ids, skip_special);
            },
            py::arg("ids"), py::arg("skip_special_tokens") = true)

@@ -154,6 +154,19 @@ def test_random_chat_messages_tools_and_template_arguments(llm, canary):
     assert seen["ok"] > 0 and seen["refused"] > 0, seen
 
 
+def test_random_encode_and_decode_arguments(llm):
+    rng = random.Random(1703)
+    seen = {"ok": 0, "refused": 0}
+    for _ in range(CASES):
+        text = values(rng)
+        seen[run(lambda: llm.encode(text))] += 1
+        ids = rng.choice([values(rng), [rng.choice([0, 1, 5, 100, -1, 2 ** 31 - 1, 2 ** 31, 10 ** 6, True, 1.0])
+                                        for _ in range(rng.randrange(4))]])
+        kw = {"skip_special_tokens": values(rng)} if rng.random() < 0.3 else {}
+        seen[run(lambda: llm.decode(ids, **kw))] += 1
+    assert seen["ok"] > 0 and seen["refused"] > 0, seen
+
+
 def test_what_the_random_test_found(llm):
     # a list holding itself: dataclasses.asdict recursed without bound (RecursionError)
     with pytest.raises(TypeError, match="SamplingParams.stop_token_ids\\[1\\] must be an int"):

@@ -240,6 +240,29 @@ def test_extra_args_are_refused_naming_their_keys(tiny):
         assert out[0].outputs[0].token_ids == plain[0].outputs[0].token_ids
 
 
+def test_encode_and_decode_check_their_arguments(demo):
+    assert demo.decode(demo.encode("hello world")) == "hello world"
+    vocab = demo._engine.vocab_size()
+    for ids, err, needle in [
+        ([1, -5], ValueError, r"token_ids\[1\] = -5 is outside the vocabulary \[0, "),
+        ([vocab], ValueError, f"token_ids\\[0\\] = {vocab} is outside the vocabulary"),  # was '' silently
+        ([2 ** 40], ValueError, r"token_ids\[0\] = 1099511627776 is out of range"),
+        ([1.5], TypeError, r"token_ids\[0\] must be an int, got float"),
+        ([True], TypeError, r"token_ids\[0\] must be an int, got bool"),
+        (None, TypeError, "LLM.decode: token_ids must be a list, got NoneType"),
+    ]:
+        with pytest.raises(err, match=needle):
+            demo.decode(ids)
+    with pytest.raises(TypeError, match="skip_special_tokens must be a bool, got str"):
+        demo.decode([1], skip_special_tokens="no")
+    with pytest.raises(TypeError, match="LLM.encode: text must be a str, got int"):
+        demo.encode(5)
+    with pytest.raises(TypeError, match="LLM.encode: text must be a str, got bytes"):  # was encoded as its bytes
+        demo.encode(b"x")
+    with pytest.raises(ValueError, match="LLM.encode: text is not valid Unicode"):
+        demo.encode("\ud800")
+
+
 def test_a_bad_request_changes_no_other_output(tiny):
     good = [{"prompt_token_ids": [3, 4, 5]}, {"prompt_token_ids": [9, 8]}]
     ref = tiny.generate(good, SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)
