@@ -169,15 +169,16 @@ class NfaBuilder {
   Nfa& nfa_;
 };
 
-void closure(const Nfa& nfa, std::vector<uint32_t>& set) {
+// Epsilon closure of set (sorted on return). stamp/round: marks of this call (stamp[s] == round),
+// so a rule of n NFA states costs its closures' sizes, not n per closure.
+void closure(const Nfa& nfa, std::vector<uint32_t>& set, std::vector<uint32_t>& stamp, uint32_t round) {
   std::vector<uint32_t> stack = set;
-  std::vector<uint8_t> seen(nfa.states.size(), 0);
-  for (uint32_t s : set) seen[s] = 1;
+  for (uint32_t s : set) stamp[s] = round;
   while (!stack.empty()) {
     uint32_t s = stack.back();
     stack.pop_back();
     for (uint32_t t : nfa.states[s].eps)
-      if (!seen[t]) { seen[t] = 1; set.push_back(t); stack.push_back(t); }
+      if (stamp[t] != round) { stamp[t] = round; set.push_back(t); stack.push_back(t); }
   }
   std::sort(set.begin(), set.end());
 }
@@ -187,8 +188,10 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
   std::map<std::vector<uint32_t>, uint32_t> ids;
   std::vector<std::vector<uint32_t>> pending;
   uint32_t base = static_cast<uint32_t>(a.nodes.size());
+  std::vector<uint32_t> stamp(nfa.states.size(), 0);
+  uint32_t round = 0;
   auto intern = [&](std::vector<uint32_t> set) {
-    closure(nfa, set);
+    closure(nfa, set, stamp, ++round);
     auto [it, inserted] = ids.emplace(set, base + static_cast<uint32_t>(ids.size()));
     if (inserted) pending.push_back(std::move(set));
     return it->second;

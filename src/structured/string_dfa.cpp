@@ -1,6 +1,7 @@
 #include "structured/string_dfa.h"
 
 #include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "structured/fsm.h"
@@ -84,9 +85,16 @@ bool dfa_matches(const ByteDfa& d, const std::string& content) {
 ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_states, const std::string& what) {
   check(!parts.empty() && parts.size() <= 64, "string_dfa: 1 to 64 parts");
   ProductDfa p;
-  std::map<std::vector<uint32_t>, uint32_t> ids;
+  struct TupleHash {
+    size_t operator()(const std::vector<uint32_t>& t) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : t) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      return h ^ (h >> 31);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, uint32_t, TupleHash> ids;
   std::vector<std::vector<uint32_t>> tuples;
-  auto intern = [&](std::vector<uint32_t> t) {
+  auto intern = [&](const std::vector<uint32_t>& t) {
     auto [it, fresh] = ids.emplace(t, static_cast<uint32_t>(tuples.size()));
     if (fresh) {
       check(tuples.size() < max_states, "json schema: unsupported ", what, " (more than ", max_states, " automaton states)");
@@ -94,7 +102,7 @@ ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_stat
       for (size_t i = 0; i < t.size(); ++i)
         if (t[i] != ByteDfa::kNone && parts[i]->accepting[t[i]]) acc |= 1ull << i;
       p.accepts.push_back(acc);
-      tuples.push_back(std::move(t));
+      tuples.push_back(t);
     }
     return it->second;
   };
