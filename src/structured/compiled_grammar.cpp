@@ -387,18 +387,68 @@ std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
   return cls;
 }
 
+namespace {
+
+struct SigHash {
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+  }
+};
+
+constexpr size_t kMaxSharedPart = 64;  // automaton states of a part shared across grammars
+
+// The automaton part a node reaches (accepting flags and byte edges, in BFS order): a node's
+// token class depends on nothing else when the part refers to no rule and counts nothing. Empty
+// when it does, or has more than kMaxSharedPart states.
+std::vector<uint32_t> part_signature(const Automaton& a, uint32_t node) {
+  std::vector<uint32_t> order{node}, sig;
+  std::unordered_map<uint32_t, uint32_t> index{{node, 0}};
+  for (size_t k = 0; k < order.size(); ++k) {
+    const FsmNode& n = a.nodes[order[k]];
+    if (n.ref_begin != n.ref_end || a.counted(n.rule)) return {};
+    sig.insert(sig.end(), {n.accepting ? 1u : 0u, n.byte_end - n.byte_begin});
+    for (uint32_t e = n.byte_begin; e < n.byte_end; ++e) {
+      const ByteEdge& b = a.byte_edges[e];
+      auto [it, fresh] = index.emplace(b.target, static_cast<uint32_t>(order.size()));
+      if (fresh) {
+        if (order.size() == kMaxSharedPart) return {};
+        order.push_back(b.target);
+      }
+      sig.insert(sig.end(), {b.lo, b.hi, it->second});
+    }
+  }
+  return sig;
+}
+
+}  // namespace
+
+// By part signature: whole masks, and (first byte, then the target's signature) ranges of one
+// first byte. Bounded: past kMaxBytes nothing more is kept (grammars then keep their own).
+struct SharedClasses {
+  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  std::mutex mu;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const StateMask>, SigHash> masks;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const Classified>, SigHash> ranges;
+  size_t bytes = 0;
+};
+
+std::shared_ptr<SharedClasses> make_shared_classes() { return std::make_shared<SharedClasses>(); }
+
 // What the lazy classification keeps: the masks computed so far, the ranges shared between
 // nodes, one copy of each accepted bitset and count table.
 struct CompiledGrammar::Lazy {
   explicit Lazy(const Automaton* a, size_t masks) : parser(a), masks(masks) {}
   std::mutex mu;  // held while a mask is computed
   EarleyParser parser;
-  std::vector<std::unique_ptr<StateMask>> masks;
+  std::vector<std::shared_ptr<const StateMask>> masks;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> signatures;  // by node, memo of part_signature
   // A node without sub-rules (outside counted rules) classifies the tokens of first byte b
   // exactly like any other such node whose b edge leads to the same class: the walk after b only
   // sees that target. Key: b << 32 | the target's class. (The nodes of an extra-key DFA differ
   // only on the bytes of the declared names.)
-  std::unordered_map<uint64_t, Classified> shared;
+  std::unordered_map<uint64_t, std::shared_ptr<const Classified>> shared;
   // Masks accepting the same tokens share one bitset (the nodes of an extra-key DFA mostly do).
   std::unordered_multimap<uint64_t, std::shared_ptr<const std::vector<uint32_t>>> bitsets;
   CountsCache counts;
@@ -435,17 +485,36 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
   std::lock_guard<std::mutex> lock(z.mu);
   if (const StateMask* done = ready_[m].load(std::memory_order_relaxed)) return done;  // another thread's
   const Automaton& a = automaton_;
+  SharedClasses& global = vocab_.shared_classes();
+  auto signature = [&](uint32_t n) -> const std::vector<uint32_t>& {
+    auto it = z.signatures.find(n);
+    return it != z.signatures.end() ? it->second : z.signatures.emplace(n, part_signature(a, n)).first->second;
+  };
+  auto publish = [&](std::shared_ptr<const StateMask> mask) {
+    const StateMask* out = (z.masks[m] = std::move(mask)).get();
+    ++z.computed;
+    ready_[m].store(out, std::memory_order_release);
+    return out;
+  };
   const uint32_t rep = reps_[m];
+  const std::vector<uint32_t>& sig = signature(rep);
+  if (!sig.empty()) {
+    std::lock_guard<std::mutex> g(global.mu);
+    auto it = global.masks.find(sig);
+    if (it != global.masks.end()) return publish(it->second);
+  }
   const FsmNode& node = a.nodes[rep];
   const std::bitset<256> first = first_bytes(a, rep, z.parser);
   const bool shareable = node.ref_begin == node.ref_end && !a.counted(node.rule);
-  std::vector<const Classified*> parts;  // in sorted-vocab order
-  std::deque<Classified> own;
+  std::vector<std::shared_ptr<const Classified>> parts;  // in sorted-vocab order
+  auto classify = [&](int lo, int hi) {
+    auto c = std::make_shared<Classified>();
+    classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(lo), vocab_.first_byte_begin(hi), z.parser, *c);
+    return c;
+  };
   int run = -1;  // first byte of the unshared bytes being gathered into one walk
   auto flush = [&](int end) {
-    if (run < 0) return;
-    classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(run), vocab_.first_byte_begin(end), z.parser, own.emplace_back());
-    parts.push_back(&own.back());
+    if (run >= 0) parts.push_back(classify(run, end));
     run = -1;
   };
   for (int b = 0; b < 256; ++b) {
@@ -454,20 +523,38 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
       if (run < 0) run = b;
       continue;
     }
-    auto [it, fresh] = z.shared.try_emplace(uint64_t(b) << 32 | cls_[a.step(rep, uint8_t(b))]);
-    if (fresh) classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(b), vocab_.first_byte_begin(b + 1), z.parser, it->second);
-    parts.push_back(&it->second);
+    const uint32_t target = a.step(rep, uint8_t(b));
+    std::vector<uint32_t> key = signature(target);
+    if (!key.empty()) {  // the same range in every grammar
+      key.push_back(uint32_t(b));
+      {
+        std::lock_guard<std::mutex> g(global.mu);
+        auto it = global.ranges.find(key);
+        if (it != global.ranges.end()) {
+          parts.push_back(it->second);
+          continue;
+        }
+      }
+      parts.push_back(classify(b, b + 1));
+      std::lock_guard<std::mutex> g(global.mu);
+      if (global.bytes < SharedClasses::kMaxBytes && global.ranges.emplace(std::move(key), parts.back()).second)
+        global.bytes += 4 * (parts.back()->accepted.size() + parts.back()->uncertain.size()) + 64;
+      continue;
+    }
+    std::shared_ptr<const Classified>& local = z.shared[uint64_t(b) << 32 | cls_[target]];
+    if (!local) local = classify(b, b + 1);
+    parts.push_back(local);
   }
   flush(256);
-  auto mask = std::make_unique<StateMask>();
+  auto mask = std::make_shared<StateMask>();
   size_t accepted = 0, uncertain = 0;
-  for (const Classified* c : parts) accepted += c->accepted.size(), uncertain += c->uncertain.size();
+  for (const auto& c : parts) accepted += c->accepted.size(), uncertain += c->uncertain.size();
   mask->uncertain.reserve(uncertain);
-  for (const Classified* c : parts) mask->uncertain.insert(mask->uncertain.end(), c->uncertain.begin(), c->uncertain.end());
+  for (const auto& c : parts) mask->uncertain.insert(mask->uncertain.end(), c->uncertain.begin(), c->uncertain.end());
   const size_t words = (vocab_.size() + 31) / 32;
   if (accepted > words) {
     std::vector<uint32_t> bits(words, 0);
-    for (const Classified* c : parts)
+    for (const auto& c : parts)
       for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (uint32_t w : bits) h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
@@ -476,14 +563,16 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
     if (!mask->accepted_bits) mask->accepted_bits = z.bitsets.emplace(h, std::make_shared<const std::vector<uint32_t>>(std::move(bits)))->second;
   } else {
     mask->accepted_ids.reserve(accepted);
-    for (const Classified* c : parts) mask->accepted_ids.insert(mask->accepted_ids.end(), c->accepted.begin(), c->accepted.end());
+    for (const auto& c : parts) mask->accepted_ids.insert(mask->accepted_ids.end(), c->accepted.begin(), c->accepted.end());
     std::sort(mask->accepted_ids.begin(), mask->accepted_ids.end());
   }
   if (a.counted(node.rule)) add_char_counts(a, vocab_, rep, *mask, z.counts);
-  const StateMask* out = (z.masks[m] = std::move(mask)).get();
-  ++z.computed;
-  ready_[m].store(out, std::memory_order_release);
-  return out;
+  if (!sig.empty()) {
+    std::lock_guard<std::mutex> g(global.mu);
+    if (global.bytes < SharedClasses::kMaxBytes && global.masks.emplace(sig, mask).second)
+      global.bytes += 4 * (mask->accepted_ids.size() + mask->uncertain.size() + (mask->accepted_bits ? words : 0)) + 64;
+  }
+  return publish(std::move(mask));
 }
 
 size_t CompiledGrammar::num_computed_masks() const {
@@ -519,7 +608,7 @@ size_t CompiledGrammar::memory_bytes() const {
     if (m->accepted_bits && shared.insert(m->accepted_bits.get()).second) total += 4 * m->accepted_bits->size();
     if (m->counts && shared.insert(m->counts.get()).second) total += 4 * (m->counts->at_most_bits.size() + 2 * m->counts->long_ids.size());
   }
-  for (const auto& [key, c] : lazy_->shared) total += 4 * (c.accepted.size() + c.uncertain.size());
+  for (const auto& [key, c] : lazy_->shared) total += 4 * (c->accepted.size() + c->uncertain.size());
   return total;
 }
 

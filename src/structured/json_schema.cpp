@@ -1649,7 +1649,11 @@ class Converter {
     if (declared.size() <= kMaxKeyTrie) {
       const ByteDfa all = content_dfa();
       const ProductDfa prod = product_dfa({&all, &declared}, all.size() * (declared.size() + 1), "object keys");
-      return g_.seq({g_.lit("\""), g_.dfa(select_dfa(prod, [](uint64_t acc) { return acc == 1; })), g_.lit("\"")});
+      // A rule of its own: the DFA's states past the names reach no other rule, so their token
+      // classes are the same in every grammar (compiled_grammar.cpp, SharedClasses).
+      const int r = g_.declare_rule("keys" + std::to_string(g_.num_rules()));
+      g_.define_rule(r, g_.seq({g_.lit("\""), g_.dfa(select_dfa(prod, [](uint64_t acc) { return acc == 1; })), g_.lit("\"")}));
+      return g_.ref(r);
     }
     return key_trie_not_in(names);
   }
