@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -185,7 +186,14 @@ void closure(const Nfa& nfa, std::vector<uint32_t>& set, std::vector<uint32_t>& 
 
 // Subset construction of one rule's NFA, appending DFA nodes to `a`. Returns the start node.
 uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint32_t rule, Automaton& a) {
-  std::map<std::vector<uint32_t>, uint32_t> ids;
+  struct SetHash {
+    size_t operator()(const std::vector<uint32_t>& v) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      return h ^ (h >> 31);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, uint32_t, SetHash> ids;
   std::vector<std::vector<uint32_t>> pending;
   uint32_t base = static_cast<uint32_t>(a.nodes.size());
   std::vector<uint32_t> stamp(nfa.states.size(), 0);

@@ -66,7 +66,7 @@ const std::string kSomeKey = "\x01someKey";
 // Internal keyword for numbers ('not' of multipleOf): the moduli the number is no multiple of.
 const std::string kNotMultipleOf = "\x01notMultipleOf";
 constexpr size_t kMaxDfaStates = 4096;
-constexpr size_t kMaxKeyTrie = 8192;  // states of the declared names' trie in one key DFA
+constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key DFA (1 KiB a state)
 // Work units (a subschema converted or merged: 1, a product of patterns: kProductWork): in all,
 // and per exact oneOf.
 constexpr long kMaxWork = 100000, kOneOfWork = 5000, kProductWork = 2000;
@@ -1643,16 +1643,15 @@ class Converter {
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
   // quotes): one DFA, the product of every canonical content with the names' trie (a trie of
   // rules cost about 27 automaton nodes per trie node: Kubernetes schemas had 110k of them).
-  // Above kMaxKeyTrie trie states (1 KiB each in a ByteDfa), a trie of rules instead.
+  // Above kMaxKeyTrie bytes of names, a trie of rules instead.
   int key_not_in(const std::vector<std::string>& names) {
-    const ByteDfa declared = literal_dfa(names);
-    if (declared.size() <= kMaxKeyTrie) {
-      const ByteDfa all = content_dfa();
-      const ProductDfa prod = product_dfa({&all, &declared}, all.size() * (declared.size() + 1), "object keys");
+    size_t chars = 0;
+    for (const std::string& n : names) chars += n.size();
+    if (chars <= kMaxKeyTrie) {
       // A rule of its own: the DFA's states past the names reach no other rule, so their token
       // classes are the same in every grammar (compiled_grammar.cpp, SharedClasses).
       const int r = g_.declare_rule("keys" + std::to_string(g_.num_rules()));
-      g_.define_rule(r, g_.seq({g_.lit("\""), g_.dfa(select_dfa(prod, [](uint64_t acc) { return acc == 1; })), g_.lit("\"")}));
+      g_.define_rule(r, g_.seq({g_.lit("\""), g_.dfa(contents_except(names)), g_.lit("\"")}));
       return g_.ref(r);
     }
     return key_trie_not_in(names);
