@@ -399,16 +399,19 @@ struct SigHash {
 
 constexpr size_t kMaxSharedPart = 64;  // automaton states of a part shared across grammars
 
-// The automaton part a node reaches (accepting flags and byte edges, in BFS order): a node's
-// token class depends on nothing else when the part refers to no rule and counts nothing. Empty
-// when it does, or has more than kMaxSharedPart states.
+// The automaton part a node reaches (accepting flags, byte edges, and in counted rules the
+// character positions and distances to the end, in BFS order): a node's token class depends on
+// nothing else when the part refers to no rule (the count of a counted rule is applied when a
+// mask is filled). Empty when it does refer to one, or has more than kMaxSharedPart states.
 std::vector<uint32_t> part_signature(const Automaton& a, uint32_t node) {
   std::vector<uint32_t> order{node}, sig;
   std::unordered_map<uint32_t, uint32_t> index{{node, 0}};
   for (size_t k = 0; k < order.size(); ++k) {
     const FsmNode& n = a.nodes[order[k]];
-    if (n.ref_begin != n.ref_end || a.counted(n.rule)) return {};
-    sig.insert(sig.end(), {n.accepting ? 1u : 0u, n.byte_end - n.byte_begin});
+    if (n.ref_begin != n.ref_end) return {};
+    const uint32_t counted = a.counted(n.rule) ? 2u | a.char_boundary[order[k]] << 2 : 0u;
+    sig.insert(sig.end(), {n.accepting | counted, n.byte_end - n.byte_begin});
+    if (counted) sig.push_back(std::min<uint32_t>(a.chars_to_end[order[k]], UINT32_MAX / 2));
     for (uint32_t e = n.byte_begin; e < n.byte_end; ++e) {
       const ByteEdge& b = a.byte_edges[e];
       auto [it, fresh] = index.emplace(b.target, static_cast<uint32_t>(order.size()));
@@ -444,6 +447,11 @@ struct CompiledGrammar::Lazy {
   EarleyParser parser;
   std::vector<std::shared_ptr<const StateMask>> masks;
   std::unordered_map<uint32_t, std::vector<uint32_t>> signatures;  // by node, memo of part_signature
+  // The parts (by first byte) and bitset of the last shareable mask built from scratch: the
+  // nodes of an extra-key DFA share nearly all their parts, so their bitsets are that one's
+  // with the few differing parts' tokens cleared and set.
+  std::vector<const Classified*> template_parts;
+  std::shared_ptr<const std::vector<uint32_t>> template_bits;
   // A node without sub-rules (outside counted rules) classifies the tokens of first byte b
   // exactly like any other such node whose b edge leads to the same class: the walk after b only
   // sees that target. Key: b << 32 | the target's class. (The nodes of an extra-key DFA differ
@@ -507,9 +515,27 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
   const std::bitset<256> first = first_bytes(a, rep, z.parser);
   const bool shareable = node.ref_begin == node.ref_end && !a.counted(node.rule);
   std::vector<std::shared_ptr<const Classified>> parts;  // in sorted-vocab order
+  std::vector<const Classified*> by_byte(shareable ? 256 : 0, nullptr);
   auto classify = [&](int lo, int hi) {
     auto c = std::make_shared<Classified>();
     classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(lo), vocab_.first_byte_begin(hi), z.parser, *c);
+    return c;
+  };
+  // The tokens of first byte b at a node whose b edge leads to target: the same in every grammar
+  // where the target's part reaches no other rule.
+  auto global_range = [&](int b, uint32_t target) -> std::shared_ptr<const Classified> {
+    std::vector<uint32_t> key = signature(target);
+    if (key.empty()) return classify(b, b + 1);
+    key.push_back(uint32_t(b));
+    {
+      std::lock_guard<std::mutex> g(global.mu);
+      auto it = global.ranges.find(key);
+      if (it != global.ranges.end()) return it->second;
+    }
+    std::shared_ptr<const Classified> c = classify(b, b + 1);
+    std::lock_guard<std::mutex> g(global.mu);
+    if (global.bytes < SharedClasses::kMaxBytes && global.ranges.emplace(std::move(key), c).second)
+      global.bytes += 4 * (c->accepted.size() + c->uncertain.size()) + 64;
     return c;
   };
   int run = -1;  // first byte of the unshared bytes being gathered into one walk
@@ -524,25 +550,9 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
       continue;
     }
     const uint32_t target = a.step(rep, uint8_t(b));
-    std::vector<uint32_t> key = signature(target);
-    if (!key.empty()) {  // the same range in every grammar
-      key.push_back(uint32_t(b));
-      {
-        std::lock_guard<std::mutex> g(global.mu);
-        auto it = global.ranges.find(key);
-        if (it != global.ranges.end()) {
-          parts.push_back(it->second);
-          continue;
-        }
-      }
-      parts.push_back(classify(b, b + 1));
-      std::lock_guard<std::mutex> g(global.mu);
-      if (global.bytes < SharedClasses::kMaxBytes && global.ranges.emplace(std::move(key), parts.back()).second)
-        global.bytes += 4 * (parts.back()->accepted.size() + parts.back()->uncertain.size()) + 64;
-      continue;
-    }
     std::shared_ptr<const Classified>& local = z.shared[uint64_t(b) << 32 | cls_[target]];
-    if (!local) local = classify(b, b + 1);
+    if (!local) local = global_range(b, target);
+    by_byte[b] = local.get();
     parts.push_back(local);
   }
   flush(256);
@@ -553,14 +563,36 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
   for (const auto& c : parts) mask->uncertain.insert(mask->uncertain.end(), c->uncertain.begin(), c->uncertain.end());
   const size_t words = (vocab_.size() + 31) / 32;
   if (accepted > words) {
-    std::vector<uint32_t> bits(words, 0);
-    for (const auto& c : parts)
+    auto set = [&](const Classified* c, std::vector<uint32_t>& bits) {
       for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
+    };
+    size_t differ = 0;  // tokens of the parts where this mask and the template differ
+    if (shareable && z.template_bits)
+      for (int b = 0; b < 256; ++b)
+        if (by_byte[b] != z.template_parts[b])
+          differ += (by_byte[b] ? by_byte[b]->accepted.size() : 0) + (z.template_parts[b] ? z.template_parts[b]->accepted.size() : 0);
+    std::vector<uint32_t> bits;
+    if (shareable && z.template_bits && differ < accepted / 4) {
+      bits = *z.template_bits;
+      for (int b = 0; b < 256; ++b) {
+        if (by_byte[b] == z.template_parts[b]) continue;
+        if (const Classified* old = z.template_parts[b])
+          for (int32_t id : old->accepted) bits[id >> 5] &= ~(1u << (id & 31));
+        if (by_byte[b]) set(by_byte[b], bits);
+      }
+    } else {
+      bits.assign(words, 0);
+      for (const auto& c : parts) set(c.get(), bits);
+    }
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (uint32_t w : bits) h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
     for (auto [it, end] = z.bitsets.equal_range(h); it != end && !mask->accepted_bits; ++it)
       if (*it->second == bits) mask->accepted_bits = it->second;
     if (!mask->accepted_bits) mask->accepted_bits = z.bitsets.emplace(h, std::make_shared<const std::vector<uint32_t>>(std::move(bits)))->second;
+    if (shareable && !(z.template_bits && differ < accepted / 4)) {
+      z.template_parts = by_byte;
+      z.template_bits = mask->accepted_bits;
+    }
   } else {
     mask->accepted_ids.reserve(accepted);
     for (const auto& c : parts) mask->accepted_ids.insert(mask->accepted_ids.end(), c->accepted.begin(), c->accepted.end());
