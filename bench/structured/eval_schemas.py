@@ -16,7 +16,8 @@ Per engine it prints: schemas compiled, timeouts; on compiled schemas the valid 
 and invalid ones accepted, schemas fully exact; compile time median / p90 / p99 / max (compiled
 schemas; the compile's CPU time too, which a loaded host inflates less: the compiling thread's
 for ours, the worker process's for the others) and the mask time per token median / p99 along
-the valid instances. One compile thread
+the valid instances (wall, and the filling thread's CPU time: a preempted call inflates only the
+first). One compile thread
 each (DEEPINFER_CPU_THREADS=1, xgrammar max_threads=1; llguidance has one). --strict compiles
 with no extra keys where additionalProperties is absent (ours: strict_additional_properties,
 xgrammar: strict_mode); llguidance has no such switch and stays in its default mode.
@@ -94,14 +95,15 @@ def xgrammar_worker():
         except Exception as e:  # noqa: BLE001  (any compile failure is a data point)
             return {"error": str(e)[:300]}
         out = {"compile_ms": (time.perf_counter() - t0) * 1e3, "compile_cpu_ms": (time.process_time() - c0) * 1e3,
-               "results": [], "mask_us": []}
+               "results": [], "mask_us": [], "mask_cpu_us": []}
         for ids in req["inputs"]:
             m = xgr.GrammarMatcher(g)
             ok = True
             for i in ids:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 m.fill_next_token_bitmask(bitmask)
                 out["mask_us"].append((time.perf_counter() - t) * 1e6)
+                out["mask_cpu_us"].append((time.thread_time() - c) * 1e6)
                 if not m.accept_token(i):
                     ok = False
                     break
@@ -124,14 +126,15 @@ def llguidance_worker():
         if m.is_error():
             return {"error": m.get_error()[:300]}
         out = {"compile_ms": (time.perf_counter() - t0) * 1e3, "compile_cpu_ms": (time.process_time() - c0) * 1e3,
-               "results": [], "mask_us": []}
+               "results": [], "mask_us": [], "mask_cpu_us": []}
         for ids in req["inputs"]:
             m = llg.LLMatcher(tok, grammar, log_level=0)
             ok = True
             for i in ids:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 m.compute_bitmask()
                 out["mask_us"].append((time.perf_counter() - t) * 1e6)
+                out["mask_cpu_us"].append((time.thread_time() - c) * 1e6)
                 if not m.consume_token(i):
                     ok = False
                     break
@@ -251,7 +254,7 @@ def main():
     for engine in args.engines.split(","):
         w = Worker(engine, args.build, args.tool)
         st = collections.Counter()
-        compile_ms, cpu_ms, mask_us, errors = [], [], [], collections.Counter()
+        compile_ms, cpu_ms, mask_us, mask_cpu, errors = [], [], [], [], collections.Counter()
         t_engine = time.perf_counter()
         for n_done, s in enumerate(schemas):
             if n_done and n_done % 200 == 0:
@@ -271,6 +274,7 @@ def main():
             compile_ms.append(r["compile_ms"])
             cpu_ms.append(r.get("compile_cpu_ms", float("nan")))
             mask_us += r["mask_us"]
+            mask_cpu += r.get("mask_cpu_us", [])
             exact = True
             for t, ok in zip(s["tests"], r["results"]):
                 key = ("valid_" if t["valid"] else "invalid_") + ("accepted" if ok else "refused")
@@ -283,7 +287,7 @@ def main():
             if engine == "ours" and args.sample:
                 sample_check(w, s, args, st)
         w.close()
-        rows.append((engine, st, compile_ms, cpu_ms, mask_us, time.perf_counter() - t_engine))
+        rows.append((engine, st, compile_ms, cpu_ms, mask_us, mask_cpu, time.perf_counter() - t_engine))
         print(f"{engine}: {st['compiled']} of {len(schemas)} compiled, {st['timeout']} timeouts,"
               f" {st['valid_refused']} valid refused, {st['invalid_accepted']} invalid accepted", flush=True)
         print_rows(rows[-1:], len(schemas), args)  # at once: a later engine may not finish
@@ -300,15 +304,15 @@ def main():
 
 def print_rows(rows, n, args):
     print(f"\n{'engine':11} {'compiled':>15} {'timeout':>7} {'valid refused':>13} {'invalid accepted':>16} {'exact':>11}"
-          f" {'compile ms med/p90/p99/max':>30} {'CPU ms med/p99':>15} {'mask us med/p99':>16} {'wall s':>7}")
-    for engine, st, cms, cpu, mus, wall in rows:
+          f" {'compile ms med/p90/p99/max':>30} {'CPU ms med/p99':>15} {'mask us med/p99':>16} {'CPU us med/p99':>16} {'wall s':>7}")
+    for engine, st, cms, cpu, mus, mcpu, wall in rows:
         vr = f"{st['valid_refused']}/{st['valid_refused'] + st['valid_accepted']}"
         ia = f"{st['invalid_accepted']}/{st['invalid_accepted'] + st['invalid_refused']}"
         timing = "/".join(f"{pct(cms, p):.1f}" for p in (0.5, 0.9, 0.99)) + f"/{max(cms, default=float('nan')):.0f}"
         print(f"{engine:11} {st['compiled']:5d} ({100 * st['compiled'] / n:5.1f}%) {st['timeout']:7d} {vr:>13} {ia:>16}"
               f" {st['exact']:5d} ({100 * st['exact'] / max(1, st['compiled']):3.0f}%) {timing:>30}"
               f" {pct(cpu, 0.5):7.1f}/{pct(cpu, 0.99):<7.1f}"
-              f" {pct(mus, 0.5):7.1f}/{pct(mus, 0.99):<8.1f} {wall:7.0f}")
+              f" {pct(mus, 0.5):7.1f}/{pct(mus, 0.99):<8.1f} {pct(mcpu, 0.5):7.1f}/{pct(mcpu, 0.99):<8.1f} {wall:7.0f}")
         if engine == "ours" and args.sample:
             print(f"{'':11} random outputs: {st['sample_valid']} finished valid, {st['sample_invalid']} finished invalid,"
                   f" {st['sample_unfinished']} unfinished (token limit), {st['sample_error']} sampling errors", flush=True)

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bitset>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,7 +10,6 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/thread_pool.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
@@ -173,60 +173,6 @@ std::bitset<256> first_bytes(const Automaton& a, uint32_t node, EarleyParser& p)
   return first;
 }
 
-// parts: the mask's classified ranges, in sorted-vocab order.
-size_t accepted_count(const std::vector<const Classified*>& parts) {
-  size_t n = 0;
-  for (const Classified* c : parts) n += c->accepted.size();
-  return n;
-}
-
-std::vector<uint32_t> accepted_bitset(const std::vector<const Classified*>& parts, size_t words) {
-  std::vector<uint32_t> bits(words, 0);
-  for (const Classified* c : parts)
-    for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
-  return bits;
-}
-
-// bits: the accepted bitset when there are more accepted tokens than words, else null.
-StateMask make_mask(const std::vector<const Classified*>& parts, std::shared_ptr<const std::vector<uint32_t>> bits) {
-  StateMask m;
-  size_t n_unc = 0;
-  for (const Classified* c : parts) n_unc += c->uncertain.size();
-  m.uncertain.reserve(n_unc);
-  for (const Classified* c : parts) m.uncertain.insert(m.uncertain.end(), c->uncertain.begin(), c->uncertain.end());
-  m.accepted_bits = std::move(bits);
-  if (!m.accepted_bits) {
-    m.accepted_ids.reserve(accepted_count(parts));
-    for (const Classified* c : parts) m.accepted_ids.insert(m.accepted_ids.end(), c->accepted.begin(), c->accepted.end());
-    std::sort(m.accepted_ids.begin(), m.accepted_ids.end());
-  }
-  return m;
-}
-
-// Content ids of the works' accepted lists, cut by first byte: equal ids, equal tokens. A mask's
-// accepted set is then named by the ids of its parts' pieces (its parts cover disjoint ranges
-// in vocab order), so masks accepting the same tokens are found without building their sets.
-std::vector<std::vector<uint32_t>> accepted_pieces(const std::vector<Classified>& parts, const TokenVocab& vocab) {
-  std::vector<std::vector<uint32_t>> ids(parts.size());
-  std::unordered_multimap<uint64_t, std::pair<std::span<const int32_t>, uint32_t>> seen;
-  for (size_t w = 0; w < parts.size(); ++w) {
-    const std::vector<int32_t>& acc = parts[w].accepted;
-    for (size_t i = 0, j; i < acc.size(); i = j) {
-      const char b = vocab.bytes(acc[i])[0];
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      for (j = i; j < acc.size() && vocab.bytes(acc[j])[0] == b; ++j) h = (h ^ uint32_t(acc[j])) * 0xbf58476d1ce4e5b9ull;
-      const std::span<const int32_t> piece(acc.data() + i, j - i);
-      uint32_t id = static_cast<uint32_t>(seen.size());
-      bool found = false;
-      for (auto [it, end] = seen.equal_range(h); it != end && !found; ++it)
-        if (std::equal(piece.begin(), piece.end(), it->second.first.begin(), it->second.first.end())) id = it->second.second, found = true;
-      if (!found) seen.emplace(h, std::pair{piece, id});
-      ids[w].push_back(id);
-    }
-  }
-  return ids;
-}
-
 // The CharCounts of counted nodes, one copy of each (the nodes of a product of patterns mostly
 // count alike); shared by the classification's workers.
 class CountsCache {
@@ -311,10 +257,6 @@ void add_char_counts(const Automaton& a, const TokenVocab& vocab_, uint32_t node
 
 }  // namespace
 
-CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
-    : vocab_(vocab), automaton_(build_automaton(g)), ebnf_(g.to_ebnf()) {
-  build_masks();
-}
 
 // Nodes with the same future (same accepting flag, same edges to equivalent nodes, any rule)
 // classify every token the same way: partition refinement finds them so each distinct node is
@@ -445,137 +387,229 @@ std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
   return cls;
 }
 
-// Work for the parallel classification: one scanable node's tokens in sorted-vocab range [lo, hi).
-struct ClassifyWork {
-  uint32_t mask;
-  int32_t lo, hi;
-};
-constexpr int32_t kClassifyChunk = 4096;  // tokens (with a readable first byte) per work item
+namespace {
 
-void CompiledGrammar::build_masks() {
+struct SigHash {
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+  }
+};
+
+constexpr size_t kMaxSharedPart = 64;  // automaton states of a part shared across grammars
+
+// The automaton part a node reaches (accepting flags, byte edges, and in counted rules the
+// character positions and distances to the end, in BFS order): a node's token class depends on
+// nothing else when the part refers to no rule (the count of a counted rule is applied when a
+// mask is filled). Empty when it does refer to one, or has more than kMaxSharedPart states.
+std::vector<uint32_t> part_signature(const Automaton& a, uint32_t node) {
+  std::vector<uint32_t> order{node}, sig;
+  std::unordered_map<uint32_t, uint32_t> index{{node, 0}};
+  for (size_t k = 0; k < order.size(); ++k) {
+    const FsmNode& n = a.nodes[order[k]];
+    if (n.ref_begin != n.ref_end) return {};
+    const uint32_t counted = a.counted(n.rule) ? 2u | a.char_boundary[order[k]] << 2 : 0u;
+    sig.insert(sig.end(), {n.accepting | counted, n.byte_end - n.byte_begin});
+    if (counted) sig.push_back(std::min<uint32_t>(a.chars_to_end[order[k]], UINT32_MAX / 2));
+    for (uint32_t e = n.byte_begin; e < n.byte_end; ++e) {
+      const ByteEdge& b = a.byte_edges[e];
+      auto [it, fresh] = index.emplace(b.target, static_cast<uint32_t>(order.size()));
+      if (fresh) {
+        if (order.size() == kMaxSharedPart) return {};
+        order.push_back(b.target);
+      }
+      sig.insert(sig.end(), {b.lo, b.hi, it->second});
+    }
+  }
+  return sig;
+}
+
+}  // namespace
+
+// By part signature: whole masks, and (first byte, then the target's signature) ranges of one
+// first byte. Bounded: past kMaxBytes nothing more is kept (grammars then keep their own).
+struct SharedClasses {
+  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  std::mutex mu;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const StateMask>, SigHash> masks;
+  std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const Classified>, SigHash> ranges;
+  size_t bytes = 0;
+};
+
+std::shared_ptr<SharedClasses> make_shared_classes() { return std::make_shared<SharedClasses>(); }
+
+// What the lazy classification keeps: the masks computed so far, the ranges shared between
+// nodes, one copy of each accepted bitset and count table.
+struct CompiledGrammar::Lazy {
+  explicit Lazy(const Automaton* a, size_t masks) : parser(a), masks(masks) {}
+  std::mutex mu;  // held while a mask is computed
+  EarleyParser parser;
+  std::vector<std::shared_ptr<const StateMask>> masks;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> signatures;  // by node, memo of part_signature
+  // The parts (by first byte) and bitset of the last shareable mask built from scratch: the
+  // nodes of an extra-key DFA share nearly all their parts, so their bitsets are that one's
+  // with the few differing parts' tokens cleared and set.
+  std::vector<const Classified*> template_parts;
+  std::shared_ptr<const std::vector<uint32_t>> template_bits;
+  // A node without sub-rules (outside counted rules) classifies the tokens of first byte b
+  // exactly like any other such node whose b edge leads to the same class: the walk after b only
+  // sees that target. Key: b << 32 | the target's class. (The nodes of an extra-key DFA differ
+  // only on the bytes of the declared names.)
+  std::unordered_map<uint64_t, std::shared_ptr<const Classified>> shared;
+  // Masks accepting the same tokens share one bitset (the nodes of an extra-key DFA mostly do).
+  std::unordered_multimap<uint64_t, std::shared_ptr<const std::vector<uint32_t>>> bitsets;
+  CountsCache counts;
+  size_t computed = 0;
+};
+
+CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
+    : vocab_(vocab), automaton_(build_automaton(g)), ebnf_(g.to_ebnf()) {
   const Automaton& a = automaton_;
   node_mask_.assign(a.nodes.size(), -1);
-  std::vector<uint32_t> cls = equivalent_nodes(a);
+  cls_ = equivalent_nodes(a);
   // Nodes of one rule in one class are interchangeable in any context (matcher's cache key).
   canonical_.resize(a.nodes.size());
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> canon_of;
-  for (uint32_t n = 0; n < a.nodes.size(); ++n) canonical_[n] = canon_of.emplace(std::make_pair(a.nodes[n].rule, cls[n]), n).first->second;
-  std::map<uint32_t, int32_t> mask_of_class;
-  std::vector<uint32_t> reps;  // the node classified for each mask
+  std::unordered_map<uint64_t, uint32_t> canon_of, mask_of_class;
   for (uint32_t n = 0; n < a.nodes.size(); ++n) {
+    canonical_[n] = canon_of.emplace(uint64_t(a.nodes[n].rule) << 32 | cls_[n], n).first->second;
     if (!a.nodes[n].has_bytes()) continue;
-    auto [it, fresh] = mask_of_class.emplace(cls[n], static_cast<int32_t>(reps.size()));
-    if (fresh) reps.push_back(n);
-    node_mask_[n] = it->second;
+    auto [it, fresh] = mask_of_class.emplace(cls_[n], static_cast<uint32_t>(reps_.size()));
+    if (fresh) reps_.push_back(n);
+    node_mask_[n] = static_cast<int32_t>(it->second);
   }
-  // Split every node's readable tokens into chunks of one first byte; workers take chunks as
-  // they finish others. A node without sub-rules (outside counted rules) classifies the tokens
-  // of first byte b exactly like any other such node whose b edge leads to the same class: the
-  // walk after b only sees that target. Such ranges are classified once and shared (e.g. the
-  // nodes of the extra-key trie differ only on the bytes of the declared names).
-  EarleyParser p(&a);
-  std::vector<std::bitset<256>> first(reps.size());
-  std::vector<ClassifyWork> work;
-  std::vector<std::vector<size_t>> mask_parts(reps.size());  // work indices, in vocab order
-  using Key = uint64_t;  // first byte << 32 | class of its target; kUnshared: none
-  constexpr Key kUnshared = UINT64_MAX;
-  std::unordered_map<Key, std::pair<size_t, size_t>> shared;  // -> its works [first, last)
-  std::unordered_map<Key, int> uses;
-  auto key_of = [&](uint32_t m, int b) {
-    const FsmNode& rep = a.nodes[reps[m]];
-    if (rep.ref_begin != rep.ref_end || a.counted(rep.rule)) return kUnshared;
-    return Key(b) << 32 | cls[a.step(reps[m], uint8_t(b))];
+  ready_ = std::make_unique<std::atomic<const StateMask*>[]>(reps_.size());
+  for (size_t m = 0; m < reps_.size(); ++m) ready_[m].store(nullptr, std::memory_order_relaxed);
+  lazy_ = std::make_unique<Lazy>(&automaton_, reps_.size());
+}
+
+CompiledGrammar::~CompiledGrammar() = default;
+
+// Classifies every token at mask m's node (see classify_range): the tokens of each first byte the
+// node reads, from the shared ranges where they can be, then the mask's accepted set as a bitset
+// (when large: one copy per distinct set) or an id list.
+const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
+  Lazy& z = *lazy_;
+  std::lock_guard<std::mutex> lock(z.mu);
+  if (const StateMask* done = ready_[m].load(std::memory_order_relaxed)) return done;  // another thread's
+  const Automaton& a = automaton_;
+  SharedClasses& global = vocab_.shared_classes();
+  auto signature = [&](uint32_t n) -> const std::vector<uint32_t>& {
+    auto it = z.signatures.find(n);
+    return it != z.signatures.end() ? it->second : z.signatures.emplace(n, part_signature(a, n)).first->second;
   };
-  for (uint32_t m = 0; m < reps.size(); ++m) {
-    first[m] = first_bytes(a, reps[m], p);
-    for (int b = 0; b < 256; ++b)
-      if (first[m].test(b) && key_of(m, b) != kUnshared) ++uses[key_of(m, b)];
+  auto publish = [&](std::shared_ptr<const StateMask> mask) {
+    const StateMask* out = (z.masks[m] = std::move(mask)).get();
+    ++z.computed;
+    ready_[m].store(out, std::memory_order_release);
+    return out;
+  };
+  const uint32_t rep = reps_[m];
+  const std::vector<uint32_t>& sig = signature(rep);
+  if (!sig.empty()) {
+    std::lock_guard<std::mutex> g(global.mu);
+    auto it = global.masks.find(sig);
+    if (it != global.masks.end()) return publish(it->second);
   }
-  for (uint32_t m = 0; m < reps.size(); ++m) {
-    int32_t start = -1;  // a chunk of unshared ranges being gathered
-    auto flush = [&](int32_t end) {
-      if (start < 0 || start == end) return;
-      mask_parts[m].push_back(work.size());
-      work.push_back({m, start, end});
-      start = -1;
-    };
-    for (int b = 0; b < 256; ++b) {
-      if (!first[m].test(b)) continue;
-      int32_t s = vocab_.first_byte_begin(b);
-      const int32_t e = vocab_.first_byte_begin(b + 1);
-      if (s == e) continue;
-      const Key key = key_of(m, b);
-      if (key == kUnshared || uses[key] < 2) {
-        for (; s < e;) {
-          if (start >= 0 && s - start >= kClassifyChunk) flush(s);
-          if (start < 0) start = s;
-          const int32_t stop = std::min(e, start + kClassifyChunk);
-          s = stop;
-          if (stop - start == kClassifyChunk) flush(stop);
-        }
-        continue;
-      }
-      flush(s);
-      auto it = shared.find(key);
-      if (it != shared.end()) {
-        for (size_t w = it->second.first; w < it->second.second; ++w) mask_parts[m].push_back(w);
-        continue;
-      }
-      const size_t w0 = work.size();
-      for (; s < e; s += kClassifyChunk) {
-        mask_parts[m].push_back(work.size());
-        work.push_back({m, s, std::min(e, s + kClassifyChunk)});
-      }
-      shared[key] = {w0, work.size()};
+  const FsmNode& node = a.nodes[rep];
+  const std::bitset<256> first = first_bytes(a, rep, z.parser);
+  const bool shareable = node.ref_begin == node.ref_end && !a.counted(node.rule);
+  std::vector<std::shared_ptr<const Classified>> parts;  // in sorted-vocab order
+  std::vector<const Classified*> by_byte(shareable ? 256 : 0, nullptr);
+  auto classify = [&](int lo, int hi) {
+    auto c = std::make_shared<Classified>();
+    classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(lo), vocab_.first_byte_begin(hi), z.parser, *c);
+    return c;
+  };
+  // The tokens of first byte b at a node whose b edge leads to target: the same in every grammar
+  // where the target's part reaches no other rule.
+  auto global_range = [&](int b, uint32_t target) -> std::shared_ptr<const Classified> {
+    std::vector<uint32_t> key = signature(target);
+    if (key.empty()) return classify(b, b + 1);
+    key.push_back(uint32_t(b));
+    {
+      std::lock_guard<std::mutex> g(global.mu);
+      auto it = global.ranges.find(key);
+      if (it != global.ranges.end()) return it->second;
     }
-    flush(vocab_.first_byte_begin(256));
+    std::shared_ptr<const Classified> c = classify(b, b + 1);
+    std::lock_guard<std::mutex> g(global.mu);
+    if (global.bytes < SharedClasses::kMaxBytes && global.ranges.emplace(std::move(key), c).second)
+      global.bytes += 4 * (c->accepted.size() + c->uncertain.size()) + 64;
+    return c;
+  };
+  int run = -1;  // first byte of the unshared bytes being gathered into one walk
+  auto flush = [&](int end) {
+    if (run >= 0) parts.push_back(classify(run, end));
+    run = -1;
+  };
+  for (int b = 0; b < 256; ++b) {
+    if (!first.test(b) || vocab_.first_byte_begin(b) == vocab_.first_byte_begin(b + 1)) continue;
+    if (!shareable) {
+      if (run < 0) run = b;
+      continue;
+    }
+    const uint32_t target = a.step(rep, uint8_t(b));
+    std::shared_ptr<const Classified>& local = z.shared[uint64_t(b) << 32 | cls_[target]];
+    if (!local) local = global_range(b, target);
+    by_byte[b] = local.get();
+    parts.push_back(local);
   }
-  // Waking the pool costs more than a few chunks of work: small grammars stay on this thread.
-  int64_t tokens = 0;
-  for (const ClassifyWork& w : work) tokens += w.hi - w.lo;
-  const int64_t workers = std::min<int64_t>(cpu_thread_count(), tokens / kClassifyChunk + 1);
-  std::vector<Classified> parts(work.size());
-  std::atomic<size_t> next{0};
-  parallel_for(workers, [&](int64_t, int64_t) {
-    EarleyParser wp(&a);
-    for (size_t w; (w = next.fetch_add(1)) < work.size();)
-      classify_range(a, vocab_, reps[work[w].mask], first[work[w].mask], work[w].lo, work[w].hi, wp, parts[w]);
-  });
-  // Masks accepting the same tokens share one bitset, built by the first of them.
+  flush(256);
+  auto mask = std::make_shared<StateMask>();
+  size_t accepted = 0, uncertain = 0;
+  for (const auto& c : parts) accepted += c->accepted.size(), uncertain += c->uncertain.size();
+  mask->uncertain.reserve(uncertain);
+  for (const auto& c : parts) mask->uncertain.insert(mask->uncertain.end(), c->uncertain.begin(), c->uncertain.end());
   const size_t words = (vocab_.size() + 31) / 32;
-  auto parts_of = [&](size_t m) {
-    std::vector<const Classified*> mine;
-    for (size_t w : mask_parts[m]) mine.push_back(&parts[w]);
-    return mine;
-  };
-  std::vector<uint32_t> bits_of(reps.size(), UINT32_MAX), builders;  // mask -> the mask building its bitset
-  {
-    const std::vector<std::vector<uint32_t>> pieces = accepted_pieces(parts, vocab_);
-    std::map<std::vector<uint32_t>, uint32_t> builder_of;
-    for (uint32_t m = 0; m < reps.size(); ++m) {
-      if (accepted_count(parts_of(m)) <= words) continue;
-      std::vector<uint32_t> key;
-      for (size_t w : mask_parts[m]) key.insert(key.end(), pieces[w].begin(), pieces[w].end());
-      auto [it, fresh] = builder_of.emplace(std::move(key), m);
-      if (fresh) builders.push_back(m);
-      bits_of[m] = it->second;
+  if (accepted > words) {
+    auto set = [&](const Classified* c, std::vector<uint32_t>& bits) {
+      for (int32_t id : c->accepted) bits[id >> 5] |= 1u << (id & 31);
+    };
+    size_t differ = 0;  // tokens of the parts where this mask and the template differ
+    if (shareable && z.template_bits)
+      for (int b = 0; b < 256; ++b)
+        if (by_byte[b] != z.template_parts[b])
+          differ += (by_byte[b] ? by_byte[b]->accepted.size() : 0) + (z.template_parts[b] ? z.template_parts[b]->accepted.size() : 0);
+    std::vector<uint32_t> bits;
+    if (shareable && z.template_bits && differ < accepted / 4) {
+      bits = *z.template_bits;
+      for (int b = 0; b < 256; ++b) {
+        if (by_byte[b] == z.template_parts[b]) continue;
+        if (const Classified* old = z.template_parts[b])
+          for (int32_t id : old->accepted) bits[id >> 5] &= ~(1u << (id & 31));
+        if (by_byte[b]) set(by_byte[b], bits);
+      }
+    } else {
+      bits.assign(words, 0);
+      for (const auto& c : parts) set(c.get(), bits);
     }
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t w : bits) h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+    for (auto [it, end] = z.bitsets.equal_range(h); it != end && !mask->accepted_bits; ++it)
+      if (*it->second == bits) mask->accepted_bits = it->second;
+    if (!mask->accepted_bits) mask->accepted_bits = z.bitsets.emplace(h, std::make_shared<const std::vector<uint32_t>>(std::move(bits)))->second;
+    if (shareable && !(z.template_bits && differ < accepted / 4)) {
+      z.template_parts = by_byte;
+      z.template_bits = mask->accepted_bits;
+    }
+  } else {
+    mask->accepted_ids.reserve(accepted);
+    for (const auto& c : parts) mask->accepted_ids.insert(mask->accepted_ids.end(), c->accepted.begin(), c->accepted.end());
+    std::sort(mask->accepted_ids.begin(), mask->accepted_ids.end());
   }
-  std::vector<std::shared_ptr<const std::vector<uint32_t>>> bitsets(reps.size());
-  next = 0;
-  parallel_for(workers, [&](int64_t, int64_t) {
-    for (size_t k; (k = next.fetch_add(1)) < builders.size();)
-      bitsets[builders[k]] = std::make_shared<const std::vector<uint32_t>>(accepted_bitset(parts_of(builders[k]), words));
-  });
-  masks_.resize(reps.size());
-  CountsCache counts;
-  next = 0;
-  parallel_for(workers, [&](int64_t, int64_t) {
-    for (size_t m; (m = next.fetch_add(1)) < reps.size();) {
-      masks_[m] = make_mask(parts_of(m), bits_of[m] == UINT32_MAX ? nullptr : bitsets[bits_of[m]]);
-      if (a.counted(a.nodes[reps[m]].rule)) add_char_counts(a, vocab_, reps[m], masks_[m], counts);
-    }
-  });
+  if (a.counted(node.rule)) add_char_counts(a, vocab_, rep, *mask, z.counts);
+  if (!sig.empty()) {
+    std::lock_guard<std::mutex> g(global.mu);
+    if (global.bytes < SharedClasses::kMaxBytes && global.masks.emplace(sig, mask).second)
+      global.bytes += 4 * (mask->accepted_ids.size() + mask->uncertain.size() + (mask->accepted_bits ? words : 0)) + 64;
+  }
+  return publish(std::move(mask));
+}
+
+size_t CompiledGrammar::num_computed_masks() const {
+  std::lock_guard<std::mutex> lock(lazy_->mu);
+  return lazy_->computed;
 }
 
 void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const {
@@ -597,13 +631,16 @@ void StateMask::or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>
 }
 
 size_t CompiledGrammar::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(lazy_->mu);
   size_t total = 0;
   std::set<const void*> shared;  // counted once
-  for (const auto& m : masks_) {
-    total += 4 * (m.accepted_ids.size() + m.uncertain.size() + m.accepted_chars.size());
-    if (m.accepted_bits && shared.insert(m.accepted_bits.get()).second) total += 4 * m.accepted_bits->size();
-    if (m.counts && shared.insert(m.counts.get()).second) total += 4 * (m.counts->at_most_bits.size() + 2 * m.counts->long_ids.size());
+  for (const auto& m : lazy_->masks) {
+    if (!m) continue;
+    total += 4 * (m->accepted_ids.size() + m->uncertain.size() + m->accepted_chars.size());
+    if (m->accepted_bits && shared.insert(m->accepted_bits.get()).second) total += 4 * m->accepted_bits->size();
+    if (m->counts && shared.insert(m->counts.get()).second) total += 4 * (m->counts->at_most_bits.size() + 2 * m->counts->long_ids.size());
   }
+  for (const auto& [key, c] : lazy_->shared) total += 4 * (c->accepted.size() + c->uncertain.size());
   return total;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -169,79 +170,90 @@ class NfaBuilder {
   Nfa& nfa_;
 };
 
-void closure(const Nfa& nfa, std::vector<uint32_t>& set) {
-  std::vector<uint32_t> stack = set;
-  std::vector<uint8_t> seen(nfa.states.size(), 0);
-  for (uint32_t s : set) seen[s] = 1;
+// Epsilon closure of set (sorted on return). stamp/round: marks of this call (stamp[s] == round),
+// so a rule of n NFA states costs its closures' sizes, not n per closure.
+void closure(const Nfa& nfa, std::vector<uint32_t>& set, std::vector<uint32_t>& stamp, uint32_t round,
+             std::vector<uint32_t>& stack) {
+  stack.assign(set.begin(), set.end());
+  for (uint32_t s : set) stamp[s] = round;
   while (!stack.empty()) {
     uint32_t s = stack.back();
     stack.pop_back();
     for (uint32_t t : nfa.states[s].eps)
-      if (!seen[t]) { seen[t] = 1; set.push_back(t); stack.push_back(t); }
+      if (stamp[t] != round) { stamp[t] = round; set.push_back(t); stack.push_back(t); }
   }
   std::sort(set.begin(), set.end());
 }
 
-// Subset construction of one rule's NFA, appending DFA nodes to `a`. Returns the start node.
+// Subset construction of one rule's NFA, appending DFA nodes to `a` (node base + k is the k-th
+// set found). Returns the start node. Scratch vectors are reused: large schemas make 10^5 nodes.
 uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint32_t rule, Automaton& a) {
-  std::map<std::vector<uint32_t>, uint32_t> ids;
-  std::vector<std::vector<uint32_t>> pending;
-  uint32_t base = static_cast<uint32_t>(a.nodes.size());
-  auto intern = [&](std::vector<uint32_t> set) {
-    closure(nfa, set);
-    auto [it, inserted] = ids.emplace(set, base + static_cast<uint32_t>(ids.size()));
-    if (inserted) pending.push_back(std::move(set));
+  struct SetHash {
+    size_t operator()(const std::vector<uint32_t>& v) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      return h ^ (h >> 31);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, uint32_t, SetHash> ids;
+  std::vector<const std::vector<uint32_t>*> pending;  // the keys of ids (stable) in id order
+  const uint32_t base = static_cast<uint32_t>(a.nodes.size());
+  std::vector<uint32_t> stamp(nfa.states.size(), 0), stack, tgt;
+  uint32_t round = 0;
+  auto intern = [&](std::vector<uint32_t>& set) {
+    closure(nfa, set, stamp, ++round, stack);
+    auto [it, inserted] = ids.try_emplace(set, base + static_cast<uint32_t>(ids.size()));
+    if (inserted) pending.push_back(&it->first);
     return it->second;
   };
-  uint32_t s0 = intern({start});
-  // Nodes are created in id order: pending[k] is node base + k.
-  std::vector<std::vector<ByteEdge>> node_bytes;
-  std::vector<std::vector<RefEdge>> node_refs;
-  std::vector<uint8_t> node_acc;
+  tgt.push_back(start);
+  const uint32_t s0 = intern(tgt);
+  std::vector<ByteEdge> edges;
+  std::vector<RefEdge> refs;
+  std::vector<int> cuts;
   for (size_t k = 0; k < pending.size(); ++k) {
-    std::vector<uint32_t> set = pending[k];
-    std::vector<ByteEdge> edges;
-    std::map<uint32_t, std::vector<uint32_t>> refs;
+    const std::vector<uint32_t>& set = *pending[k];
+    edges.clear();
+    refs.clear();
     bool acc = false;
     for (uint32_t s : set) {
       if (s == final_state) acc = true;
-      for (auto& e : nfa.states[s].bytes) edges.push_back(e);
-      for (auto& r : nfa.states[s].refs) refs[r.rule].push_back(r.target);
+      edges.insert(edges.end(), nfa.states[s].bytes.begin(), nfa.states[s].bytes.end());
+      refs.insert(refs.end(), nfa.states[s].refs.begin(), nfa.states[s].refs.end());
     }
-    std::vector<int> cuts;
+    FsmNode n;
+    n.rule = rule;
+    n.accepting = acc;
+    n.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
+    cuts.clear();
     for (auto& e : edges) { cuts.push_back(e.lo); cuts.push_back(e.hi + 1); }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    std::vector<ByteEdge> out_bytes;
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      int lo = cuts[c], hi = cuts[c + 1] - 1;
-      std::vector<uint32_t> tgt;
+      const int lo = cuts[c], hi = cuts[c + 1] - 1;
+      tgt.clear();
       for (auto& e : edges)
         if (e.lo <= lo && hi <= e.hi) tgt.push_back(e.target);
       if (tgt.empty()) continue;
       std::sort(tgt.begin(), tgt.end());
       tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
-      uint32_t t = intern(std::move(tgt));
-      if (!out_bytes.empty() && out_bytes.back().target == t && out_bytes.back().hi + 1 == lo)
-        out_bytes.back().hi = static_cast<uint8_t>(hi);
+      const uint32_t t = intern(tgt);
+      if (a.byte_edges.size() > n.byte_begin && a.byte_edges.back().target == t && a.byte_edges.back().hi + 1 == lo)
+        a.byte_edges.back().hi = static_cast<uint8_t>(hi);
       else
-        out_bytes.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), t});
+        a.byte_edges.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), t});
     }
-    std::vector<RefEdge> out_refs;
-    for (auto& [r, tg] : refs) out_refs.push_back({r, intern(tg)});
-    node_bytes.push_back(std::move(out_bytes));
-    node_refs.push_back(std::move(out_refs));
-    node_acc.push_back(acc);
-  }
-  for (size_t k = 0; k < pending.size(); ++k) {
-    FsmNode n;
-    n.rule = rule;
-    n.accepting = node_acc[k];
-    n.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
-    a.byte_edges.insert(a.byte_edges.end(), node_bytes[k].begin(), node_bytes[k].end());
     n.byte_end = static_cast<uint32_t>(a.byte_edges.size());
+    // One edge per referenced rule, to the set of its targets (rules in ascending order).
+    std::sort(refs.begin(), refs.end(), [](const RefEdge& x, const RefEdge& y) { return x.rule < y.rule || (x.rule == y.rule && x.target < y.target); });
     n.ref_begin = static_cast<uint32_t>(a.ref_edges.size());
-    a.ref_edges.insert(a.ref_edges.end(), node_refs[k].begin(), node_refs[k].end());
+    for (size_t i = 0, j; i < refs.size(); i = j) {
+      tgt.clear();
+      for (j = i; j < refs.size() && refs[j].rule == refs[i].rule; ++j)
+        if (tgt.empty() || tgt.back() != refs[j].target) tgt.push_back(refs[j].target);
+      const uint32_t t = intern(tgt);
+      a.ref_edges.push_back({refs[i].rule, t});
+    }
     n.ref_end = static_cast<uint32_t>(a.ref_edges.size());
     a.nodes.push_back(n);
   }

@@ -66,6 +66,7 @@ const std::string kSomeKey = "\x01someKey";
 // Internal keyword for numbers ('not' of multipleOf): the moduli the number is no multiple of.
 const std::string kNotMultipleOf = "\x01notMultipleOf";
 constexpr size_t kMaxDfaStates = 4096;
+constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key DFA (1 KiB a state)
 // Work units (a subschema converted or merged: 1, a product of patterns: kProductWork): in all,
 // and per exact oneOf.
 constexpr long kMaxWork = 100000, kOneOfWork = 5000, kProductWork = 2000;
@@ -1640,8 +1641,22 @@ class Converter {
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
-  // quotes): a trie over the names where leaving the trie, or ending off a name, is allowed.
+  // quotes): one DFA, the product of every canonical content with the names' trie (a trie of
+  // rules cost about 27 automaton nodes per trie node: Kubernetes schemas had 110k of them).
+  // Above kMaxKeyTrie bytes of names, a trie of rules instead.
   int key_not_in(const std::vector<std::string>& names) {
+    size_t chars = 0;
+    for (const std::string& n : names) chars += n.size();
+    if (chars <= kMaxKeyTrie) {
+      // A rule of its own: the DFA's states past the names reach no other rule, so their token
+      // classes are the same in every grammar (compiled_grammar.cpp, SharedClasses).
+      const int r = g_.declare_rule("keys" + std::to_string(g_.num_rules()));
+      g_.define_rule(r, g_.seq({g_.lit("\""), g_.dfa(contents_except(names)), g_.lit("\"")}));
+      return g_.ref(r);
+    }
+    return key_trie_not_in(names);
+  }
+  int key_trie_not_in(const std::vector<std::string>& names) {
     struct Node { std::map<std::string, int> kids; bool terminal = false; };
     std::vector<Node> trie(1);
     for (const std::string& n : names) {

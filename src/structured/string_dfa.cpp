@@ -1,6 +1,8 @@
 #include "structured/string_dfa.h"
 
+#include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "structured/fsm.h"
@@ -42,10 +44,12 @@ ByteDfa rule_dfa(const Grammar& g, int r) {
   return d;
 }
 
-ByteDfa content_dfa() {
+const ByteDfa& content_dfa_ref() {
   static const ByteDfa d = regex_dfa("^(.|\\n)*$");
   return d;
 }
+
+ByteDfa content_dfa() { return content_dfa_ref(); }
 
 ByteDfa pattern_dfa(const std::string& regex) { return regex_dfa(regex); }
 
@@ -72,6 +76,62 @@ ByteDfa literal_dfa(const std::vector<std::string>& contents) {
   return d;
 }
 
+ByteDfa contents_except(const std::vector<std::string>& names) {
+  const ByteDfa& all = content_dfa_ref();
+  struct Trie {
+    std::vector<std::pair<uint8_t, uint32_t>> kids;  // sorted by byte
+    bool terminal = false;
+  };
+  std::vector<Trie> trie(1);
+  for (const std::string& n : names) {
+    uint32_t t = 0;
+    for (unsigned char b : n) {
+      auto& kids = trie[t].kids;
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::pair<uint8_t, uint32_t>{b, 0});
+      if (it == kids.end() || it->first != b) {
+        it = kids.insert(it, {b, static_cast<uint32_t>(trie.size())});
+        trie.emplace_back();
+      }
+      t = it->second;
+    }
+    trie[t].terminal = true;
+  }
+  // States are (content state, trie state or kNone once off every name); all can still accept
+  // (the contents go on past the longest name), so nothing needs trimming.
+  ByteDfa d;
+  std::unordered_map<uint64_t, uint32_t> ids;
+  std::vector<std::pair<uint32_t, uint32_t>> states;
+  auto intern = [&](uint32_t c, uint32_t t) {
+    auto [it, fresh] = ids.emplace(uint64_t(c) << 32 | t, static_cast<uint32_t>(states.size()));
+    if (fresh) states.push_back({c, t});
+    return it->second;
+  };
+  intern(0, 0);
+  for (size_t k = 0; k < states.size(); ++k) {
+    const auto [c, t] = states[k];
+    std::array<uint32_t, 256> row;
+    row.fill(ByteDfa::kNone);
+    const std::vector<std::pair<uint8_t, uint32_t>>* kids = t == ByteDfa::kNone ? nullptr : &trie[t].kids;
+    size_t kid = 0;
+    uint32_t last_c = ByteDfa::kNone, last = ByteDfa::kNone;  // the previous byte's target off the names
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t nc = all.next[c][b];
+      const bool on_name = kids && kid < kids->size() && (*kids)[kid].first == b;
+      const uint32_t nt = on_name ? (*kids)[kid++].second : ByteDfa::kNone;
+      if (nc == ByteDfa::kNone) continue;
+      if (nt != ByteDfa::kNone) {
+        row[b] = intern(nc, nt);
+      } else {
+        if (nc != last_c) last_c = nc, last = intern(nc, ByteDfa::kNone);
+        row[b] = last;
+      }
+    }
+    d.next.push_back(row);
+    d.accepting.push_back(all.accepting[c] && !(t != ByteDfa::kNone && trie[t].terminal));
+  }
+  return d;
+}
+
 bool dfa_matches(const ByteDfa& d, const std::string& content) {
   uint32_t s = 0;
   for (unsigned char b : content) {
@@ -84,9 +144,16 @@ bool dfa_matches(const ByteDfa& d, const std::string& content) {
 ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_states, const std::string& what) {
   check(!parts.empty() && parts.size() <= 64, "string_dfa: 1 to 64 parts");
   ProductDfa p;
-  std::map<std::vector<uint32_t>, uint32_t> ids;
+  struct TupleHash {
+    size_t operator()(const std::vector<uint32_t>& t) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull;
+      for (uint32_t x : t) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+      return h ^ (h >> 31);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, uint32_t, TupleHash> ids;
   std::vector<std::vector<uint32_t>> tuples;
-  auto intern = [&](std::vector<uint32_t> t) {
+  auto intern = [&](const std::vector<uint32_t>& t) {
     auto [it, fresh] = ids.emplace(t, static_cast<uint32_t>(tuples.size()));
     if (fresh) {
       check(tuples.size() < max_states, "json schema: unsupported ", what, " (more than ", max_states, " automaton states)");
@@ -94,7 +161,7 @@ ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_stat
       for (size_t i = 0; i < t.size(); ++i)
         if (t[i] != ByteDfa::kNone && parts[i]->accepting[t[i]]) acc |= 1ull << i;
       p.accepts.push_back(acc);
-      tuples.push_back(std::move(t));
+      tuples.push_back(t);
     }
     return it->second;
   };

@@ -16,8 +16,12 @@ namespace deepinfer::structured {
 ByteDfa rule_dfa(const Grammar& g, int rule);
 // Every canonical JSON string content.
 ByteDfa content_dfa();
+const ByteDfa& content_dfa_ref();  // the same, not copied
 // The contents matching `regex` (JSON-schema search semantics); not trimmed.
 ByteDfa pattern_dfa(const std::string& regex);
+// Every canonical JSON string content but the given ones (canonical encodings, without quotes):
+// the keys an object with these declared names may add.
+ByteDfa contents_except(const std::vector<std::string>& names);
 // Exactly the given contents (canonical JSON encodings, without quotes).
 ByteDfa literal_dfa(const std::vector<std::string>& contents);
 

@@ -6,6 +6,7 @@
 //   m.fill_next_token_bitmask(words);                  // bit (id % 32) of words[id / 32]
 //   m.accept_token(sampled_id);
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,32 +60,44 @@ struct StateMask {
   void or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const;
 };
 
+// The automaton of one grammar for one vocabulary, and its nodes' token classes. A class is
+// computed the first time a matcher needs it (then kept): compile time stays independent of how
+// many nodes a large schema has, and a request only pays for the nodes its output visits.
+// Thread-safe: matchers on several threads may share one grammar.
 class CompiledGrammar {
  public:
   CompiledGrammar(const Grammar& g, const TokenVocab& vocab);
+  ~CompiledGrammar();
 
   const TokenVocab& vocab() const { return vocab_; }
   const Automaton& automaton() const { return automaton_; }
   const std::string& ebnf() const { return ebnf_; }
-  // Mask of a scanable node, or nullptr when the node has no byte edges.
+  // Mask of a scanable node (computed on first use), or nullptr when the node has no byte edges.
   const StateMask* mask(uint32_t node) const {
-    int32_t m = node_mask_[node];
-    return m < 0 ? nullptr : &masks_[m];
+    const int32_t m = node_mask_[node];
+    if (m < 0) return nullptr;
+    const StateMask* p = ready_[m].load(std::memory_order_acquire);
+    return p ? p : compute_mask(m);
   }
   // A representative of node's rule and equivalence class: nodes with the same representative
   // behave the same in every context (used to recognise repeated parser states).
   uint32_t canonical(uint32_t node) const { return canonical_[node]; }
-  size_t num_masks() const { return masks_.size(); }
-  size_t memory_bytes() const;
+  size_t num_masks() const { return reps_.size(); }  // distinct classes (computed or not)
+  size_t num_computed_masks() const;
+  size_t memory_bytes() const;  // of the masks computed so far
 
  private:
-  void build_masks();
+  struct Lazy;  // the classification's caches (compiled_grammar.cpp)
+  const StateMask* compute_mask(int32_t m) const;
   TokenVocab vocab_;
   Automaton automaton_;
   std::string ebnf_;
   std::vector<int32_t> node_mask_;
   std::vector<uint32_t> canonical_;
-  std::vector<StateMask> masks_;
+  std::vector<uint32_t> cls_;   // equivalence class of each node
+  std::vector<uint32_t> reps_;  // the node classified for each mask
+  std::unique_ptr<std::atomic<const StateMask*>[]> ready_;
+  std::unique_ptr<Lazy> lazy_;
 };
 
 // Front ends into the IR (used by compile, exposed for tests and tools).

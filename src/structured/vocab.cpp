@@ -57,6 +57,7 @@ TokenVocab::TokenVocab(std::vector<std::string> tokens, std::vector<int32_t> sto
     d->first_byte_begin[b] = static_cast<int32_t>(pos);
   }
   d->first_byte_begin[256] = static_cast<int32_t>(n);
+  d->shared = make_shared_classes();
   d_ = std::move(d);
 }
 

@@ -9,6 +9,11 @@
 
 namespace deepinfer::structured {
 
+// Token classes of automaton parts that do not depend on the grammar around them (a JSON
+// string's content...), shared by every grammar over one vocabulary (compiled_grammar.cpp).
+struct SharedClasses;
+std::shared_ptr<SharedClasses> make_shared_classes();
+
 class TokenVocab {
  public:
   // tokens[id] = raw bytes of the token; its size is the logit width (pad with "" up to it).
@@ -36,6 +41,7 @@ class TokenVocab {
   int32_t subtree_end(int32_t i) const { return d_->subtree_end[i]; }
   // Sorted tokens starting with byte b are [first_byte_begin(b), first_byte_begin(b + 1)).
   int32_t first_byte_begin(int b) const { return d_->first_byte_begin[b]; }
+  SharedClasses& shared_classes() const { return *d_->shared; }
 
  private:
   struct Data {
@@ -47,6 +53,7 @@ class TokenVocab {
     std::vector<uint16_t> lcp_prev;
     std::vector<int32_t> subtree_end;
     int32_t first_byte_begin[257];
+    std::shared_ptr<SharedClasses> shared;  // filled as grammars compute their masks
   };
   std::shared_ptr<const Data> d_;
 };

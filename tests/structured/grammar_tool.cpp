@@ -6,8 +6,8 @@
 //   {"cmd":"ebnf", ...} -> {"ebnf": the compiled grammar}
 //   {"cmd":"eval", ...,"inputs":[[ids..],..]} -> "check" plus {"compile_ms":.., "compile_cpu_ms":..,
 //       "mask_us":[..]}: the compile's wall and thread CPU time (DEEPINFER_CPU_THREADS=1 compiles on
-//       this thread; CPU time stays meaningful on a loaded host), and the time of every mask filled
-//       along the accepted inputs (bench/structured/eval_schemas.py)
+//       this thread; CPU time stays meaningful on a loaded host), and the wall and thread CPU time of
+//       every mask filled along the accepted inputs (bench/structured/eval_schemas.py)
 // Options: "whitespace":"flexible", "strict":true. The vocabulary is the V3 one (test_vocab.h).
 #include <chrono>
 #include <ctime>
@@ -94,15 +94,17 @@ json handle(const json& req, const TokenVocab& vocab) {
   if (cmd == "check" || cmd == "eval") {
     const bool timed = cmd == "eval";
     std::vector<uint32_t> words((vocab.size() + 31) / 32);
-    json results = json::array(), mask_us = json::array();
+    json results = json::array(), mask_us = json::array(), mask_cpu_us = json::array();
     for (const json& input : req.at("inputs")) {
       Matcher m(g);
       bool ok = true;
       for (const json& id : input) {
         if (timed) {
+          const double c = thread_cpu_ms();
           const auto t = std::chrono::steady_clock::now();
           m.fill_next_token_bitmask(words.data());
           mask_us.push_back(since_us(t));
+          mask_cpu_us.push_back((thread_cpu_ms() - c) * 1e3);
         }
         ok = ok && m.accept_token(id.get<int32_t>());
         if (!ok) break;
@@ -110,7 +112,7 @@ json handle(const json& req, const TokenVocab& vocab) {
       results.push_back(ok && m.can_end());
     }
     json out = {{"error", nullptr}, {"results", results}};
-    if (timed) out.update({{"compile_ms", compile_ms}, {"compile_cpu_ms", compile_cpu_ms}, {"mask_us", mask_us}, {"masks", g->num_masks()}});
+    if (timed) out.update({{"compile_ms", compile_ms}, {"compile_cpu_ms", compile_cpu_ms}, {"mask_us", mask_us}, {"mask_cpu_us", mask_cpu_us}, {"masks", g->num_masks()}});
     return out;
   }
   return {{"error", "unknown cmd " + cmd}};

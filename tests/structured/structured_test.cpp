@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "structured/structured.h"
@@ -199,6 +200,26 @@ TEST(Structured, StringLengthsAreCountedNotUnrolled) {
   EXPECT_FALSE(allowed(m, 14));    // a started é would be the fifth
   EXPECT_TRUE(m.accept_token(8));
   EXPECT_TRUE(m.can_end());
+}
+
+// Masks are computed on first use; those of automaton parts that reach no other rule (a JSON
+// string's content) are computed once per vocabulary and shared by every grammar over it.
+TEST(Structured, MasksAreLazyAndSharedAcrossGrammars) {
+  auto v = tiny_vocab();
+  auto a = make("json", R"({"type":"object","properties":{"a":{"type":"string"}}})", v);
+  auto b = make("json", R"({"type":"array","items":{"type":"string"}})", v);
+  EXPECT_EQ(a->num_computed_masks(), 0u);
+  EXPECT_TRUE(Matcher(a).accept_bytes(R"({"a":"ab")"));  // accepting does not classify tokens
+  EXPECT_EQ(a->num_computed_masks(), 0u);
+  auto all = [](const std::shared_ptr<const CompiledGrammar>& g) {
+    std::set<const StateMask*> out;
+    for (uint32_t n = 0; n < g->automaton().nodes.size(); ++n)
+      if (const StateMask* m = g->mask(n)) out.insert(m);
+    return out;
+  };
+  const std::set<const StateMask*> in_a = all(a), in_b = all(b);
+  EXPECT_EQ(a->num_computed_masks(), a->num_masks());
+  EXPECT_TRUE(std::any_of(in_b.begin(), in_b.end(), [&](const StateMask* m) { return in_a.count(m) > 0; }));
 }
 
 TEST(Structured, ErrorsNameTheConstruct) {

@@ -19,6 +19,12 @@ CASES = [
       "type": "object", "properties": {"a": {"type": "string", "_format": "uri", "x-kubernetes-int-or-string": True}},
       "links": [{"rel": "self"}], "additionalProperties": False},
      [{"a": "x"}, {}, {"a": 1}, {"b": 1}]),
+    # extra keys are exactly the names not declared (one key DFA): prefixes, extensions, escapes,
+    # non-ASCII and the empty name, valued by additionalProperties
+    ({"type": "object", "properties": {"ab": {"type": "integer"}, "a\"b": {"type": "integer"}, "é": {"type": "integer"},
+                                       "": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+     [{"ab": 1}, {"ab": "x"}, {"a": "x"}, {"a": 1}, {"abc": "x"}, {"abc": 1}, {"a\"b": 1}, {"a\"b": "x"}, {"a\"": "x"},
+      {"é": 1}, {"é": "x"}, {"éé": "x"}, {"è": "x"}, {"": 1}, {"": "x"}, {"b": "x"}, {"ab": 1, "abc": "y"}]),
     # draft-04: 1.0 is not an integer; boolean exclusiveMinimum; items array + additionalItems
     ({"$schema": D4, "type": "integer"}, [1, 1.0, 10.0, -3]),
     ({"$schema": D4, "type": "number", "minimum": 5, "exclusiveMinimum": True}, [5, 5.5, 6, 4]),
