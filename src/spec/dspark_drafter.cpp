@@ -23,7 +23,7 @@ class DSparkDrafter : public Drafter {
       check(v41.back() != nullptr, "dspark: the sequence state is not a DeepSeek-V4.1 state");
     }
     std::vector<Draft> out;
-    for (model::V41Draft& d : m_.draft(v41, anchors)) {
+    for (model::V41Draft& d : m_.draft(v41, anchors, {}, /*with_logits=*/false)) {
       Draft o;
       o.tokens = std::move(d.tokens);
       for (float logit : d.confidence) o.confidence.push_back(1.0 / (1.0 + std::exp(-static_cast<double>(logit))));

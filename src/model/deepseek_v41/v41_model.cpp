@@ -581,7 +581,7 @@ V41Draft V41Model::draft(V41SequenceState& st, int32_t anchor, const int32_t* fo
 }
 
 std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& states, const std::vector<int32_t>& anchors,
-                                      const std::vector<const int32_t*>& force_tokens) {
+                                      const std::vector<const int32_t*>& force_tokens, bool with_logits) {
   check(c_.dspark_block_size > 0 && c_.n_mtp_layers > 0, "dspark: the model has no draft head");
   const int64_t S = static_cast<int64_t>(states.size());
   check(static_cast<int64_t>(anchors.size()) == S, "dspark: ", S, " states but ", anchors.size(), " anchors");
@@ -649,11 +649,13 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
       prev[q] = !force_tokens.empty() && force_tokens[q] ? force_tokens[q][i] : next[q];
     }
   }
-  const std::vector<float> hl = host(logits.f32(), T * V), hc_ = host(conf.f32(), T);
-  for (int64_t q = 0; q < S; ++q) {
-    out[q].logits.assign(hl.begin() + q * n * V, hl.begin() + (q + 1) * n * V);
-    out[q].confidence.assign(hc_.begin() + q * n, hc_.begin() + (q + 1) * n);
-  }
+  const std::vector<float> hc_ = host(conf.f32(), T);
+  for (int64_t q = 0; q < S; ++q) out[q].confidence.assign(hc_.begin() + q * n, hc_.begin() + (q + 1) * n);
+  if (with_logits)
+    for (int64_t q = 0; q < S; ++q) {
+      out[q].logits.resize(n * V);
+      be_.download(out[q].logits.data(), logits.f32() + q * n * V, n * V * sizeof(float));
+    }
   return out;
 }
 

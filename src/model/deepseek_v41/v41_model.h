@@ -107,7 +107,7 @@ struct V41Options {
 
 struct V41Draft {  // one DSpark draft block
   std::vector<int32_t> tokens;     // [block]: drafts for positions p+2 .. p+1+block
-  std::vector<float> logits;       // [block, vocab] with the Markov bias added
+  std::vector<float> logits;       // [block, vocab] with the Markov bias added (draft(..., with_logits) only)
   std::vector<float> confidence;   // [block]
 };
 
@@ -138,9 +138,11 @@ class V41Model final : public CausalLM {
   V41Draft draft(V41SequenceState& state, int32_t anchor, const int32_t* force_tokens = nullptr);
   // The same for many sequences in one flat forward (each draft bitwise what it gets alone);
   // force_tokens: empty, or one pointer (or null) per state. V41Draft::confidence holds the confidence
-  // head's logits (the probability is their sigmoid).
+  // head's logits (the probability is their sigmoid). with_logits: also V41Draft::logits, every block
+  // position's full vocabulary (tests; the engine's greedy drafts need only tokens and confidences, and
+  // at batch 128 those logits are 331 MB to bring back from the device).
   std::vector<V41Draft> draft(const std::vector<V41SequenceState*>& states, const std::vector<int32_t>& anchors,
-                              const std::vector<const int32_t*>& force_tokens = {});
+                              const std::vector<const int32_t*>& force_tokens = {}, bool with_logits = true);
 
   const V41Config& config() const { return c_; }
   const V41Options& options() const { return o_; }
