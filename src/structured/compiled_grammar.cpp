@@ -282,9 +282,16 @@ std::vector<uint32_t> equivalent_nodes(const Automaton& a) {
   std::vector<uint32_t> cls(n), pos(n);
   std::vector<std::vector<uint32_t>> members;
   {
-    std::map<uint32_t, uint32_t> id;
+    // Initial classes by everything but the targets: the flags, the byte ranges and the rules
+    // referenced (signatures compare those too, so the final classes are the same; starting
+    // finer saves rounds). A hash collision only starts two nodes in one class.
+    std::unordered_map<uint64_t, uint32_t> id;
     for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t key = a.nodes[i].accepting | a.char_boundary[i] << 1 | a.counted(a.nodes[i].rule) << 2;
+      const FsmNode& nd = a.nodes[i];
+      uint64_t key = (nd.accepting | a.char_boundary[i] << 1 | a.counted(nd.rule) << 2) * 0x9e3779b97f4a7c15ull;
+      for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) key = (key ^ (a.byte_edges[e].lo << 8 | a.byte_edges[e].hi)) * 0xbf58476d1ce4e5b9ull;
+      key = (key ^ 0x10000) * 0xbf58476d1ce4e5b9ull;
+      for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e) key = (key ^ a.ref_edges[e].rule) * 0xbf58476d1ce4e5b9ull;
       cls[i] = id.emplace(key, static_cast<uint32_t>(id.size())).first->second;
       if (cls[i] == members.size()) members.emplace_back();
       pos[i] = static_cast<uint32_t>(members[cls[i]].size());
