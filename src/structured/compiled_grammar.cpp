@@ -468,9 +468,10 @@ struct CompiledGrammar::Lazy {
   std::unordered_multimap<uint64_t, std::shared_ptr<const std::vector<uint32_t>>> bitsets;
   CountsCache counts;
   size_t computed = 0;
+  int64_t work = 0;  // tokens walked so far (the warm-up's budget)
 };
 
-CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
+CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab, int64_t warm_tokens)
     : vocab_(vocab), automaton_(build_automaton(g)), ebnf_(g.to_ebnf()) {
   const Automaton& a = automaton_;
   node_mask_.assign(a.nodes.size(), -1);
@@ -488,6 +489,28 @@ CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab)
   ready_ = std::make_unique<std::atomic<const StateMask*>[]>(reps_.size());
   for (size_t m = 0; m < reps_.size(); ++m) ready_[m].store(nullptr, std::memory_order_relaxed);
   lazy_ = std::make_unique<Lazy>(&automaton_, reps_.size());
+  if (a.nodes.size() <= kWarmNodes) warm_up(warm_tokens);
+}
+
+// The classes of the nodes nearest the root (breadth first through byte and rule edges), while
+// they cost under `budget` token walks: a small grammar is then classified at compile time (no
+// first use while decoding); a large one (over kWarmNodes nodes) is left to its first uses, so
+// the slowest compiles do not grow.
+void CompiledGrammar::warm_up(int64_t budget) {
+  const Automaton& a = automaton_;
+  std::vector<uint8_t> seen(a.nodes.size(), 0);
+  std::vector<uint32_t> queue{a.rule_start[a.root_rule]};
+  seen[queue[0]] = 1;
+  auto visit = [&](uint32_t n) {
+    if (!seen[n]) seen[n] = 1, queue.push_back(n);
+  };
+  for (size_t k = 0; k < queue.size() && lazy_->work < budget; ++k) {
+    const uint32_t n = queue[k];
+    mask(n);
+    const FsmNode& nd = a.nodes[n];
+    for (uint32_t e = nd.byte_begin; e < nd.byte_end; ++e) visit(a.byte_edges[e].target);
+    for (uint32_t e = nd.ref_begin; e < nd.ref_end; ++e) visit(a.rule_start[a.ref_edges[e].rule]), visit(a.ref_edges[e].target);
+  }
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
@@ -524,6 +547,7 @@ const StateMask* CompiledGrammar::compute_mask(int32_t m) const {
   std::vector<std::shared_ptr<const Classified>> parts;  // in sorted-vocab order
   std::vector<const Classified*> by_byte(shareable ? 256 : 0, nullptr);
   auto classify = [&](int lo, int hi) {
+    z.work += vocab_.first_byte_begin(hi) - vocab_.first_byte_begin(lo);
     auto c = std::make_shared<Classified>();
     classify_range(a, vocab_, rep, first, vocab_.first_byte_begin(lo), vocab_.first_byte_begin(hi), z.parser, *c);
     return c;

@@ -60,13 +60,17 @@ struct StateMask {
   void or_counted(uint32_t left, uint32_t* words, std::vector<uint32_t>& tmp) const;
 };
 
-// The automaton of one grammar for one vocabulary, and its nodes' token classes. A class is
-// computed the first time a matcher needs it (then kept): compile time stays independent of how
+// The automaton of one grammar for one vocabulary, and its nodes' token classes. Compiling
+// classifies the nodes nearest the root within a budget (all of a small grammar); any other class
+// is computed the first time a matcher needs it (then kept): compile time stays bounded however
 // many nodes a large schema has, and a request only pays for the nodes its output visits.
 // Thread-safe: matchers on several threads may share one grammar.
 class CompiledGrammar {
  public:
-  CompiledGrammar(const Grammar& g, const TokenVocab& vocab);
+  static constexpr int64_t kWarmTokens = int64_t(1) << 20;  // token walks at compile time
+  static constexpr size_t kWarmNodes = 4096;  // automaton nodes: larger grammars skip the warm-up
+  // warm_tokens: the compile-time classification's budget in token walks (see warm_up).
+  CompiledGrammar(const Grammar& g, const TokenVocab& vocab, int64_t warm_tokens = kWarmTokens);
   ~CompiledGrammar();
 
   const TokenVocab& vocab() const { return vocab_; }
@@ -88,6 +92,7 @@ class CompiledGrammar {
 
  private:
   struct Lazy;  // the classification's caches (compiled_grammar.cpp)
+  void warm_up(int64_t budget);
   const StateMask* compute_mask(int32_t m) const;
   TokenVocab vocab_;
   Automaton automaton_;

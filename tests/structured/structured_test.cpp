@@ -202,12 +202,18 @@ TEST(Structured, StringLengthsAreCountedNotUnrolled) {
   EXPECT_TRUE(m.can_end());
 }
 
-// Masks are computed on first use; those of automaton parts that reach no other rule (a JSON
-// string's content) are computed once per vocabulary and shared by every grammar over it.
+// Masks are computed at compile time within a budget, the others on first use; those of
+// automaton parts that reach no other rule (a JSON string's content) are computed once per
+// vocabulary and shared by every grammar over it.
 TEST(Structured, MasksAreLazyAndSharedAcrossGrammars) {
   auto v = tiny_vocab();
-  auto a = make("json", R"({"type":"object","properties":{"a":{"type":"string"}}})", v);
-  auto b = make("json", R"({"type":"array","items":{"type":"string"}})", v);
+  const std::string object = R"({"type":"object","properties":{"a":{"type":"string"}}})";
+  auto warm = make("json", object, v);  // a small grammar: classified while compiling
+  EXPECT_EQ(warm->num_computed_masks(), warm->num_masks());
+  auto lazy = [&](const std::string& schema) {  // no compile-time budget
+    return std::make_shared<const CompiledGrammar>(json_schema_grammar(schema, SchemaArgs{"json", schema}), v, 0);
+  };
+  auto a = lazy(object), b = lazy(R"({"type":"array","items":{"type":"string"}})");
   EXPECT_EQ(a->num_computed_masks(), 0u);
   EXPECT_TRUE(Matcher(a).accept_bytes(R"({"a":"ab")"));  // accepting does not classify tokens
   EXPECT_EQ(a->num_computed_masks(), 0u);
