@@ -185,6 +185,10 @@ void closure(const Nfa& nfa, std::vector<uint32_t>& set, std::vector<uint32_t>& 
   std::sort(set.begin(), set.end());
 }
 
+// A rule's DFA may be this many times its NFA (plus a floor) before it counts as exponential blow-up
+// of the subset construction (`.*a.{14}`: 327k nodes, minutes of compile time for one request).
+constexpr size_t kMaxDfaGrowth = 16, kMinDfaStates = 10000;
+
 // Subset construction of one rule's NFA, appending DFA nodes to `a` (node base + k is the k-th
 // set found). Returns the start node. Scratch vectors are reused: large schemas make 10^5 nodes.
 uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint32_t rule, Automaton& a) {
@@ -200,10 +204,15 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
   const uint32_t base = static_cast<uint32_t>(a.nodes.size());
   std::vector<uint32_t> stamp(nfa.states.size(), 0), stack, tgt;
   uint32_t round = 0;
+  const size_t max_states = kMaxDfaGrowth * nfa.states.size() + kMinDfaStates;
   auto intern = [&](std::vector<uint32_t>& set) {
     closure(nfa, set, stamp, ++round, stack);
     auto [it, inserted] = ids.try_emplace(set, base + static_cast<uint32_t>(ids.size()));
-    if (inserted) pending.push_back(&it->first);
+    if (inserted) {
+      check(ids.size() <= max_states, "grammar too complex: one rule's automaton grows past ", max_states,
+            " states from ", nfa.states.size(), " (exponential, as in .*a.{20}: simplify the pattern)");
+      pending.push_back(&it->first);
+    }
     return it->second;
   };
   tgt.push_back(start);

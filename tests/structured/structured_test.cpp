@@ -51,6 +51,20 @@ TEST(Structured, RegexAcceptRollbackAndEnd) {
   EXPECT_FALSE(allowed(m, 16));  // padding never
 }
 
+// Subset construction can grow exponentially in the pattern (.*a.{n}: 2^n states); one request's
+// grammar must not take minutes to compile (fuzz_request found one of 28 s), so it is refused.
+TEST(Structured, ExponentialRegexIsRefused) {
+  auto v = tiny_vocab();
+  EXPECT_NO_THROW(make("regex", ".*a.{6}", v));  // 1,281 nodes
+  try {
+    make("regex", ".*a.{30}", v);
+    FAIL() << "compiled";
+  } catch (const deepinfer::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grammar too complex"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(make("regex", "[a-z]{2000}", v));  // large but linear
+}
+
 TEST(Structured, Utf8SplitAcrossTokens) {
   auto v = tiny_vocab();
   Matcher m(make("regex", "[é]+", v));
