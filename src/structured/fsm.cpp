@@ -192,14 +192,7 @@ constexpr size_t kMaxDfaGrowth = 16, kMinDfaStates = 10000;
 // Subset construction of one rule's NFA, appending DFA nodes to `a` (node base + k is the k-th
 // set found). Returns the start node. Scratch vectors are reused: large schemas make 10^5 nodes.
 uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint32_t rule, Automaton& a) {
-  struct SetHash {
-    size_t operator()(const std::vector<uint32_t>& v) const {
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
-      return h ^ (h >> 31);
-    }
-  };
-  std::unordered_map<std::vector<uint32_t>, uint32_t, SetHash> ids;
+  std::unordered_map<std::vector<uint32_t>, uint32_t, StateIdsHash> ids;
   std::vector<const std::vector<uint32_t>*> pending;  // the keys of ids (stable) in id order
   const uint32_t base = static_cast<uint32_t>(a.nodes.size());
   std::vector<uint32_t> stamp(nfa.states.size(), 0), stack, tgt;

@@ -1,12 +1,23 @@
 // Lowers a Grammar to byte-level DFAs, one per rule, whose edges read a byte range or a whole rule.
 // All rules' nodes live in one array so an Earley item is just (node, origin).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "structured/grammar.h"
 
 namespace deepinfer::structured {
+
+// Hash of a vector of state ids: the key of the subset construction (NFA state sets) and of the product
+// construction (DFA state tuples).
+struct StateIdsHash {
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (uint32_t x : v) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+  }
+};
 
 struct ByteEdge {
   uint8_t lo, hi;

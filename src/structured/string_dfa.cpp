@@ -144,14 +144,7 @@ bool dfa_matches(const ByteDfa& d, const std::string& content) {
 ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_states, const std::string& what) {
   check(!parts.empty() && parts.size() <= 64, "string_dfa: 1 to 64 parts");
   ProductDfa p;
-  struct TupleHash {
-    size_t operator()(const std::vector<uint32_t>& t) const {
-      uint64_t h = 0x9e3779b97f4a7c15ull;
-      for (uint32_t x : t) h = (h ^ x) * 0xbf58476d1ce4e5b9ull;
-      return h ^ (h >> 31);
-    }
-  };
-  std::unordered_map<std::vector<uint32_t>, uint32_t, TupleHash> ids;
+  std::unordered_map<std::vector<uint32_t>, uint32_t, StateIdsHash> ids;
   std::vector<std::vector<uint32_t>> tuples;
   auto intern = [&](const std::vector<uint32_t>& t) {
     auto [it, fresh] = ids.emplace(t, static_cast<uint32_t>(tuples.size()));
