@@ -388,12 +388,12 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // CPU's, and the 20 iterations' divisions run side by side instead of on one thread.
 constexpr int kHcThreads = 512, kHcMax = 16, kHcPerLane = kHcMax * kHcMax / 32;
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
-    const float* __restrict__ x, int64_t hc_rt, int64_t dim, const float* __restrict__ dots,
+    const float* __restrict__ x, int hc, int64_t dim, const float* __restrict__ dots,
     const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
     int64_t sinkhorn_iters, bool cpu_order, float* pre, float* post, float* comb) {
   __shared__ float stage[kSumsqChunk], part[8], c[kHcMax * kHcMax];
   const int64_t r = blockIdx.x;
-  const int hc = static_cast<int>(hc_rt), n = hc * hc, lane = threadIdx.x;
+  const int n = hc * hc, lane = threadIdx.x;
   const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
   const float ss = sumsq_row(x + r * width, width, cpu_order, stage, part);
   if (threadIdx.x >= 32) return;
@@ -891,7 +891,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
   linear(x, rows, width, fn, outs, dots);
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
-  hc_weights_tail_kernel<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, hc, dim, dots, base, scale, rms_eps, hc_eps,
+  hc_weights_tail_kernel<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, static_cast<int>(hc), dim, dots, base, scale, rms_eps, hc_eps,
                                                                      sinkhorn_iters, impl_->exact_gemm, pre, post, comb);
   check_launch("hc_weights_tail_kernel");
 }

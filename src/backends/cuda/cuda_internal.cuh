@@ -29,7 +29,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // exp / log1p through double, rounded once to float: the correctly rounded results, as glibc's expf and
 // log1pf (the CPU backend's) give in all but vanishingly rare cases. For the few serial transcendentals
 // whose 1-ulp differences decide discrete things (the routing's top-k, the mHC weights, the Engram gate), and
-// the CUDA-core kernels of the exact paths (a 2-ulp expf there flipped a bf16 rounding against the CPU).
+// the CUDA-core kernels of the exact paths, so that their transcendentals are the CPU libm's (CUDA's expf
+// is within 2 ulp). That did not close the exact-mode gap it was written for (docs/performance.md).
 __device__ __forceinline__ float expf_cr(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ __forceinline__ float log1pf_cr(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
