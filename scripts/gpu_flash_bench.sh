@@ -38,10 +38,22 @@ if [ -n "${FLASH_PREFILL_PROFILE:-}" ]; then
   small=/tmp/deepinfer-flash6
   [ -d "$small" ] || "$(find_bin deepinfer)" make-demo-model "$small" --tokenizer "$DEMO_TOKENIZER" --flash-layers 6 || exit 1
   for t in $FLASH_PREFILL_PROFILE; do
-    BENCH_PREFILL_REPS=1 DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "prefill/" --metrics gpu__time_duration.sum \
+    BENCH_REPS=1 DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "prefill/" --metrics gpu__time_duration.sum \
       --csv --cache-control none --clock-control none "$(find_bin bench_v41_shapes)" "$small" dummy "" "$t" 0 \
       > "$out/ncu_prefill_$t.csv" 2> "$out/ncu_prefill_$t.err"
     echo "ncu (prefill $t tokens) exit $?"
     python3 bench/model/ncu_summary.py "$out/ncu_prefill_$t.csv" | tee "$out/ncu_prefill_$t.md"
+  done
+fi
+# FLASH_DRAFT_PROFILE="B ...": the kernels of one batched DSpark draft of B sequences, the same way.
+if [ -n "${FLASH_DRAFT_PROFILE:-}" ]; then
+  small=/tmp/deepinfer-flash6
+  [ -d "$small" ] || "$(find_bin deepinfer)" make-demo-model "$small" --tokenizer "$DEMO_TOKENIZER" --flash-layers 6 || exit 1
+  for b in $FLASH_DRAFT_PROFILE; do
+    BENCH_REPS=1 DEEPINFER_DEVICE=cuda timeout 300 ncu --nvtx --nvtx-include "draft/" --metrics gpu__time_duration.sum \
+      --csv --cache-control none --clock-control none "$(find_bin bench_v41_shapes)" "$small" dummy "$b" "" 0 1 \
+      > "$out/ncu_draft_b$b.csv" 2> "$out/ncu_draft_b$b.err"
+    echo "ncu (draft batch $b) exit $?"
+    python3 bench/model/ncu_summary.py "$out/ncu_draft_b$b.csv" | tee "$out/ncu_draft_b$b.md"
   done
 fi

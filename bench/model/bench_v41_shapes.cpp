@@ -96,7 +96,9 @@ std::pair<double, double> verify_and_draft(model::V41Model& m, int64_t seqs, int
     draft = 1e30;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
+      RANGE_PUSH("draft");
       m.draft(states, anchors, {}, /*with_logits=*/false);  // as the engine's drafter calls it
+      RANGE_POP();
       draft = std::min(draft, std::chrono::duration<double>(Clock::now() - t0).count());
     }
   }
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(m->config().n_layers), static_cast<long long>(m->config().dim));
   std::fflush(stdout);
   run(*m, 1, 16, 1, false);  // warm-up: workspaces, kernels' first launches
-  const char* reps_env = std::getenv("BENCH_PREFILL_REPS");  // 1 under a profiler
+  const char* reps_env = std::getenv("BENCH_REPS");  // prefill, verify and draft repetitions: 1 under a profiler
   const int reps = reps_env ? std::max(1, std::atoi(reps_env)) : 3;
   for (int64_t p : prefills) {
     double best = 1e30;
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
   for (int64_t bs : verify.empty() ? std::vector<int64_t>{} : batches) {
     double draft = 0;  // the same work whatever q: timed once, after the last
     for (int64_t q : verify) {
-      const auto [t, d] = verify_and_draft(*m, bs, q, 3, q == verify.back());
+      const auto [t, d] = verify_and_draft(*m, bs, q, reps, q == verify.back());
       draft = d;
       std::printf("{\"verify_batch\": %lld, \"tokens_per_seq\": %lld, \"step_seconds\": %.6f}\n",
                   static_cast<long long>(bs), static_cast<long long>(q), t);

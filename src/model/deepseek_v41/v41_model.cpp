@@ -618,39 +618,52 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
   const int64_t T = S * n;
   Tensor y = ws_.f32({T, D}), yn = ws_.f32({T, D}), logits = ws_.f32({T, V}), bias = ws_.f32({S, V});
   Tensor emb = ws_.f32({S, R}), feat = ws_.f32({S, D + R}), conf = ws_.f32({T}), pick = ws_.f32({S, V});
-  Tensor tok = ws_.i32({S}), rows = ws_.i32({S});
+  // toks[i][q]: position i's draft of sequence q; rows[i][q]: its row of the flat block.
+  Tensor toks = ws_.i32({n, S}), rows = ws_.i32({n, S}), prev = ws_.i32({S});
   be_.hc_collapse(X.f32(), pre_mix.f32(), T, hc, D, true, y.f32());
   be_.copy(yn.data, y.data, y.bytes());
   rmsnorm(yn.f32(), L.final_norm, T, D);
   be_.linear_plain(yn.f32(), T, head_.q, logits.f32());
+  std::vector<int32_t> row(n * S);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t q = 0; q < S; ++q) row[i * S + q] = static_cast<int32_t>(q * n + i);
+  be_.upload(rows.data, row.data(), row.size() * sizeof(int32_t));
+  be_.upload(prev.data, anchors.data(), S * sizeof(int32_t));
   // The Markov chain, every sequence at once: bias from the previous token's embedding row, greedy
-  // choice (read back: the next position's embedding row depends on it), confidence.
-  std::vector<V41Draft> out(S);
-  std::vector<int32_t> prev(anchors), row(S), next(S);
-  std::vector<float> confs(T);
+  // choice, confidence. The chosen tokens stay on the device (one read-back at the end), except when
+  // tests force the chain's tokens: then each position's choice is read back to build the next input.
+  const bool forcing = std::any_of(force_tokens.begin(), force_tokens.end(), [](const int32_t* f) { return f; });
+  std::vector<int32_t> picked(S);
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t q = 0; q < S; ++q) row[q] = static_cast<int32_t>(q * n + i);
-    be_.upload(tok.data, prev.data(), S * sizeof(int32_t));
-    be_.upload(rows.data, row.data(), S * sizeof(int32_t));
-    be_.copy_rows(L.markov_embed.data(), tok.i32(), S, R, emb.f32(), nullptr);
+    const int32_t* prev_d = i == 0 || forcing ? prev.i32() : toks.i32() + (i - 1) * S;
+    const int32_t* rows_d = rows.i32() + i * S;
+    int32_t* tok_d = toks.i32() + i * S;
+    be_.copy_rows(L.markov_embed.data(), prev_d, S, R, emb.f32(), nullptr);
     be_.linear_plain(emb.f32(), S, L.markov_head.q, bias.f32());
-    be_.copy_rows(logits.f32(), rows.i32(), S, V, pick.f32(), nullptr);
+    be_.copy_rows(logits.f32(), rows_d, S, V, pick.f32(), nullptr);
     be_.add(pick.f32(), bias.f32(), S * V);
-    be_.copy_rows(pick.f32(), nullptr, S, V, logits.f32(), rows.i32());  // the logits keep the bias
-    be_.argmax(pick.f32(), S, V, tok.i32());
-    be_.download(next.data(), tok.data, S * sizeof(int32_t));
-    be_.copy_rows(y.f32(), rows.i32(), S, D, pick.f32(), nullptr);  // feat = [y row, embedding row]
+    be_.copy_rows(pick.f32(), nullptr, S, V, logits.f32(), rows_d);  // the logits keep the bias
+    be_.argmax(pick.f32(), S, V, tok_d);
+    be_.copy_rows(y.f32(), rows_d, S, D, pick.f32(), nullptr);  // feat = [y row, embedding row]
     be_.copy_2d(pick.f32(), D, S, D, feat.f32(), D + R);
     be_.copy_2d(emb.f32(), R, S, R, feat.f32() + D, D + R);
     be_.linear_plain(feat.f32(), S, L.confidence.q, bias.f32());
-    be_.copy_rows(bias.f32(), nullptr, S, 1, conf.f32(), rows.i32());
-    for (int64_t q = 0; q < S; ++q) {
-      out[q].tokens.push_back(next[q]);
-      prev[q] = !force_tokens.empty() && force_tokens[q] ? force_tokens[q][i] : next[q];
+    be_.copy_rows(bias.f32(), nullptr, S, 1, conf.f32(), rows_d);
+    if (forcing) {
+      be_.download(picked.data(), tok_d, S * sizeof(int32_t));
+      for (int64_t q = 0; q < S; ++q)
+        if (force_tokens[q]) picked[q] = force_tokens[q][i];
+      be_.upload(prev.data, picked.data(), S * sizeof(int32_t));
     }
   }
+  std::vector<int32_t> drafted(n * S);
+  be_.download(drafted.data(), toks.data, drafted.size() * sizeof(int32_t));
   const std::vector<float> hc_ = host(conf.f32(), T);
-  for (int64_t q = 0; q < S; ++q) out[q].confidence.assign(hc_.begin() + q * n, hc_.begin() + (q + 1) * n);
+  std::vector<V41Draft> out(S);
+  for (int64_t q = 0; q < S; ++q) {
+    for (int64_t i = 0; i < n; ++i) out[q].tokens.push_back(drafted[i * S + q]);
+    out[q].confidence.assign(hc_.begin() + q * n, hc_.begin() + (q + 1) * n);
+  }
   if (with_logits)
     for (int64_t q = 0; q < S; ++q) {
       out[q].logits.resize(n * V);
