@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backends/cuda/cuda_backend.h"
 #include "golden_reader.h"
@@ -30,6 +31,12 @@ struct Trace {
   std::vector<std::vector<int32_t>> experts;
   std::vector<std::vector<float>> weights, scores;
   std::vector<float> logits;
+  struct Point {
+    int64_t layer;
+    std::string name;
+    std::vector<float> values;
+  };
+  std::vector<Point> points;  // every on_point, in the order the forward reached it
 };
 
 Trace run(V41Model& m, const std::vector<int32_t>& ids, const std::vector<int64_t>& cuts) {
@@ -50,6 +57,7 @@ Trace run(V41Model& m, const std::vector<int32_t>& ids, const std::vector<int64_
     t.experts[l].insert(t.experts[l].end(), e.begin(), e.end());
     t.weights[l].insert(t.weights[l].end(), w.begin(), w.end());
   };
+  taps.on_point = [&](int64_t l, const char* name, const std::vector<float>& v) { t.points.push_back({l, name, v}); };
   auto st = m.new_sequence();
   t.logits = logits_in_steps(m, ids, cuts, st.get(), &taps);
   return t;
@@ -114,6 +122,20 @@ TEST(V41Cuda, LayersRoutesAndLogitsMatchTheCpuBackend) {
                     what.c_str(), l, ds, max_diff(a.scores[l], b.scores[l]), max_diff(a.weights[l], b.weights[l]), flips,
                     a.experts[l].size(), !departed && ds > 1e-4f ? "  <- first departure" : "");
         departed = departed || ds > 1e-4f;
+      }
+      // Within the first layer whose streams part (or the first layer at all if only the logits part), the
+      // first observation point that differs: where to look.
+      for (size_t i = 0; i < std::min(a.points.size(), b.points.size()); ++i) {
+        const Trace::Point &p = a.points[i], &q = b.points[i];
+        ASSERT_EQ(p.name, q.name) << what;
+        const float d = max_diff(p.values, q.values);
+        if (d > 0) {
+          std::printf("[v41-cuda] %s: first differing point: layer %lld %s (call %zu), max|d| %.3g\n", what.c_str(),
+                      static_cast<long long>(p.layer), p.name.c_str(), i, d);
+          if (i > 0) std::printf("[v41-cuda] %s:   the point before it, layer %lld %s, is equal\n", what.c_str(),
+                                 static_cast<long long>(a.points[i - 1].layer), a.points[i - 1].name.c_str());
+          break;
+        }
       }
       const Rows r = compare_rows(a.logits, b.logits, cpu->vocab_size());
       std::printf("[v41-cuda] %s: logits max|d| %.3g mean|d| %.3g argmax %.3f\n", what.c_str(), r.max, r.mean, r.argmax);

@@ -286,6 +286,8 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
   queries(B, x, s, rope, qr.f32(), q.f32());
   window_kv(B, x, s, rope, kv.f32());
+  point(s, l, "q", q.f32(), T * H * hd);
+  point(s, l, "window_kv", kv.f32(), T * hd);
   Step& w = s.whole();  // context parallelism: the window rows this rank reads, from the ranks computing them
   const Tensor kv_all = window_rows(s, kv, hd, W);
 
@@ -335,6 +337,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   }
   Tensor o = ws_.f32({T, H, hd});
   attend(B, s, q.f32(), kv_all.f32(), idx_d, K, rope, o.f32());
+  point(s, l, "heads_out", o.f32(), T * H * hd);
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
   write_rings(w, l, kv_all.f32());
   output_projection(B, o.f32(), T, out);

@@ -346,6 +346,10 @@ void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix
 // ---------------------------------------------------------------------------------------------------
 // blocks (single-pass mHC, spec §5.2)
 
+void V41Model::point(const Step& s, int64_t l, const char* name, const float* x, int64_t n) const {
+  if (s.taps && s.taps->on_point) s.taps->on_point(l, name, host(x, n));
+}
+
 void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, const ForwardTaps* taps) {
   const int64_t D = c_.dim, hc = c_.hc_mult, n = s.rows();
   const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
@@ -360,15 +364,22 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, con
   };
   be_.hc_weights(X.f32(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, attn_pre.f32(), post.f32(), comb.f32());
+  point(s, l, "attn_pre", attn_pre.f32(), n * hc);
   collapse(pre_mix);
+  point(s, l, "attn_in", a.f32(), n * D);
   rmsnorm(a.f32(), B.attn_norm, n, D);
+  point(s, l, "attn_normed", a.f32(), n * D);
   if (s.dspark) dspark_attention(l, s, a.f32(), sub.f32());
   else attention(l, s, a.f32(), sub.f32());
+  point(s, l, "attn_out", sub.f32(), n * D);
   expand();
+  point(s, l, "after_attn", X.f32(), n * hc * D);
   be_.hc_weights(X.f32(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, pre.f32(), post.f32(), comb.f32());
+  point(s, l, "ffn_pre", pre.f32(), n * hc);
   collapse(attn_pre);
   rmsnorm(a.f32(), B.ffn_norm, n, D);
+  point(s, l, "ffn_normed", a.f32(), n * D);
   moe(l, s, a.f32(), sub.f32(), taps);
   expand();
   be_.copy(pre_mix.data, pre.data, pre.bytes());
@@ -389,6 +400,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   const int64_t num = static_cast<int64_t>(batch.states.size()), D = c_.dim, hc = c_.hc_mult, W = c_.window_size;
   // The blocks this batch adds must be free before any state changes; one arena holds every state.
   Step s;
+  s.taps = taps;
   int64_t need = 0;
   BlockPool* arena = nullptr;
   std::vector<int64_t> seq_of_step(num, -1);

@@ -217,6 +217,8 @@ class V41Model final : public CausalLM {
   int64_t blocks_for(int64_t tokens, int64_t block_bytes) const;
   void check_pool(const BlockPool& pool) const;
   std::vector<float> host(const float* p, int64_t n) const;  // a device array copied to the host (taps)
+  // ForwardTaps::on_point: n values at x, copied to the host only when the forward is tapped there.
+  void point(const Step& s, int64_t l, const char* name, const float* x, int64_t n) const;
   Param param(const std::vector<float>& host) const;
 
   V41Config c_;

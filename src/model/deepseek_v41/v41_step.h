@@ -28,6 +28,7 @@ struct V41Model::Step {
   std::vector<int64_t> cand_width;    // [S] compressed rows the mask covers
   std::map<int64_t, CompressedRows> ckv_rows;  // per KV source, built at first use in a step
   bool dspark = false;                // DSpark draft blocks (positions p+1 .. p+block)
+  const ForwardTaps* taps = nullptr;  // the forward's observation points (on_point), if any
   // Context parallelism (v41_context_parallel.cpp): a rank's step holds the rows it computes and
   // points to the whole step (`all`), whose `owner` names the rank computing each row.
   Step* all = nullptr;
