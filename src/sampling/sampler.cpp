@@ -123,8 +123,12 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
   if (p.temperature <= 0.0f) {
     out.token = argmax(x);
   } else {
-    for (float& v : x) v /= p.temperature;
-    best /= p.temperature;
+    // Where best / T overflows (a tiny T, a bias near -FLT_MAX) the logits are shifted by best first,
+    // which keeps the distribution: dividing gave ties of +inf (the first won) or no finite token
+    // (token 0 came back). Elsewhere the shift is 0 and the values are x / T, as they always were.
+    const float shift = std::isfinite(best / p.temperature) ? 0.0f : best;
+    for (float& v : x) v = (v - shift) / p.temperature;
+    best = (best - shift) / p.temperature;
     if (p.min_p > 0.0f) {  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p)
       float cut = best + std::log(p.min_p);
       for (float& v : x) if (v < cut) v = kNegInf;

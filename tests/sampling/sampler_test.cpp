@@ -45,6 +45,23 @@ TEST(Sampler, GreedyTakesTheLowestIndexOfTies) {
   EXPECT_EQ(f.draw(2), 1);
 }
 
+TEST(Sampler, LogitsThatOverflowAtTheTemperatureKeepTheirDistribution) {
+  Fixture f{{1.0f, 3.0f, 2.0f, 3.5f, -1.0f}};
+  f.params.temperature = 1e-45f;  // x / T = +inf for tokens 0-3: the first tie (token 0) won every draw
+  for (uint64_t seed = 0; seed < 20; ++seed) EXPECT_EQ(f.draw(seed), 3);
+  // Every logit biased near -FLT_MAX: x / T = -inf everywhere and no token was drawn (token 0 came back).
+  f.params.temperature = 0.5f;
+  f.params.logit_bias = {{0, -3.4e38f}, {1, -3.4e38f}, {2, -3.4e38f}, {3, -3.4e38f}, {4, -3.3e38f}};
+  for (uint64_t seed = 0; seed < 20; ++seed) EXPECT_EQ(f.draw(seed), 4);
+  f.params.logit_bias[4] = -3.4e38f;  // the bias absorbs the logits: five equal values, each drawn
+  EXPECT_EQ(f.histogram(200).size(), 5u);
+  f.params.logit_bias = {{1, 3.4e38f}, {3, 3.4e38f}};  // two tied at FLT_MAX: x / T = +inf, 1 won every draw
+  auto h = f.histogram(200);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_GT(h[1], 60);
+  EXPECT_GT(h[3], 60);
+}
+
 TEST(Sampler, SameCounterSameTokenAndPositionsDrawIndependently) {
   Fixture f{std::vector<float>(50, 0.0f)};  // uniform
   std::set<int32_t> seen;
