@@ -34,6 +34,7 @@ class DeviceMemory {
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the device
+  virtual void synchronize() {}  // returns once every op enqueued before it is done (host memory: at once)
   virtual void zero(void* dst, size_t bytes) = 0;
   // dst[0, bytes) = value; and = bytes [0, bytes) of core random_bytes(stream) masked (dummy weights
   // generated where they live). These defaults build the bytes on the host and upload them.

@@ -33,6 +33,7 @@ class CudaBackend final : public ops::Backend {
   void release(void* p) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
+  void synchronize() override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override;

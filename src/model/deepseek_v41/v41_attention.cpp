@@ -284,6 +284,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   const ops::RopeFreqs rope = rope_for(l);
   Workspace::Scope scope(ws_);
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
+  prof_.section("attn_qkv");
   queries(B, x, s, rope, qr.f32(), q.f32());
   window_kv(B, x, s, rope, kv.f32());
   point(s, l, "q", q.f32(), T * H * hd);
@@ -296,6 +297,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   const Tensor* sel = nullptr;
   int64_t ksel = 0;
   if (ratio > 0) {
+    prof_.section("attn_compress_index");
     Latents lat;
     lat.begin.assign(s.num() + 1, 0);
     if (c_.is_kv_source[l]) compress(l, s, x, lat);
@@ -318,6 +320,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
 
   // Index lists: the window (earlier positions from the arena's ring, this step's from kv), then the
   // selected compressed rows (arena rows, translated on the device from the selection).
+  prof_.section("attn_index_lists");
   const int64_t K = W + ksel;
   std::vector<int32_t> idx(T * K, -1);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
@@ -335,11 +338,13 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
     const CompressedRows& t = compressed_rows(s, src);
     be_.lookup_rows(sel->i32(), T, ksel, t.table.i32(), t.begin.i32(), idx_d.i32() + W, K);
   }
+  prof_.section("attn_sparse");
   Tensor o = ws_.f32({T, H, hd});
   attend(B, s, q.f32(), kv_all.f32(), idx_d, K, rope, o.f32());
   point(s, l, "heads_out", o.f32(), T * H * hd);
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
   write_rings(w, l, kv_all.f32());
+  prof_.section("attn_out_proj");
   output_projection(B, o.f32(), T, out);
 }
 

@@ -19,6 +19,7 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   Workspace::Scope scope(ws_);
   Tensor logits = ws_.f32({n, E}), sel = ws_.i32({n, k}), wsel = ws_.f32({n, k});
   Tensor scores = taps && taps->on_route ? ws_.f32({n, E}) : Tensor{};
+  prof_.section(s.dspark ? "draft_moe" : "moe_route");
   be_.linear(x, n, D, B.gate.data(), E, logits.f32());  // fp32 router
   const ops::Backend::ScoreFunc sf = c_.score_func == "softmax" ? ops::Backend::ScoreFunc::kSoftmax
                                      : c_.score_func == "sigmoid" ? ops::Backend::ScoreFunc::kSigmoid
@@ -43,7 +44,9 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const Forward
   Tensor xs = ws_.f32({M, D}), ys = ws_.f32({M, D});
   be_.copy_rows(x, perm.i32(), M, D, xs.f32(), nullptr);
   Tensor g = ws_.f32({M, I}), u = ws_.f32({M, I}), h = ws_.f32({M, I});
+  if (!s.dspark) prof_.section("moe_routed");
   expert_ffn(B.routed, xs.f32(), M, rw.f32(), ys.f32(), g.f32(), u.f32(), h.f32(), offsets.i32(), n);
+  if (!s.dspark) prof_.section("moe_shared");
   Tensor shared = ws_.f32({n, D});
   expert_ffn(B.shared, x, n, nullptr, shared.f32(), g.f32(), u.f32(), h.f32());
   be_.moe_combine(ys.f32(), slot.i32(), n, k, D, shared.f32(), out);

@@ -182,7 +182,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
 }  // namespace
 
 V41Model::V41Model(V41Config c, ops::Backend& be, const V41Options& options)
-    : c_(std::move(c)), be_(be), ws_(be), fws_(be) {
+    : c_(std::move(c)), be_(be), ws_(be), fws_(be), prof_(be) {
   rope_main_ = make_rope_table(c_.rope_main, c_.rope_head_dim);
   rope_compress_ = make_rope_table(c_.rope_compress, c_.rope_head_dim);
   pool_ = std::make_shared<BlockPool>(16384, 0, &be_);
@@ -362,6 +362,7 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, con
     be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, true, mixed.f32());
     be_.copy(X.data, mixed.data, mixed.bytes());
   };
+  prof_.section(s.dspark ? "draft_mhc" : "attn_mhc");
   be_.hc_weights(X.f32(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, attn_pre.f32(), post.f32(), comb.f32());
   point(s, l, "attn_pre", attn_pre.f32(), n * hc);
@@ -372,12 +373,14 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, con
   if (s.dspark) dspark_attention(l, s, a.f32(), sub.f32());
   else attention(l, s, a.f32(), sub.f32());
   point(s, l, "attn_out", sub.f32(), n * D);
+  prof_.section(s.dspark ? "draft_mhc" : "ffn_mhc");
   expand();
   point(s, l, "after_attn", X.f32(), n * hc * D);
   be_.hc_weights(X.f32(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, pre.f32(), post.f32(), comb.f32());
   point(s, l, "ffn_pre", pre.f32(), n * hc);
   collapse(attn_pre);
+  point(s, l, "ffn_in", a.f32(), n * D);
   rmsnorm(a.f32(), B.ffn_norm, n, D);
   point(s, l, "ffn_normed", a.f32(), n * D);
   moe(l, s, a.f32(), sub.f32(), taps);
@@ -399,6 +402,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   const std::vector<int64_t> pos = check_batch(batch, c_.vocab_size);
   const int64_t num = static_cast<int64_t>(batch.states.size()), D = c_.dim, hc = c_.hc_mult, W = c_.window_size;
   // The blocks this batch adds must be free before any state changes; one arena holds every state.
+  prof_.section("setup");
   Step s;
   s.taps = taps;
   int64_t need = 0;
@@ -431,6 +435,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   s.sel_k.assign(c_.n_layers, 0);
 
   // Engram hash ids [T, n_engram_layers, cols], per sequence from its history.
+  prof_.section("engram_hash");
   std::vector<int64_t> hash;
   const int64_t NL = static_cast<int64_t>(c_.engram_layer_ids.size());
   if (NL) {
@@ -486,6 +491,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
     s = take_my_rows(whole, ids, hash, NL * (engram_ ? engram_->cols() : 0), embed_tokens, embed_rows, cut, cut_mine);
   }
 
+  prof_.section("embed");
   ws_.reset();
   fws_.reset();
   s.pos_d = fws_.upload(s.pos, DType::I64);
@@ -528,6 +534,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
         taps->on_engram_input(l, hx);
         be_.upload(X.data, hx.data(), X.bytes());
       }
+      prof_.section("engram");
       engram_apply(l, s, lid, X.f32());
     }
     if (taps && taps->on_layer_input) {
@@ -541,6 +548,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
     block_forward(l, s, X, pre_mix, taps);
   }
   // final collapse with the last pre-mix, norm
+  prof_.section("head");
   const int64_t rows = s.rows();
   Tensor y = ws_.f32({rows, D}), yn = ws_.f32({rows, D});
   be_.hc_collapse(X.f32(), pre_mix.f32(), rows, hc, D, true, y.f32());  // the final collapse, last pre-mix
@@ -560,12 +568,15 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   }
   Tensor normed = ws_.f32({std::max<int64_t>(R, 1), D});
   cp_logits_rows(s, pick, yn.f32(), normed);
+  prof_.section("dspark_rings");
   if (has_dspark) dspark_rings(s, main_hidden.f32());
   for (int64_t q = 0; q < s.num(); ++q) s.st[q]->advance_to(s.end_pos[q]);
+  prof_.section("lm_head");
   Tensor out = ws_.f32({std::max<int64_t>(R, 1), c_.vocab_size});
   be_.linear_plain(normed.f32(), R, head_.q, out.f32());
   logits.resize(R * c_.vocab_size);
   be_.download(logits.data(), out.data, logits.size() * sizeof(float));
+  prof_.finish();
 }
 
 // DSpark: every stage's ring gets kv_norm(wkv(main_x)) of every (kept) main token.
@@ -599,6 +610,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
   check(static_cast<int64_t>(anchors.size()) == S, "dspark: ", S, " states but ", anchors.size(), " anchors");
   check(force_tokens.empty() || static_cast<int64_t>(force_tokens.size()) == S, "dspark: force_tokens per state");
   if (S == 0) return {};
+  prof_.section("draft_setup");
   const int64_t D = c_.dim, hc = c_.hc_mult, n = c_.dspark_block_size, V = c_.vocab_size, R = c_.dspark_markov_rank;
   // The draft blocks are text (anchor + noise): no image routing, as in the reference's forward_spec.
   Step s;
@@ -632,6 +644,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
   Tensor emb = ws_.f32({S, R}), feat = ws_.f32({S, D + R}), conf = ws_.f32({T}), pick = ws_.f32({S, V});
   // toks[i][q]: position i's draft of sequence q; rows[i][q]: its row of the flat block.
   Tensor toks = ws_.i32({n, S}), rows = ws_.i32({n, S}), prev = ws_.i32({S});
+  prof_.section("draft_head_chain");
   be_.hc_collapse(X.f32(), pre_mix.f32(), T, hc, D, true, y.f32());
   be_.copy(yn.data, y.data, y.bytes());
   rmsnorm(yn.f32(), L.final_norm, T, D);
@@ -681,6 +694,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
       out[q].logits.resize(n * V);
       be_.download(out[q].logits.data(), logits.f32() + q * n * V, n * V * sizeof(float));
     }
+  prof_.finish();
   return out;
 }
 

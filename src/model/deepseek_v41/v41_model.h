@@ -15,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "model/forward_profile.h"
 #include "model/causal_lm.h"
 #include "model/deepseek/linear.h"
 #include "model/deepseek_v41/v41_config.h"
@@ -233,6 +234,7 @@ class V41Model final : public CausalLM {
   RopeTableData rope_main_, rope_compress_;
   Param rope_main_freq_, rope_compress_freq_;  // inv_freq on the device
   Workspace ws_, fws_;
+  ForwardProfile prof_;  // DEEPINFER_PROFILE_FORWARD=1 only
   std::unique_ptr<EngramHasher> engram_;
   std::shared_ptr<BlockPool> pool_;
 };
