@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "vision/device_array.h"
 
@@ -22,6 +23,30 @@ std::vector<float> rows_of(const std::vector<float>& m, int64_t cols, int64_t r0
     for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = m[(r0 + r) * cols + (perm ? (*perm)[j] : j)];
   return out;
 }
+
+// A linear layer's weight [out, in] in the backend's format for a BF16-stored float weight: bf16 bits
+// where the backend keeps them (CUDA: linear_plain runs cuBLAS's bf16 tensor-core GEMM), else fp32.
+struct PlainWeight {
+  Array f32;
+  DeviceArray<uint16_t> bf16;
+  ops::QWeight q;
+
+  PlainWeight() = default;
+  PlainWeight(ops::Backend& be, const std::vector<float>& w, int64_t out, int64_t in) {
+    if (be.weight_format(ops::WeightType::kBf16) == ops::WeightType::kBf16) {
+      std::vector<uint16_t> bits(w.size());
+      bool exact = true;  // the checkpoint stores these as BF16; a float32 one stays float32
+      for (size_t i = 0; i < w.size() && exact; ++i) exact = bf16_to_float(bits[i] = float_to_bf16(w[i])) == w[i];
+      if (exact) {
+        bf16 = DeviceArray<uint16_t>(be, bits);
+        q = {ops::WeightType::kBf16, bf16.get(), nullptr, out, in, 0};
+        return;
+      }
+    }
+    f32 = Array(be, w);
+    q = {ops::WeightType::kF32, f32.get(), nullptr, out, in, 0};
+  }
+};
 
 }  // namespace
 
@@ -45,7 +70,8 @@ void rope_tables(int64_t n_h, int64_t n_w, int64_t head_dim, double theta, std::
 
 struct VisionTower::Weights {
   struct Linear {
-    Array w, b;  // b empty: no bias
+    PlainWeight w;
+    Array b;  // empty: no bias
     int64_t out = 0, in = 0;
   };
   struct Block {
@@ -63,9 +89,8 @@ VisionTower::VisionTower(const io::Checkpoint& ck, const VisionConfig& c, ops::B
   const int64_t pix = 3 * c.patch_size * c.patch_size;
   auto vec = [&](const std::string& n, int64_t len) { return Array(be, ck.read_f32(n, {len})); };
   auto linear = [&](const std::string& n, int64_t out, int64_t in, bool bias) {
-    Weights::Linear l{Array(be, ck.read_f32(n + ".weight", {out, in})), bias ? vec(n + ".bias", out) : Array(), out,
-                      in};
-    return l;
+    return Weights::Linear{PlainWeight(be, ck.read_f32(n + ".weight", {out, in}), out, in),
+                           bias ? vec(n + ".bias", out) : Array(), out, in};
   };
   // The fused projections split by output rows: [q; k; v] and [gate; up] (same dot products).
   auto split = [&](const std::string& n, int64_t parts, int64_t out, int64_t in, bool bias) {
@@ -73,8 +98,8 @@ VisionTower::VisionTower(const io::Checkpoint& ck, const VisionConfig& c, ops::B
     const std::vector<float> b = bias ? ck.read_f32(n + ".bias", {parts * out}) : std::vector<float>();
     std::vector<Weights::Linear> ls;
     for (int64_t p = 0; p < parts; ++p)
-      ls.push_back({Array(be, rows_of(w, in, p * out, out)), bias ? Array(be, rows_of(b, 1, p * out, out)) : Array(),
-                    out, in});
+      ls.push_back({PlainWeight(be, rows_of(w, in, p * out, out), out, in),
+                    bias ? Array(be, rows_of(b, 1, p * out, out)) : Array(), out, in});
     return ls;
   };
   w_->patch = linear("vision.patch_embed.proj", d, pix, true);
@@ -101,7 +126,7 @@ VisionTower::VisionTower(const io::Checkpoint& ck, const VisionConfig& c, ops::B
   for (int64_t cell = 0; cell < r2; ++cell)
     for (int64_t ch = 0; ch < d; ++ch) perm[cell * d + ch] = ch * r2 + cell;
   const std::vector<float> a1 = ck.read_f32("aligner.w1.weight", {D, r2 * d});
-  w_->align1 = {Array(be, rows_of(a1, r2 * d, 0, D, &perm)), vec("aligner.w1.bias", D), D, r2 * d};
+  w_->align1 = {PlainWeight(be, rows_of(a1, r2 * d, 0, D, &perm), D, r2 * d), vec("aligner.w1.bias", D), D, r2 * d};
   w_->align2 = linear("aligner.w2", D, D, true);
   start_ = ck.read_f32("image_start", {D});
   newline_ = ck.read_f32("image_newline", {D});
@@ -145,7 +170,7 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
   // y = bf16(x W^T + b), then act.
   auto linear = [&](const Array& x, int64_t m, const Weights::Linear& l, Array& y,
                     Activation act = Activation::kNone) {
-    be.linear(x.get(), m, l.in, l.w.get(), l.out, y.get());
+    be.linear_plain(x.get(), m, l.w.q, y.get());
     be.bias_act(y.get(), m, l.out, l.b.size() ? l.b.get() : nullptr, act, true);
   };
   auto norm = [&](const Array& x, const Array& w, Array& y) {
@@ -161,7 +186,10 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
   Array x(be, N * d), h(be, N * d), q(be, N * d), k(be, N * d), v(be, N * d), o(be, N * d), a(be, N * d);
   Array g(be, N * c_.inter_dim), u(be, N * c_.inter_dim);
   linear(px, N, w_->patch, x);
-  if (trace) *trace = VisionTrace{x.download()};
+  if (trace) {
+    *trace = VisionTrace{};
+    trace->patch_embed = x.download();
+  }
   for (const Weights::Block& blk : w_->blocks) {
     norm(x, blk.norm1, h);
     linear(h, N, blk.q, q);

@@ -1,5 +1,8 @@
 // Op-table cases (op_table.h) for the vision tower's ops (ViT and aligner): the biased linear layers'
 // epilogue, rotate-half RoPE, bidirectional attention within each image's rows.
+#include <cmath>
+
+#include "core/dtype.h"
 #include "op_table.h"
 
 namespace deepinfer::optest {
@@ -28,14 +31,28 @@ std::vector<OpCase> vision_op_cases() {
                    r.backend().rope_halves(r.inout("x", r.uniform(rows * heads * dim)), rows, heads, dim, cs, sn, bf16);
                  }});
   }
-  c.push_back({"attention_full", "attention_full", 1e-5, [](OpRun& r) {
-                 const int64_t heads = 3, dim = 64, tokens = 303;  // the last two rows are in no sequence: 0
-                 const std::vector<int32_t> begin = {0, 5, 5, 300, 301};  // an empty and a one-token sequence
-                 const size_t n = tokens * heads * dim;
-                 r.backend().attention_full(r.in(r.uniform(n, -2, 2)), r.in(r.uniform(n, -2, 2)), r.in(r.uniform(n)),
-                                            tokens, heads, dim, r.in(begin), 4, 295, 0.125f,
-                                            r.out<float>("out", n));
-               }});
+  // Head dim 64 takes CUDA's tensor-core kernel: q, k, v are bf16 values (as in the tower) and the
+  // probabilities enter P.V as bf16 (~1e-3 here, measured in numpy); head dim 32 the fp32 kernel.
+  for (int64_t dim : {64, 32}) {
+    c.push_back({"attention_full", dim == 64 ? "attention_full" : "attention_full_d32", dim == 64 ? 4e-3 : 1e-5,
+                 [dim](OpRun& r) {
+                   // An empty and a one-token sequence, one of several query and key tiles with partial
+                   // last ones; the last two rows are in no sequence: 0.
+                   const int64_t heads = 3, tokens = 1003;
+                   const std::vector<int32_t> begin = {0, 5, 5, 300, 301, 1001};
+                   const size_t n = tokens * heads * dim;
+                   auto bf16_values = [&](float lo, float hi) {
+                     std::vector<float> x = r.uniform(n, lo, hi);
+                     for (float& e : x) e = round_to_bf16(e);
+                     return x;
+                   };
+                   const float* q = r.in(bf16_values(-2, 2));
+                   const float* k = r.in(bf16_values(-2, 2));
+                   const float* v = r.in(bf16_values(-1, 1));
+                   r.backend().attention_full(q, k, v, tokens, heads, dim, r.in(begin), 5, 700,
+                                              1.0f / std::sqrt(static_cast<float>(dim)), r.out<float>("out", n));
+                 }});
+  }
   return c;
 }
 

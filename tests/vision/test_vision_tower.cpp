@@ -1,4 +1,4 @@
-// DeepSeek-V4.1's ViT and aligner on the CPU backend against the reference (tiny-vision goldens, fed the
+// DeepSeek-V4.1's ViT and aligner on DEEPINFER_DEVICE's backend (default the CPU) against the reference (tiny-vision goldens, fed the
 // reference's pixel_values): every block, vit_out and aligner_out within VISION.md's tolerances
 // (rel. rms <= 0.02; max |d| <= 0.1, aligner_out <= 0.06); the RoPE tables and the aligner's cell
 // gather exactly; a batch of images gives each image's rows bit for bit.
@@ -19,9 +19,11 @@ using testing::golden_f32;
 using testing::golden_raw;
 using testing::vision_config;
 
+ops::Backend& backend() { return ops::backend_for(Device::resolve("")); }
+
 VisionTower& tower() {
   static std::unique_ptr<VisionTower> t = std::make_unique<VisionTower>(
-      io::Checkpoint::open(testing::kVisionDir + "/model.safetensors"), vision_config(), ops::cpu_backend());
+      io::Checkpoint::open(testing::kVisionDir + "/model.safetensors"), vision_config(), backend());
   return *t;
 }
 
@@ -111,6 +113,8 @@ TEST_P(VisionTowerImage, RopeTablesEqualTheReference) {
 INSTANTIATE_TEST_SUITE_P(Goldens, VisionTowerImage, ::testing::Values(0, 1, 2));
 
 TEST(VisionTowerBatch, EachImageOfABatchAsAlone) {
+  // The CPU always sums in one order; a GPU's GEMMs pick theirs by row count unless batch-invariant.
+  backend().set_batch_invariant(true);
   const ProcessedImage a = golden_image(0), b = golden_image(1), c = golden_image(2);
   const ProcessedImage* all[] = {&a, &b, &c};
   const std::vector<std::vector<float>> together = tower().encode(all);
@@ -119,6 +123,7 @@ TEST(VisionTowerBatch, EachImageOfABatchAsAlone) {
     const ProcessedImage* one[] = {all[i]};
     EXPECT_EQ(tower().encode(one)[0], together[i]) << i;
   }
+  backend().set_batch_invariant(false);
 }
 
 }  // namespace

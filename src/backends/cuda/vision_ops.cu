@@ -1,5 +1,7 @@
-// CUDA versions of the vision tower's ops (ops.h "vision tower"): simple, correct kernels on the
-// backend's stream, same arithmetic as the CPU reference (backends/cpu/cpu_vision_ops.cpp).
+// CUDA versions of the vision tower's ops (ops.h "vision tower") on the backend's stream: the epilogues
+// and RoPE in the CPU reference's arithmetic (backends/cpu/cpu_vision_ops.cpp); attention on the tensor
+// cores (kernels/vision_attention.h) at head dim 64, else (and under DEEPINFER_ATTENTION=exact) an fp32
+// kernel in the CPU's arithmetic.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -7,6 +9,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_internal.cuh"
+#include "backends/cuda/kernels/vision_attention.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -51,7 +54,16 @@ __global__ void rope_halves_kernel(float* x, int64_t rows, int64_t heads, int64_
   v[half + i] = b;
 }
 
-// One block per (token, head): scores over the token's sequence in shared memory, then P.V.
+// q, k and v as bf16 bits for the tensor cores (RNE; the tower's values are bf16 already).
+__global__ void pack_bf16_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                                 int64_t n, uint16_t* __restrict__ out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= 3 * n) return;
+  const float x = e < n ? q[e] : e < 2 * n ? k[e - n] : v[e - 2 * n];
+  out[e] = static_cast<uint16_t>(__float_as_uint(bf16_round(x)) >> 16);
+}
+
+// The exact path, one block per (token, head): scores over the token's sequence in shared memory, then P.V.
 __global__ void attention_full_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, int64_t tokens, int64_t heads, int64_t dim,
                                       const int32_t* __restrict__ seq_begin, int64_t seqs, float scale,
@@ -121,12 +133,24 @@ void CudaBackend::rope_halves(float* x, int64_t rows, int64_t heads, int64_t dim
 void CudaBackend::attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads,
                                  int64_t dim, const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale,
                                  float* out) {
+  impl_->bind();
   if (tokens * heads == 0) return;
-  // Shared memory holds one score row: sequences up to 12k tokens (48 KiB); the ViT's are <= 4096.
+  const auto st = static_cast<cudaStream_t>(stream());
+  if (dim == 64 && !impl_->exact_attention) {
+    const int64_t n = tokens * heads * dim;
+    auto* qkv = static_cast<uint16_t*>(impl_->workspace(static_cast<size_t>(3 * n) * sizeof(uint16_t)));
+    pack_bf16_kernel<<<blocks_for(3 * n, 256), 256, 0, st>>>(q, k, v, n, qkv);
+    check_vision_launch("pack_bf16_kernel");
+    // Rows in no sequence are 0 (the kernel writes only the sequences' rows).
+    check_cuda(cudaMemsetAsync(out, 0, static_cast<size_t>(n) * sizeof(float), st), "cudaMemsetAsync (attention_full)");
+    return vision_attention_bf16(qkv, qkv + n, qkv + 2 * n, tokens, heads, seq_begin, seqs, scale, out, st);
+  }
+  // Shared memory holds one score row: sequences up to 12k tokens (48 KiB).
   const size_t smem = static_cast<size_t>(max_len) * sizeof(float);
-  check(smem <= 48 * 1024, "attention_full: sequences of up to 12288 tokens, got one of ", max_len);
-  attention_full_kernel<<<static_cast<unsigned>(tokens * heads), 128, smem, static_cast<cudaStream_t>(stream())>>>(
-      q, k, v, tokens, heads, dim, seq_begin, seqs, scale, out);
+  check(smem <= 48 * 1024, "attention_full: the fp32 kernel (head dim ", dim,
+        ", or DEEPINFER_ATTENTION=exact) takes sequences of up to 12288 tokens, got one of ", max_len);
+  attention_full_kernel<<<static_cast<unsigned>(tokens * heads), 128, smem, st>>>(q, k, v, tokens, heads, dim,
+                                                                                 seq_begin, seqs, scale, out);
   check_vision_launch("attention_full_kernel");
 }
 
