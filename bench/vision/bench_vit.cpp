@@ -1,14 +1,20 @@
 // The released-size DeepSeek-V4.1 vision tower (ViT dim 1024, 16 heads, MLP 2816, patch 14, 3x3 aligner
 // into width 5120) on dummy bf16 weights: one image of a given LLM token budget through VisionTower::encode.
-// Prints the measured time, the floor (the tower's FLOPs at the rate the same backend's linear reaches
-// on the tower's largest GEMM, measured in the same run) and their ratio. The release has 32 blocks; a
-// smaller count keeps a CPU run short (time scales per block). A benchmark, not a test: no assertion.
+// Prints the measured time, the floor and their ratio, for the tower and for its attention alone. The
+// floor is the FLOPs at a rate: on a GPU the tensor-core peak of bf16 (dense; default 989 TFLOP/s, the
+// H100/H200 SXM datasheet), on the CPU the rate the backend's linear reaches on the tower's largest GEMM
+// in the same run; that GEMM's rate is printed either way. Given torch_vit.py, it runs PyTorch's
+// version of the same tower (same shapes, bf16, F.scaled_dot_product_attention) in the same run. The
+// release has 32 blocks; a smaller count keeps a CPU run short (time scales per block). A benchmark, not
+// a test: no assertion.
 //   bench_vit [blocks=1] [image_px=1302 (a 31x31-cell, 994-token span)] [runs=1] [device=cpu]
+//             [torch_script=none] [peak_tflops=989]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -31,17 +37,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Dummy weights in the released names and shapes (bf16, std 1/sqrt(fan_in)); written once per run.
+// Dummy weights in the released names and shapes (bf16, uniform with std 1/sqrt(fan_in)); written once
+// per run. A xorshift generator: the release's 420M weights take a second, not a minute of normals.
 void write_dummy_tower(const std::string& path, const vision::VisionConfig& c) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto uniform = [&] {  // [-1, 1)
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  };
   std::vector<std::vector<uint8_t>> storage;
   std::vector<io::TensorToWrite> tensors;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float mean, float std) {
     const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape[0];
     std::vector<uint8_t> bytes(n * 2);
     for (int64_t i = 0; i < n; ++i) {
-      const uint16_t b = float_to_bf16(mean + std * normal(rng));
+      const uint16_t b = float_to_bf16(mean + std * 1.7320508f * uniform());
       std::memcpy(bytes.data() + 2 * i, &b, 2);
     }
     storage.push_back(std::move(bytes));
@@ -71,15 +81,38 @@ void write_dummy_tower(const std::string& path, const vision::VisionConfig& c) {
   io::write_safetensors(path, tensors);
 }
 
+// Seconds per call of fn, over `reps` calls enqueued back to back after one warm-up; `sync` waits for them.
+template <typename Fn, typename Sync>
+double seconds_per_call(int reps, Fn fn, Sync sync) {
+  fn();
+  sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  sync();
+  return seconds_since(t0) / reps;
+}
+
+// bf16 values in [-1, 1) (fresh data, not zeros) uploaded to a float array of the backend.
+void fill_random(ops::Backend& be, float* dst, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> h(n);
+  for (float& x : h) x = round_to_bf16(u(rng));
+  be.upload(dst, h.data(), n * sizeof(float));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   vision::VisionConfig c;  // the release's vision_config (docs/vision.md), blocks as asked
   c.n_layers = argc > 1 ? std::atoll(argv[1]) : 1;
   const int64_t px = argc > 2 ? std::atoll(argv[2]) : 1302;
-  const int runs = argc > 3 ? std::atoi(argv[3]) : 1;
+  const int runs = argc > 3 ? std::max(1, std::atoi(argv[3])) : 1;
   const std::string device = argc > 4 ? argv[4] : "cpu";
+  const std::string torch_script = argc > 5 && std::strcmp(argv[5], "none") != 0 ? argv[5] : "";
+  const double peak = (argc > 6 ? std::atof(argv[6]) : 989.0) * 1e12;
   c.dim = 1024, c.n_heads = 16, c.inter_dim = 2816, c.text_dim = 5120, c.image_token_id = 129264;
+  const bool gpu = device != "cpu";
 
   const fs::path dir = fs::temp_directory_path() / ("deepinfer_bench_vit_" + std::to_string(c.n_layers));
   fs::create_directories(dir);
@@ -87,6 +120,7 @@ int main(int argc, char** argv) {
   write_dummy_tower(file, c);
   ops::Backend& be = ops::backend_for(Device::parse(device));
   vision::VisionTower tower(io::Checkpoint::open(file), c, be);
+  fs::remove_all(dir);
 
   vision::RgbImage img;  // a smooth gradient: decoding is not timed, the tower does not care
   img.width = img.height = px;
@@ -95,44 +129,105 @@ int main(int argc, char** argv) {
   const vision::ProcessedImage pi = vision::process_image(img, c);
   const int64_t N = pi.n_vit_h * pi.n_vit_w, cells = pi.plan.n_llm_h * pi.plan.n_llm_w;
   const int64_t d = c.dim, f = c.inter_dim, t = c.text_dim, pp = 3 * c.patch_size * c.patch_size;
+  const int64_t H = c.n_heads, hd = c.head_dim();
 
   // FLOPs: patch embedding, per block qkv + wo + w1 (gate and up) + w2 + QK^T and PV, the aligner.
-  const double per_block = 2.0 * N * d * (3 * d + d + 2 * f + f) + 4.0 * N * N * d;
+  const double attn_flops = 4.0 * N * N * d;
+  const double per_block = 2.0 * N * d * (3 * d + d + 2 * f + f) + attn_flops;
   const double flops = 2.0 * N * pp * d + c.n_layers * per_block + 2.0 * cells * (9 * d * t + t * t);
 
-  // The ceiling: the backend's linear on the tower's largest GEMM ([N, d] x [d, 2f]), best of 3.
+  // The tower's largest GEMM ([N, d] x [d, 2f]) through linear_plain with the tower's weight format.
   Buffer xb(be, N * d * 4), wb(be, 2 * f * d * 4), yb(be, N * 2 * f * 4);
   float* x = static_cast<float*>(xb.data());
-  float* w = static_cast<float*>(wb.data());
   float* y = static_cast<float*>(yb.data());
-  be.fill(x, N * d, 0.01f);
-  be.fill(w, 2 * f * d, 0.02f);
-  double gemm = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    float done;
-    const auto t0 = std::chrono::steady_clock::now();
-    be.linear(x, N, d, w, 2 * f, y);
-    be.download(&done, y, sizeof done);  // waits for the op
-    gemm = std::min(gemm, seconds_since(t0));
+  std::vector<float> wh(2 * f * d);
+  {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-0.03f, 0.03f);
+    for (float& e : wh) e = round_to_bf16(u(rng));
   }
+  const bool bf16_weights = be.weight_format(ops::WeightType::kBf16) == ops::WeightType::kBf16;
+  std::vector<uint16_t> bits(wh.size());
+  for (size_t i = 0; i < wh.size(); ++i) bits[i] = float_to_bf16(wh[i]);
+  if (bf16_weights) be.upload(wb.data(), bits.data(), bits.size() * 2);
+  else be.upload(wb.data(), wh.data(), wh.size() * 4);
+  const ops::QWeight w{bf16_weights ? ops::WeightType::kBf16 : ops::WeightType::kF32, wb.data(), nullptr, 2 * f, d, 0};
+  fill_random(be, x, N * d, 1);
+  auto sync = [&] {
+    float done;
+    be.download(&done, y, sizeof done);  // waits for every op enqueued before it
+  };
+  const double gemm = seconds_per_call(gpu ? 20 : 1, [&] { be.linear_plain(x, N, w, y); }, sync);
   const double rate = 2.0 * N * d * 2 * f / gemm;
+
+  // Attention alone at the tower's shape: one image of N rows, H heads of hd.
+  Buffer qb(be, N * d * 4), kb(be, N * d * 4), vb(be, N * d * 4), ob(be, N * d * 4);
+  float* q = static_cast<float*>(qb.data());
+  float* k = static_cast<float*>(kb.data());
+  float* v = static_cast<float*>(vb.data());
+  float* o = static_cast<float*>(ob.data());
+  fill_random(be, q, N * d, 2);
+  fill_random(be, k, N * d, 3);
+  fill_random(be, v, N * d, 4);
+  const int32_t seq_h[2] = {0, static_cast<int32_t>(N)};
+  Buffer sb(be, sizeof seq_h);
+  be.upload(sb.data(), seq_h, sizeof seq_h);
+  const auto* seq = static_cast<const int32_t*>(sb.data());
+  auto osync = [&] {
+    float done;
+    be.download(&done, o, sizeof done);
+  };
+  const double attn = seconds_per_call(
+      gpu ? 20 : 1, [&] { be.attention_full(q, k, v, N, H, hd, seq, 1, N, 1.0f / std::sqrt(float(hd)), o); }, osync);
 
   const vision::ProcessedImage* batch[] = {&pi};
   double best = 1e30;
+  if (gpu) tower.encode(batch);  // warm-up: cuBLAS handles, workspaces
   for (int i = 0; i < runs; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto rows = tower.encode(batch);
     best = std::min(best, seconds_since(t0));
     if (rows.at(0).size() != static_cast<size_t>(cells * t)) return std::fprintf(stderr, "bench_vit: bad output\n"), 1;
   }
-  const double floor = flops / rate;
+
+  // PyTorch's tower of the same shapes, in the same run (it prints "torch_tower_s S" and "torch_attention_s S").
+  double torch_tower = 0, torch_attn = 0;
+  std::string torch_name;
+  if (!torch_script.empty()) {
+    const std::string cmd = "python3 " + torch_script + " " + std::to_string(c.n_layers) + " " +
+                            std::to_string(pi.n_vit_h) + " " + std::to_string(pi.n_vit_w) + " " + std::to_string(runs);
+    if (FILE* pipe = popen(cmd.c_str(), "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, pipe)) {
+        std::fputs(line, stdout);
+        double s = 0;
+        char name[256];
+        if (std::sscanf(line, "torch_tower_s %lf", &s) == 1) torch_tower = s;
+        if (std::sscanf(line, "torch_attention_s %lf", &s) == 1) torch_attn = s;
+        if (std::strncmp(line, "torch ", 6) == 0 && std::sscanf(line + 6, "%255s", name) == 1) torch_name = name;
+      }
+      pclose(pipe);
+    }
+  }
+
+  const double floor = flops / (gpu ? peak : rate), attn_floor = attn_flops / (gpu ? peak : rate);
   std::printf("ViT dim %lld, %lld heads, MLP %lld, %lld blocks (release: 32) on %s; image %lldx%lld px: %lld patches, "
               "%lld aligner rows, span %lld tokens\n",
-              (long long)d, (long long)c.n_heads, (long long)f, (long long)c.n_layers, device.c_str(), (long long)px,
+              (long long)d, (long long)H, (long long)f, (long long)c.n_layers, be.device().str().c_str(), (long long)px,
               (long long)px, (long long)N, (long long)cells, (long long)pi.plan.span_len());
-  std::printf("linear [%lld x %lld] x [%lld x %lld]: %.3f s = %.1f GFLOP/s (the floor's rate)\n", (long long)N,
-              (long long)d, (long long)d, (long long)(2 * f), gemm, rate / 1e9);
-  std::printf("tower: %.1f GFLOP; measured %.3f s (best of %d), floor %.3f s, ratio %.2f; per block %.3f s\n",
-              flops / 1e9, best, runs, floor, best / floor, best / c.n_layers);
-  fs::remove_all(dir);
+  std::printf("linear_plain (%s weights) [%lld x %lld] x [%lld x %lld]: %.6f s = %.1f TFLOP/s\n",
+              bf16_weights ? "bf16" : "fp32", (long long)N, (long long)d, (long long)d, (long long)(2 * f), gemm,
+              rate / 1e12);
+  std::printf("floor rate: %.1f TFLOP/s (%s)\n", (gpu ? peak : rate) / 1e12,
+              gpu ? "bf16 dense tensor-core peak" : "the linear above");
+  auto row = [&](const char* what, double gflop, double measured, double fl, double torch) {
+    std::printf("%-22s %10.1f GFLOP  measured %.6f s (%.1f TFLOP/s)  floor %.6f s  ratio %.2f", what, gflop,
+                measured, gflop / 1e3 / measured, fl, measured / fl);
+    if (torch > 0) std::printf("  torch %.6f s (ours / torch %.2f)", torch, measured / torch);
+    std::printf("\n");
+  };
+  row("attention_full", attn_flops / 1e9, attn, attn_floor, torch_attn);
+  row("tower (best of runs)", flops / 1e9, best, floor, torch_tower);
+  std::printf("per block %.6f s; runs %d%s%s\n", best / c.n_layers, runs, torch_name.empty() ? "" : "; torch ",
+              torch_name.c_str());
 }
