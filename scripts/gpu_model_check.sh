@@ -45,7 +45,7 @@ DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact run test_v41_goldens-cuda-exa
 # Layer by layer against the CPU backend (streams, routes, logits), exact and default.
 DEEPINFER_FP8_GEMM=exact DEEPINFER_ATTENTION=exact run test_v41_cuda-exact "$(find_bin test_v41_cuda)"
 run test_v41_cuda "$(find_bin test_v41_cuda)"
-for t in test_v41_goldens test_v41_image_tokens test_vision_logits test_vision_engine test_v41_dummy_weights; do
+for t in test_v41_goldens test_v41_image_tokens test_vision_tower test_vision_logits test_vision_engine test_v41_dummy_weights; do
   run "$t-cuda" "$(find_bin $t)"
 done
 # DeepSeek-V4 on the GPU: against the CPU backend, its goldens (same tolerances as the CPU's: fp32
