@@ -33,7 +33,6 @@ class CudaBackend final : public ops::Backend {
   void release(void* p) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
-  void synchronize() override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void fill_bytes(void* dst, size_t bytes, uint8_t value) override;
@@ -137,7 +136,7 @@ class CudaBackend final : public ops::Backend {
   // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing with it); default true.
   void set_linear_gemv(bool on);
 
-  void synchronize();           // waits for the stream; throws on any pending asynchronous error
+  void synchronize() override;  // waits for the stream; throws on any pending asynchronous error
   void* stream() const;         // the cudaStream_t ops run on
   void* cublas_handle() const;  // the cublasHandle_t bound to stream()
 

@@ -118,11 +118,6 @@ void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
   check_cuda(cudaStreamSynchronize(impl_->stream), "download (cudaStreamSynchronize)");
 }
 
-void CudaBackend::synchronize() {
-  impl_->bind();
-  check_cuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
-}
-
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   impl_->bind();
