@@ -7,9 +7,10 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick | --moe | --moe-decode | --indexer | --attention]   (--moe / --indexer /
-//   --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse attention and
-//   candidate_mask only; --moe-decode: the routed-expert rows the MXFP4 decode path takes, m 1..512)
+//   bench_cuda_kernels [--quick | --moe | --moe-decode | --moe-prefill | --indexer | --attention]   (--moe /
+//   --indexer / --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse
+//   attention and candidate_mask only; --moe-decode / --moe-prefill: the routed-expert rows at decode
+//   sizes, m 1..512 tokens, or prefill sizes, m 1024..16384: 16..256 rows an expert)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,7 +123,8 @@ void row(const std::string& kernel, const std::string& shape, cudaStream_t s, co
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool moe_decode = argc > 1 && std::strcmp(argv[1], "--moe-decode") == 0;
-  const bool moe_only = moe_decode || (argc > 1 && std::strcmp(argv[1], "--moe") == 0);
+  const bool moe_prefill = argc > 1 && std::strcmp(argv[1], "--moe-prefill") == 0;
+  const bool moe_only = moe_decode || moe_prefill || (argc > 1 && std::strcmp(argv[1], "--moe") == 0);
   const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   const int reps = quick ? 10 : 30;
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> mts = {1, 8, 32, 64, 512, 4096};
     if (quick) mts = {1, 64, 4096};
     if (moe_decode) mts = {1, 8, 32, 64, 512};
+    if (moe_prefill) mts = {1024, 2048, 4096, 8192, 16384};
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
       if (indexer_only || attention_only) break;
@@ -268,8 +271,8 @@ int main(int argc, char** argv) {
         char shape[96];
         std::snprintf(shape, sizeof shape, "%s m%lld top6 E384 k%lld n%lld", mo.name, static_cast<long long>(m),
                       static_cast<long long>(mo.k), static_cast<long long>(mo.n));
-        row("grouped mxfp4 (" + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call, reps, bytes,
-            2.0 * rows * mo.n * mo.k);
+        row("grouped mxfp4 (" + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call,
+            m >= 8192 ? 5 : reps, bytes, 2.0 * rows * mo.n * mo.k);  // 5: calls of 10+ ms
         cudaFree(offs);
       }
       cudaFree(w);
