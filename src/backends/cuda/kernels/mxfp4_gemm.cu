@@ -42,9 +42,9 @@ struct Params {
 // [2 atoms][NT tokens][128 B] (128-byte swizzle; each 32-byte K block holds its even-k bytes, then its
 // odd-k ones, matching the registers' e2m1 split) and both scales as floats (ue8m0_x8): activations
 // [8 blocks][NT tokens], weights [8 blocks][4 warps][8 g8][rows g8, g8 + 8].
-template <int NT>
+template <int NT, int STAGES>
 struct Layout {
-  static constexpr int kStages = NT == 64 ? 3 : 4;  // 64 tokens: 2 CTAs an SM with 3 stages, 1 with 4
+  static constexpr int kStages = STAGES;
   static constexpr int kAsChunks = (NT + 15 + 15) / 16, kAsBytes = 16 * kAsChunks;
   static constexpr int kARawOff = 0, kWOff = NT * kStageK, kWsOff = kWOff + kRows * kRowBytes,
                        kAsOff = kWsOff + kStageBlocks * kRows, kStageBytes = kAsOff + kStageBlocks * kAsBytes;
@@ -162,9 +162,9 @@ __device__ __forceinline__ void fence_u32(uint32_t (&r)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-template <int NT>
+template <int NT, int STAGES>
 __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
-  using L = Layout<NT>;
+  using L = Layout<NT, STAGES>;
   constexpr int kStages = L::kStages, KB = L::kBatchBlocks;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -349,23 +349,24 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
   }
 }
 
-template <int NT>
+template <int NT, int STAGES>
 void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<NT>::kSmem;
+  constexpr int smem = Layout<NT, STAGES>::kSmem;
   static const int per_sm = [] {
     int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_gemm_kernel<NT>, kThreads, smem) != cudaSuccess)
+    if (cudaFuncSetAttribute(mxfp4_gemm_kernel<NT, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_gemm_kernel<NT, STAGES>, kThreads, smem) != cudaSuccess)
       return 0;
     return b;
   }();
   check(per_sm > 0, "mxfp4_gemm: cannot launch with ", smem, " bytes of shared memory");
   const int64_t grid = std::min<int64_t>(active_bound * (p.n / kRows), int64_t{per_sm} * sm90::sm_count());
-  mxfp4_gemm_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  mxfp4_gemm_kernel<NT, STAGES><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
 }
 
 // Tokens a batch from the mean rows a group (the routing stays on the device): TEMPORARY knob
-// DEEPINFER_MXFP4_NT (8 / 16 / 32 / 64 forced, 0 = the WGMMA path) for the measurement only.
+// DEEPINFER_MXFP4_NT (8 / 16 / 32 / 64 forced, 17 / 33: 16 / 32 with 3 stages, 0 = the WGMMA path) for
+// the measurement only.
 int tokens_for(const Fp8GemmArgs& a) {
   static const int forced = [] {
     const char* e = std::getenv("DEEPINFER_MXFP4_NT");
@@ -395,10 +396,12 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
   const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1;
   auto s = static_cast<cudaStream_t>(stream);
   switch (nt) {
-    case 8: launch<8>(p, active_bound, s); break;
-    case 16: launch<16>(p, active_bound, s); break;
-    case 32: launch<32>(p, active_bound, s); break;
-    default: launch<64>(p, active_bound, s); break;
+    case 8: launch<8, 4>(p, active_bound, s); break;
+    case 16: launch<16, 4>(p, active_bound, s); break;
+    case 17: launch<16, 3>(p, active_bound, s); break;
+    case 32: launch<32, 4>(p, active_bound, s); break;
+    case 33: launch<32, 3>(p, active_bound, s); break;
+    default: launch<64, 3>(p, active_bound, s); break;  // 2 CTAs an SM (1 with 4 stages)
   }
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_gemm: launch failed: ", cudaGetErrorString(e));
