@@ -235,9 +235,9 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 // register-widening kernel (mxfp4_gemm.h; k % 256 == 0) at decode sizes (groups of 9..40 rows in batches
 // of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m 5 and 64, weight
 // scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and prefill sizes (mean rows a group
-// about 13, 25, 70 and 90: batches of 16, 32 and 64 tokens, groups of 8..128 rows taking one or two
-// batches, empty groups between), and widened in shared memory (k 384, 300 rows); FP8 block weights at
-// decode sizes (swapped, N = 16/32/64) and prefill sizes.
+// about 13, 25, 67 and 87: batches of 32 tokens; 132 (150 / 300 / 77 rows): batches of 64; groups of
+// 8..300 rows taking one to five batches, empty groups between; ungrouped m 24), and widened in shared
+// memory (k 384); FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case {
     bool w4;

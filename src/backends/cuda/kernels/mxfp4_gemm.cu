@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/cuda/kernels/mxfp4_gemm.h"
 #include "backends/cuda/kernels/sm90.cuh"
@@ -42,9 +41,10 @@ struct Params {
 // [2 atoms][NT tokens][128 B] (128-byte swizzle; each 32-byte K block holds its even-k bytes, then its
 // odd-k ones, matching the registers' e2m1 split) and both scales as floats (ue8m0_x8): activations
 // [8 blocks][NT tokens], weights [8 blocks][4 warps][8 g8][rows g8, g8 + 8].
-template <int NT, int STAGES>
+template <int NT>
 struct Layout {
-  static constexpr int kStages = STAGES;
+  // 3 stages past 8 tokens: 3 CTAs an SM at 32 tokens (2 with 4 stages: 1.19x the time at 1024 tokens), 2 at 64.
+  static constexpr int kStages = NT == 8 ? 4 : 3;
   static constexpr int kAsChunks = (NT + 15 + 15) / 16, kAsBytes = 16 * kAsChunks;
   static constexpr int kARawOff = 0, kWOff = NT * kStageK, kWsOff = kWOff + kRows * kRowBytes,
                        kAsOff = kWsOff + kStageBlocks * kRows, kStageBytes = kAsOff + kStageBlocks * kAsBytes;
@@ -53,7 +53,7 @@ struct Layout {
                        kWsfOff = kAsfOff + kStageBlocks * NT * 4, kHeadOff = kWsfOff + kStageBlocks * kRows * 4;
   static constexpr int kSmem = 1024 + kHeadOff + kHeadBytes;  // + 1024: aligned by hand for the swizzled B atoms
   // K blocks a wgmma batch: their partials (NT / 2 floats a thread each) are double-buffered.
-  static constexpr int kBatchBlocks = NT == 8 ? 4 : NT <= 32 ? 2 : 1, kBatches = kStageBlocks / kBatchBlocks;
+  static constexpr int kBatchBlocks = NT == 8 ? 4 : NT == 32 ? 2 : 1, kBatches = kStageBlocks / kBatchBlocks;
   static_assert(kStageBytes % 16 == 0 && kBOff % 1024 == 0 && kAtom % 1024 == 0, "stage layout");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -123,16 +123,6 @@ struct WgmmaRs<8> {
   }
 };
 template <>
-struct WgmmaRs<16> {
-  static __device__ __forceinline__ void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
-  }
-};
-template <>
 struct WgmmaRs<32> {
   static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
     asm volatile(
@@ -162,9 +152,9 @@ __device__ __forceinline__ void fence_u32(uint32_t (&r)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-template <int NT, int STAGES>
+template <int NT>
 __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
-  using L = Layout<NT, STAGES>;
+  using L = Layout<NT>;
   constexpr int kStages = L::kStages, KB = L::kBatchBlocks;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -349,39 +339,36 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
   }
 }
 
-template <int NT, int STAGES>
+template <int NT>
 void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<NT, STAGES>::kSmem;
+  constexpr int smem = Layout<NT>::kSmem;
   static const int per_sm = [] {
     int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_gemm_kernel<NT, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_gemm_kernel<NT, STAGES>, kThreads, smem) != cudaSuccess)
+    if (cudaFuncSetAttribute(mxfp4_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_gemm_kernel<NT>, kThreads, smem) != cudaSuccess)
       return 0;
     return b;
   }();
   check(per_sm > 0, "mxfp4_gemm: cannot launch with ", smem, " bytes of shared memory");
   const int64_t grid = std::min<int64_t>(active_bound * (p.n / kRows), int64_t{per_sm} * sm90::sm_count());
-  mxfp4_gemm_kernel<NT, STAGES><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  mxfp4_gemm_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
 }
 
-// Tokens a batch from the mean rows a group (the routing stays on the device): TEMPORARY knob
-// DEEPINFER_MXFP4_NT (8 / 16 / 32 / 64 forced, 17 / 33: 16 / 32 with 3 stages, 0 = the WGMMA path) for
-// the measurement only.
-int tokens_for(const Fp8GemmArgs& a) {
-  static const int forced = [] {
-    const char* e = std::getenv("DEEPINFER_MXFP4_NT");
-    return e ? std::atoi(e) : -1;
-  }();
-  if (forced >= 0) return forced;
-  const int64_t mean = (a.m + std::max(a.groups, 1) - 1) / std::max(a.groups, 1);
-  return mean <= 8 ? 8 : mean <= 16 ? 16 : mean <= 32 ? 32 : 64;
+// Mean rows a group (the routing stays on the device; empty groups count too).
+int64_t mean_rows(const Fp8GemmArgs& a) {
+  const int64_t g = std::max(a.groups, 1);
+  return (a.m + g - 1) / g;
 }
 
 }  // namespace
 
+// Measured on the H200 (docs/performance.md, kernels7; V4.1-Flash experts, mean rows a group 16..256):
+// 32-token batches 1.3-1.6x faster than 8 at 16-32 rows and 1.05-1.07x faster than 64 at 64 rows; 64 and
+// 32 equal at 128 rows, 64 1.04-1.07x faster at 256; every size 1.37-3.7x faster than the WGMMA path.
+// Past 256 rows a group (not measured) and for ungrouped m > 64 the WGMMA path stays.
 bool mxfp4_gemm_fits(const Fp8GemmArgs& a) {
-  return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && a.k % kStageK == 0 && a.n % kRows == 0 &&
-         tokens_for(a) != 0;
+  const bool rows_ok = a.groups > 0 ? mean_rows(a) <= 256 : a.m <= 64;
+  return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && rows_ok && a.k % kStageK == 0 && a.n % kRows == 0;
 }
 
 void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
@@ -391,18 +378,12 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
   p.y = a.y, p.ldy = a.ldy;
   p.m = static_cast<int>(a.m), p.n = static_cast<int>(a.n), p.k = static_cast<int>(a.k);
   p.groups = a.groups, p.group_offsets = a.groups > 0 ? a.group_offsets : nullptr;
-  const int nt = tokens_for(a);
   // A CTA takes every batch of its (active group, slice) tiles: at most min(groups, m) x slices of them.
-  const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1;
+  const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1, mean = mean_rows(a);
   auto s = static_cast<cudaStream_t>(stream);
-  switch (nt) {
-    case 8: launch<8, 4>(p, active_bound, s); break;
-    case 16: launch<16, 4>(p, active_bound, s); break;
-    case 17: launch<16, 3>(p, active_bound, s); break;
-    case 32: launch<32, 4>(p, active_bound, s); break;
-    case 33: launch<32, 3>(p, active_bound, s); break;
-    default: launch<64, 3>(p, active_bound, s); break;  // 2 CTAs an SM (1 with 4 stages)
-  }
+  if (mean <= 8) launch<8>(p, active_bound, s);  // decode: about one token an active expert
+  else if (mean <= 96) launch<32>(p, active_bound, s);
+  else launch<64>(p, active_bound, s);
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_gemm: launch failed: ", cudaGetErrorString(e));
 }

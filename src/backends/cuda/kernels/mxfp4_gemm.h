@@ -3,7 +3,7 @@
 // order inside a K block.
 //
 // Kernel: one CTA (a warpgroup) streams 64 rows of one active expert's weights once over the whole K,
-// with the activations of a batch of up to NT of the group's tokens (NT = 8, 16, 32 or 64, picked by the
+// with the activations of a batch of up to NT of the group's tokens (NT = 8, 32 or 64, picked by the
 // mean rows a group) and both scale sets, through a cp.async ring; a persistent grid walks (64-row slice,
 // token batch, K stage) items with the next items' copies in flight across slices. Each warp widens its
 // 16 rows' e2m1 codes in registers to e4m3 codes of 2^-6 times their value (same sign / exponent /
@@ -19,7 +19,9 @@
 
 namespace deepinfer::cuda {
 
-// Whether this kernel takes `a`: MXFP4, k % 256 == 0, n % 64 == 0, not batch-invariant.
+// Whether this kernel takes `a`: MXFP4, k % 256 == 0, n % 64 == 0, not batch-invariant (a token's bits
+// would depend on which batch size the mean picks), grouped with at most 256 rows a group on average or
+// ungrouped with m <= 64 (the sizes measured faster than fp8_gemm's WGMMA path).
 bool mxfp4_gemm_fits(const Fp8GemmArgs& a);
 // Enqueues it (after fp8_gemm's argument checks).
 void mxfp4_gemm(const Fp8GemmArgs& a, void* stream);
