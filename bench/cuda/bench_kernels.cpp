@@ -7,12 +7,14 @@
 // (bench/cuda/report.py joins these with the peer timings and the ceilings of the same run and prints
 // the table with floors), plus the copy ceiling measured here:
 //   CEIL|copy_tb_s|value
-//   bench_cuda_kernels [--quick | --moe | --moe-decode | --indexer | --attention]   (--moe / --indexer /
-//   --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse attention and
-//   candidate_mask only; --moe-decode: the routed-expert rows the MXFP4 decode path takes, m 1..512)
+//   bench_cuda_kernels [--quick | --moe | --moe-decode | --moe-prefill | --indexer | --attention]   (--moe /
+//   --indexer / --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse
+//   attention and candidate_mask only; --moe-decode / --moe-prefill: the routed-expert rows at decode
+//   sizes, m 1..512 tokens, or prefill sizes, m 1024..16384: 16..256 rows an expert)
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -103,6 +105,14 @@ double time_graph_us(cudaStream_t s, const std::function<void(int)>& fn, int rep
 
 void row(const std::string& kernel, const std::string& shape, cudaStream_t s, const std::function<void(int)>& fn,
          int reps, double bytes, double flops, bool graph = true) {
+  // At least 50 ms of this row's calls first: the first row of a call otherwise runs while the clocks
+  // ramp up from idle (seen on the H200: the same kernel 4-25% slower as a call's first benchmark).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(50); ++i) {
+    fn(i);
+    if (i % 8 == 7) ck(cudaStreamSynchronize(s), "clock warm-up");
+  }
+  ck(cudaStreamSynchronize(s), "clock warm-up");
   const double event_us = time_us(s, fn, reps), graph_us = graph ? time_graph_us(s, fn, reps) : event_us;
   std::printf("KROW|%s|%s|%.2f|%.0f|%.0f|%.2f\n", kernel.c_str(), shape.c_str(), graph_us, bytes, flops, event_us);
   std::fflush(stdout);
@@ -113,7 +123,8 @@ void row(const std::string& kernel, const std::string& shape, cudaStream_t s, co
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool moe_decode = argc > 1 && std::strcmp(argv[1], "--moe-decode") == 0;
-  const bool moe_only = moe_decode || (argc > 1 && std::strcmp(argv[1], "--moe") == 0);
+  const bool moe_prefill = argc > 1 && std::strcmp(argv[1], "--moe-prefill") == 0;
+  const bool moe_only = moe_decode || moe_prefill || (argc > 1 && std::strcmp(argv[1], "--moe") == 0);
   const bool indexer_only = argc > 1 && std::strcmp(argv[1], "--indexer") == 0;
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   const int reps = quick ? 10 : 30;
@@ -201,6 +212,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> mts = {1, 8, 32, 64, 512, 4096};
     if (quick) mts = {1, 64, 4096};
     if (moe_decode) mts = {1, 8, 32, 64, 512};
+    if (moe_prefill) mts = {1024, 2048, 4096, 8192, 16384};
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
       if (indexer_only || attention_only) break;
@@ -259,8 +271,8 @@ int main(int argc, char** argv) {
         char shape[96];
         std::snprintf(shape, sizeof shape, "%s m%lld top6 E384 k%lld n%lld", mo.name, static_cast<long long>(m),
                       static_cast<long long>(mo.k), static_cast<long long>(mo.n));
-        row("grouped mxfp4 (" + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call, reps, bytes,
-            2.0 * rows * mo.n * mo.k);
+        row("grouped mxfp4 (" + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call,
+            m >= 8192 ? 5 : reps, bytes, 2.0 * rows * mo.n * mo.k);  // 5: calls of 10+ ms
         cudaFree(offs);
       }
       cudaFree(w);

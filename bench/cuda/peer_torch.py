@@ -2,14 +2,15 @@
 GEMM at 8192^3 on random data) and, per fp8_gemm shape, torch's bf16 matmul and torch._scaled_mm with
 DeepSeek-style block scales (1x128 activations, 128x128 weights: cuBLASLt's block-scaled FP8 on SM90;
 it has no 32x32 mode). Prints PEER|name|shape|us and CEIL|name|value lines for report.py.
-    python3 bench/cuda/peer_torch.py [--quick]
+    python3 bench/cuda/peer_torch.py [--quick | --moe | --moe-prefill | --indexer | --attention]
 """
 import sys
 
 import torch
 
 QUICK = "--quick" in sys.argv
-MOE_ONLY = "--moe" in sys.argv  # the routed-expert peers only
+MOE_PREFILL = "--moe-prefill" in sys.argv  # the routed-expert peers at prefill sizes and the GEMM ceilings
+MOE_ONLY = "--moe" in sys.argv or MOE_PREFILL  # the routed-expert peers only
 INDEXER_ONLY = "--indexer" in sys.argv  # the top-k and sparse attention peers only
 ATTENTION_ONLY = "--attention" in sys.argv  # the sparse attention and candidate-block peers only
 REPS = 10 if QUICK else 30
@@ -68,6 +69,12 @@ def fp8(shape):
 def main():
     dev = torch.cuda.get_device_name(0)
     print(f"peer: torch {torch.__version__} on {dev}")
+    if MOE_PREFILL:  # the FLOP floors of prefill rows need the FP8 rate
+        n = 8192
+        a8, b8 = fp8((n, n)), fp8((n, n))
+        one = torch.ones((), device="cuda")
+        print(f"CEIL|fp8_tflops|{2 * n**3 / time_us(lambda i: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16), 1) * 1e-6:.1f}")
+        del a8, b8
     if MOE_ONLY:
         return moe_peers()
     if ATTENTION_ONLY:
@@ -210,7 +217,8 @@ def moe_peers():
     # with a routing drawn the same way as bench_cuda_kernels (6 distinct experts per token, 384 experts).
     gen = torch.Generator().manual_seed(7)
     for name, k, nn in [("experts_gate_up", 5120, 4608), ("experts_down", 2304, 5120)]:
-        for m in ([1, 64, 4096] if QUICK else [1, 8, 32, 64, 512, 4096]):
+        ms = [1024, 2048, 4096, 8192, 16384] if MOE_PREFILL else [1, 64, 4096] if QUICK else [1, 8, 32, 64, 512, 4096]
+        for m in ms:
             shape = f"{name} m{m} top6 E384 k{k} n{nn}"
             picks = torch.stack([torch.randperm(384, generator=gen)[:6] for _ in range(m)]).flatten()
             sizes = torch.bincount(picks, minlength=384)

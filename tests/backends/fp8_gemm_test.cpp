@@ -232,10 +232,12 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 }
 
 // Grouped (routed-expert) GEMMs over groups of uneven sizes (empty groups too): MXFP4 weights on the
-// decode path (m <= 8 groups, k % 256 == 0: groups of 9..40 rows in batches of 8 tokens, 70 groups for
-// the active-group list, one token a group as in decode, ungrouped m 5 and 64, weight scales of 2^-127 ..
-// 2^-125 (byte 0 included) and of 2^73 .. 2^88) and widened in shared memory (k 384, 300 rows);
-// FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
+// register-widening kernel (mxfp4_gemm.h; k % 256 == 0) at decode sizes (groups of 9..40 rows in batches
+// of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m 5 and 64, weight
+// scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and prefill sizes (mean rows a group
+// about 13, 25, 67 and 87: batches of 32 tokens; 132 (150 / 300 / 77 rows): batches of 64; groups of
+// 8..300 rows taking one to five batches, empty groups between; ungrouped m 24), and widened in shared
+// memory (k 384); FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case {
     bool w4;
@@ -247,12 +249,22 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   };
   std::vector<int> many(70);
   for (size_t g = 0; g < many.size(); ++g) many[g] = g % 3 == 0 ? 0 : static_cast<int>(1 + g % 4);
+  auto cycle = [](int groups, std::vector<int> sizes) {  // prefill-shaped: `groups` groups of these sizes
+    std::vector<int> v(groups);
+    for (int g = 0; g < groups; ++g) v[g] = sizes[g % sizes.size()];
+    return v;
+  };
   const Case cases[] = {{true, 32, {3, 0, 1, 17, 0, 5, 2}, 256, 512}, {true, 32, {1, 1, 1, 1, 1, 1}, 384, 1024},
                         {true, 32, {8, 0, 2, 16}, 128, 256},           {true, 32, many, 128, 512},
                         {true, 32, {40, 0, 1, 2, 1, 0, 3, 1, 33, 0, 1, 2}, 128, 768},
                         {true, 32, {40, 64, 0, 7}, 256, 384},         {true, 32, {150, 0, 300, 77}, 256, 512},
                         {true, 32, {1, 0, 1, 1, 0, 0, 1, 1, 1}, 256, 2304},
+                        {true, 32, cycle(48, {0, 8, 13, 21, 5, 16, 11, 30}), 128, 512},
+                        {true, 32, cycle(30, {24, 0, 40, 17, 31, 9, 50, 28}), 128, 768},
+                        {true, 32, cycle(20, {64, 0, 100, 37, 128, 70, 55, 80}), 256, 512},
+                        {true, 32, cycle(12, {128, 0, 120, 96, 111}), 128, 512},
                         {true, 32, {5}, 256, 512, false},              {true, 32, {64}, 128, 256, false},
+                        {true, 32, {24}, 128, 512, false},
                         {true, 32, {2, 1, 0, 9}, 128, 512, true, 0, 2}, {true, 32, {1, 3, 8}, 128, 512, true, 200, 215},
                         {false, 32, {3, 0, 20, 9}, 256, 512},          {false, 128, {200, 5, 0, 90}, 256, 512}};
   for (const Case& cs : cases) {

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "backends/cuda/kernels/fp8_gemm.h"
-#include "backends/cuda/kernels/mxfp4_decode.h"
+#include "backends/cuda/kernels/mxfp4_gemm.h"
 #include "backends/cuda/kernels/sm90.cuh"
 #include "core/error.h"
 
@@ -598,7 +598,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
-  if (mxfp4_decode_fits(a)) return mxfp4_decode_gemm(a, stream);  // few rows a group: stream the weights once
+  if (mxfp4_gemm_fits(a)) return mxfp4_gemm(a, stream);  // MXFP4: stream each slice once a token batch
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),

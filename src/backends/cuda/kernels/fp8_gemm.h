@@ -12,8 +12,10 @@
 //   w       [n, k] e4m3, row stride ldw (the checkpoint's layout)
 //   w_scale [ceil(n / blk), k / blk] UE8M0 bytes, row stride ld_ws (the checkpoint's layout)
 //   y       [m, n] bf16 bits, row stride ldy
-// MXFP4 weights (the routed experts) are widened to e4m3 in shared memory (exact: every e2m1 value is an
-// e4m3 value) by the producer warpgroup, their 1 x 32 scales applied in the promotion like the others.
+// MXFP4 weights (the routed experts) go to mxfp4_gemm.h's kernel (widened in registers) where it fits;
+// otherwise (batch-invariant, k % 256 != 0, more than 256 rows a group) they are widened to e4m3 in shared
+// memory (exact: every e2m1 value is an e4m3 value) by the producer warpgroup, their 1 x 32 scales applied
+// in the promotion like the others.
 // Requirements (checked, deepinfer::Error otherwise): k % 128 == 0; lda, ldw % 16 == 0; a, w 16-byte
 // aligned; n, ldy even; m, n >= 1; groups <= 512.
 //
