@@ -246,8 +246,8 @@ class Backend : public DeviceMemory {
 
   // Rows of an FP8 e4m3 table with one UE8M0 scale per 32 values, dequantized to fp32:
   // out[i, d] = e4m3(table[ids[i], d]) * e8m0(scale[ids[i], d / 32]). table and scale are HOST memory
-  // (memory-mapped Engram tables, too large for a device); ids (already range-checked) and out are
-  // backend memory.
+  // (memory-mapped Engram tables, too large for a device), and so are ids (already range-checked: the
+  // model hashes them on the host); out is backend memory.
   virtual void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
                              float* out) = 0;
   // V4.1 Engram gate (spec §5.3) on the streams x [n, hc, dim] with kv [n, hc + 1, dim] (keys, value)

@@ -157,6 +157,20 @@ TEST_F(CudaBackendTest, AttentionSwitch) {
   EXPECT_LE(exact_bf16, 3e-4);
 }
 
+// Downloads of 8 MiB and more go through two pinned chunks: every byte arrives, at every chunk boundary and
+// in a short last chunk, and a small download after a large one still takes the direct path correctly.
+TEST_F(CudaBackendTest, LargeDownloadsArriveWhole) {
+  for (size_t bytes : {size_t{8} << 20, (size_t{8} << 20) + 1, size_t{41} << 20 | 12345, size_t{1000}}) {
+    std::vector<uint8_t> host(bytes), back(bytes, 0);
+    for (auto& b : host) b = static_cast<uint8_t>(rng_());
+    void* d = gpu_->allocate(bytes);
+    gpu_->upload(d, host.data(), bytes);
+    gpu_->download(back.data(), d, bytes);
+    gpu_->release(d);
+    EXPECT_EQ(std::memcmp(host.data(), back.data(), bytes), 0) << bytes << " bytes";
+  }
+}
+
 TEST_F(CudaBackendTest, BadArgumentsThrow) {
   EXPECT_THROW(gpu_->linear(nullptr, -1, 4, nullptr, 4, nullptr), Error);
   EXPECT_THROW(gpu_->fake_quant_fp8(nullptr, 1, 4, 0), Error);

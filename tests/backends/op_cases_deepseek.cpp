@@ -245,9 +245,12 @@ std::vector<OpCase> deepseek_op_cases() {
                  std::vector<uint8_t> table(rows * dim), scale(rows * dim / 32);
                  for (auto& b : table) b = static_cast<uint8_t>(r.rng()());  // NaN bytes included
                  for (auto& b : scale) b = static_cast<uint8_t>(110 + r.below(30));
+                 // the decoder's edges: 2^-127 (a subnormal), NaN, 2^127 (products overflow), 2^-126
+                 scale[0] = 0, scale[1] = 0xff, scale[2] = 254, scale[3] = 1;
                  std::vector<int64_t> ids(n);
                  for (auto& i : ids) i = r.below(rows);
-                 r.backend().embedding_fp8(r.host(table), r.host(scale), dim, r.in(ids), n,
+                 ids[0] = 0, ids[1] = 0;  // row 0 (whose scales are the edges), twice
+                 r.backend().embedding_fp8(r.host(table), r.host(scale), dim, r.host(ids), n,
                                            r.out<float>("rows", n * dim));
                }});
   // bf16 outputs (x + gate * value): a one-ulp difference in the gate can flip a rounding.

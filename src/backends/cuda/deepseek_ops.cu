@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/cuda/cuda_internal.cuh"
@@ -14,6 +15,19 @@
 
 namespace deepinfer::cuda {
 namespace {
+
+size_t round_up256(size_t v) { return (v + 255) / 256 * 256; }
+
+// out[e] = e4m3(q[e]) * e8m0(s[e / 32]) as the CPU's dtype.cpp decoders give them (byte 0xff of a scale
+// is NaN, byte 0 is the subnormal 2^-127), the product rounded once.
+__global__ void dequant_rows_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int total, int dim,
+                                    float* __restrict__ out) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= total) return;
+  const uint32_t b = s[(e / dim) * (dim / 32) + (e % dim) / 32];
+  const float scale = b == 0xff ? __int_as_float(0x7fc00000) : __uint_as_float(b == 0 ? 0x00400000u : b << 23);
+  out[e] = __fmul_rn(e4m3_to_float_d(q[e]), scale);
+}
 
 using topk::Elem;
 
@@ -237,19 +251,25 @@ void CudaBackend::moe_combine(const float* y, const int32_t* slot, int64_t n, in
 
 void CudaBackend::embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
                                 float* out) {
-  check_sizes(n >= 0 && dim >= 0 && dim % 32 == 0, "embedding_fp8");
+  check_sizes(n >= 0 && dim >= 0 && dim % 32 == 0 && n * dim <= INT32_MAX, "embedding_fp8");
   if (n == 0 || dim == 0) return;
-  // The table is host memory (memory-mapped): fetch the ids (this waits for the stream), dequantize
-  // the rows on the host exactly as the CPU backend does, and upload them (ordered on the stream).
-  std::vector<int64_t> id(n);
-  download(id.data(), ids, id.size() * sizeof(int64_t));
-  std::vector<float> rows(static_cast<size_t>(n * dim));
+  impl_->bind();
+  // The table is host memory (memory-mapped): the host gathers the rows' stored bytes (a copy, no
+  // decoding: 1/4 of the fp32 bytes), the device dequantizes them. Pageable uploads are staged before
+  // they return, so the gather buffers may go at once.
+  const int64_t sdim = dim / 32;
+  std::vector<uint8_t> q(static_cast<size_t>(n * dim)), s(static_cast<size_t>(n * sdim));
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* w = table + id[i] * dim;
-    const uint8_t* s = scale + id[i] * (dim / 32);
-    for (int64_t d = 0; d < dim; ++d) rows[i * dim + d] = e4m3_to_float(w[d]) * e8m0_to_float(s[d / 32]);
+    std::memcpy(q.data() + i * dim, table + ids[i] * dim, static_cast<size_t>(dim));
+    std::memcpy(s.data() + i * sdim, scale + ids[i] * sdim, static_cast<size_t>(sdim));
   }
-  upload(out, rows.data(), rows.size() * sizeof(float));  // pageable: staged before upload returns
+  auto* qd = static_cast<uint8_t*>(impl_->workspace(round_up256(q.size()) + s.size()));
+  uint8_t* sd = qd + round_up256(q.size());
+  upload(qd, q.data(), q.size());
+  upload(sd, s.data(), s.size());
+  dequant_rows_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, impl_->stream>>>(
+      qd, sd, static_cast<int>(n * dim), static_cast<int>(dim), out);
+  check_launch("dequant_rows_kernel");
 }
 
 void CudaBackend::engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,

@@ -379,6 +379,7 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, con
   be_.hc_weights(X.f32(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, pre.f32(), post.f32(), comb.f32());
   point(s, l, "ffn_pre", pre.f32(), n * hc);
+  point(s, l, "ffn_mix", attn_pre.f32(), n * hc);  // attn_pre again: nothing may have written it since
   collapse(attn_pre);
   point(s, l, "ffn_in", a.f32(), n * D);
   rmsnorm(a.f32(), B.ffn_norm, n, D);
