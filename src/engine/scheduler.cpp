@@ -24,13 +24,18 @@ void Scheduler::forget_prefix(Sequence& seq) {
   seq.replay_from = 0;
 }
 
+// SWA bounded replay: the model cuts a prefill from 0 at its last replay_keep tokens (never one that asks
+// for prompt logprobs). The decoder layers start at the prompt's cut however its prefill is split, and
+// again there when a preempted sequence is recomputed (its decode steps ran on those rings).
+void Scheduler::plan_replay(Sequence& seq) const {
+  const int64_t keep = config_.replay_keep, n = seq.prompt_len();
+  seq.replay_from = keep > 0 && !seq.request->params.prompt_logprobs && n > keep ? n - keep : 0;
+}
+
 void Scheduler::plan_prefix(Sequence& seq) {
   cache::PrefixCache* pc = states_.prefix_cache();
   forget_prefix(seq);
-  // SWA bounded replay: the model cuts a prefill from 0 at its last replay_keep tokens (never one that
-  // asks for prompt logprobs); the decoder layers start there however the prefill is split.
-  const int64_t end = seq.known_len(), keep = config_.replay_keep;
-  if (keep > 0 && !seq.request->params.prompt_logprobs && end > keep) seq.replay_from = end - keep;
+  plan_replay(seq);
   // Image rows are not in the tokens' names; prompt logprobs need every prompt position computed.
   if (!pc || !seq.request->embed_positions.empty() || seq.request->params.prompt_logprobs) return;
   const int64_t B = pc->block_tokens();
@@ -93,10 +98,12 @@ int32_t Scheduler::chunk_size(const Sequence& seq, int64_t budget) const {
     return want <= budget ? static_cast<int32_t>(want) : 0;  // never cut short by neighbours
   }
   int64_t count = std::min(want, budget);
-  // The model cuts a chunk from 0 at that chunk's own tail: one that stops short of the prefill's end
-  // stops at replay_from (the next chunk starts the decoder window there).
-  if (seq.num_computed == 0 && seq.replay_from > 0 && count > seq.replay_from && count < seq.known_len())
-    count = seq.replay_from;
+  // The model cuts a chunk from 0 of more than replay_keep tokens at that chunk's own tail: such a chunk
+  // ends where that cut is replay_from (the prompt's end), else at replay_from (the next chunk starts the
+  // decoder window there) or, with no cut planned, after replay_keep tokens.
+  const int64_t keep = config_.replay_keep, from = seq.replay_from;
+  if (keep > 0 && seq.num_computed == 0 && count > keep && !seq.request->params.prompt_logprobs)
+    if (from == 0 || count != from + keep) count = from == 0 ? keep : std::min(count, from);
   return static_cast<int32_t>(count);
 }
 
@@ -117,6 +124,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     candidates.insert(candidates.end(), running_.begin(), running_.end());
     for (Sequence* s : candidates) {
       if (!s->isolate) continue;
+      if (s->num_computed == 0) plan_replay(*s);
       int32_t count = chunk_size(*s, budget);
       if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
       if (s->status == SeqStatus::Waiting) {

@@ -63,6 +63,7 @@ class Scheduler {
   // A sequence about to be admitted from position 0: the cached prefix it starts after (num_computed,
   // restore_from) and where it is snapshotted (snapshot_at); undone by forget_prefix if not admitted.
   void plan_prefix(Sequence& seq);
+  void plan_replay(Sequence& seq) const;  // Sequence::replay_from (engine/decoder_replay.h)
   static void forget_prefix(Sequence& seq);
 
   SchedulerConfig config_;

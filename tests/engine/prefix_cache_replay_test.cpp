@@ -150,6 +150,23 @@ TEST_P(PrefixCacheReplay, SharedPrefixesSpeculationAndEviction) {
   EXPECT_GT(small.engine.stats().prefix_hits, 0);
 }
 
+// A preempted sequence is recomputed from 0 over its prompt and what it generated; its decoder layers
+// start at its prompt's cut again (the first chunk stops there), so its later tokens are those of a run
+// never preempted. Also for a prompt too short to be cut that grew past KEEP.
+TEST_P(PrefixCacheReplay, PreemptedSequencesRecomputeTheirPromptsCut) {
+  const Case& c = GetParam();
+  const std::vector<std::vector<int32_t>> prompts = {tokens(20, 120), tokens(21, 90), tokens(22, 8), tokens(23, 100)};
+  Outputs want = Driver(c, opts(false)).wave(prompts, "p", greedy(40));
+  for (bool cache : {false, true}) {
+    Driver probe(c, opts(cache));
+    EngineOptions tight = opts(cache);
+    tight.num_state_blocks = probe.engine.model().state_blocks_for(160) + probe.engine.model().state_blocks_for(40);
+    Driver d(c, tight);
+    expect_same(d.wave(prompts, "p", greedy(40)), want);
+    EXPECT_GT(d.engine.stats().preemptions, 0) << "cache " << cache;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, PrefixCacheReplay, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name[5] == 'a' ? "TinyA" : "TinyB"); });
 
