@@ -69,11 +69,11 @@ run() {
   local ttft_args=(--prefix 2048 --suffix 32 --repeats 3) sweep_args=(--prefill-lengths 128,512,2048 --batch-sizes 1,4,16,64 --decode-steps 16 --reps 2)
   [[ "${ECO_QUICK:-0}" == 1 ]] && ttft_args=(--prefix 256 --suffix 16 --repeats 1) && sweep_args=(--prefill-lengths 64,128 --batch-sizes 1,2 --decode-steps 4 --reps 1)
   t0=$(date +%s)
-  timeout 45 python3 bench/prefix_cache_ttft.py --model "$demo" --device "$device" "${ttft_args[@]}" \
+  timeout 40 python3 bench/prefix_cache_ttft.py --model "$demo" --device "$device" "${ttft_args[@]}" \
     >"$out/prefix_cache_ttft_$device.log" 2>&1 || rc=1
   echo "== prefix_cache_ttft ($device, $(( $(date +%s) - t0 )) s)"; tail -12 "$out/prefix_cache_ttft_$device.log"
   t0=$(date +%s)
-  timeout 45 python3 bench/sweep/sweep.py --model "$demo" --device "$device" --out "$out/sweep_$device" "${sweep_args[@]}" \
+  timeout 40 python3 bench/sweep/sweep.py --model "$demo" --device "$device" --out "$out/sweep_$device" "${sweep_args[@]}" \
     >"$out/sweep_$device.log" 2>&1 || rc=1
   echo "== sweep ($device, $(( $(date +%s) - t0 )) s)"; tail -20 "$out/sweep_$device.log"
   exit $rc
