@@ -9,5 +9,5 @@ if ! python3 -c "import deepinfer" 2>/dev/null; then
   [[ -x "${DEEPINFER_BUILD_DIR:-build}/tools/deepinfer" ]] || ./build.sh
   export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
-python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install -q matplotlib
+python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install -q matplotlib || echo "run_sweep.sh: no matplotlib: tables and sweep.json only" >&2
 exec python3 bench/sweep/sweep.py "$@"

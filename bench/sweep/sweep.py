@@ -161,6 +161,11 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps({"device": device, "rates": rates, "model_work": work,
                                                      "prefill": pre, "decode": dec}, indent=2))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # (a GPU machine without it: the tables and sweep.json are the record)
+        print("figures skipped: no matplotlib (pip install matplotlib)")
+        return 0
     for path in figures(pre, dec, args.out, device):
         print(f"figure: {path}")
     return 0

@@ -9,6 +9,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "engine/data_parallel.h"
+#include "engine/decoder_replay.h"
 #include "engine/job.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
@@ -112,7 +113,8 @@ Engine::Engine(std::unique_ptr<model::CausalLM> model, std::unique_ptr<TextCodec
       states_(*model_, options_.num_state_blocks),
       runner_(*model_, states_),
       scheduler_({options_.max_num_seqs, options_.max_num_batched_tokens, options_.max_model_len,
-                  options_.batch_invariant, std::min(64, options_.max_num_batched_tokens)},
+                  options_.batch_invariant, std::min(64, options_.max_num_batched_tokens),
+                  decoder_replay_keep(*model_)},
                  states_),
       worker_(std::make_unique<Worker>(options_.async_scheduling && !options_.speculative)) {
   if (options_.batch_invariant) model_->set_batch_invariant(true);
@@ -325,6 +327,14 @@ void Engine::launch(std::unique_ptr<Job> job) {
     seq.restore_from.reset();
     restored += ch.start;
     ++hits;
+  }
+  // SWA bounded replay: the chunk that crosses a sequence's replay_from after a cached prefix or an
+  // earlier chunk starts its decoder rings there, as the one-chunk prefill does (a chunk from 0 is
+  // cut by the model itself).
+  for (const ScheduledChunk& ch : job->chunks) {
+    const int64_t from = ch.seq->replay_from;
+    if (from > 0 && ch.start > 0 && ch.start <= from && from < ch.start + ch.count)
+      start_decoder_window(*model_, *states_.state(ch.seq->id), from);
   }
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;

@@ -21,25 +21,37 @@ void Scheduler::remove(Sequence* seq) {
 void Scheduler::forget_prefix(Sequence& seq) {
   seq.restore_from.reset();
   seq.snapshot_at.clear();
+  seq.replay_from = 0;
+}
+
+// SWA bounded replay: the model cuts a prefill from 0 at its last replay_keep tokens (never one that asks
+// for prompt logprobs). The decoder layers start at the prompt's cut however its prefill is split, and
+// again there when a preempted sequence is recomputed (its decode steps ran on those rings).
+void Scheduler::plan_replay(Sequence& seq) const {
+  const int64_t keep = config_.replay_keep, n = seq.prompt_len();
+  seq.replay_from = keep > 0 && !seq.request->params.prompt_logprobs && n > keep ? n - keep : 0;
 }
 
 void Scheduler::plan_prefix(Sequence& seq) {
   cache::PrefixCache* pc = states_.prefix_cache();
   forget_prefix(seq);
+  plan_replay(seq);
   // Image rows are not in the tokens' names; prompt logprobs need every prompt position computed.
   if (!pc || !seq.request->embed_positions.empty() || seq.request->params.prompt_logprobs) return;
   const int64_t B = pc->block_tokens();
-  // the last prompt token is always computed (its logits give the first sample)
+  // the last prompt token is always computed (its logits give the first sample); a cached prefix and
+  // a snapshot lie at or before replay_from, the decoder layers' rows after it being computed afresh
   const int64_t limit = std::min<int64_t>(seq.prompt_len(), static_cast<int64_t>(seq.tokens.size())) - 1;
+  const int64_t upto = seq.replay_from > 0 ? std::min(limit, seq.replay_from) : limit;
   std::span<const int32_t> tokens(seq.tokens);
-  cache::PrefixCache::Match m = pc->match(tokens, limit);
+  cache::PrefixCache::Match m = pc->match(tokens, upto);
   if (m.state) {
     seq.num_computed = m.tokens;
     seq.restore_from = std::move(m.state);
   }
   // Snapshot where an earlier prompt diverged from this one (the next prompt sharing the prefix hits
   // it) and at the prompt's last block boundary (a prompt repeated or continued hits it).
-  for (int64_t at : {m.known, limit / B * B})
+  for (int64_t at : {m.known, upto / B * B})
     if (at > m.tokens && (seq.snapshot_at.empty() || at > seq.snapshot_at.back()) && !pc->has_snapshot(tokens.first(at)))
       seq.snapshot_at.push_back(at);
   pc->remember(tokens, limit);
@@ -85,7 +97,14 @@ int32_t Scheduler::chunk_size(const Sequence& seq, int64_t budget) const {
     want = std::min<int64_t>(want, c - seq.num_computed % c);
     return want <= budget ? static_cast<int32_t>(want) : 0;  // never cut short by neighbours
   }
-  return static_cast<int32_t>(std::min(want, budget));
+  int64_t count = std::min(want, budget);
+  // The model cuts a chunk from 0 of more than replay_keep tokens at that chunk's own tail: such a chunk
+  // ends where that cut is replay_from (the prompt's end), else at replay_from (the next chunk starts the
+  // decoder window there) or, with no cut planned, after replay_keep tokens.
+  const int64_t keep = config_.replay_keep, from = seq.replay_from;
+  if (keep > 0 && seq.num_computed == 0 && count > keep && !seq.request->params.prompt_logprobs)
+    if (from == 0 || count != from + keep) count = from == 0 ? keep : std::min(count, from);
+  return static_cast<int32_t>(count);
 }
 
 std::vector<ScheduledChunk> Scheduler::schedule() {
@@ -105,6 +124,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     candidates.insert(candidates.end(), running_.begin(), running_.end());
     for (Sequence* s : candidates) {
       if (!s->isolate) continue;
+      if (s->num_computed == 0) plan_replay(*s);
       int32_t count = chunk_size(*s, budget);
       if (count == 0 || !states_.reserve(s->id, s->num_computed + count)) break;
       if (s->status == SeqStatus::Waiting) {

@@ -3,7 +3,8 @@
 // sequence cap. Room for state comes from the state manager; when it runs out, the lowest-priority
 // running sequence is preempted (its state released, recomputed when it is admitted again).
 // With prefix caching, a sequence admitted from the start begins after the longest cached prefix of
-// its prompt, and its prefill chunks end where its state is to be snapshotted (plan_prefix).
+// its prompt, and its prefill chunks end where its state is to be snapshotted (plan_prefix). With SWA
+// bounded replay, both lie at or before the position its decoder layers start at.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -23,6 +24,9 @@ struct SchedulerConfig {
   // so a sequence's chunking (and so its numerics) never depends on its neighbours.
   bool batch_invariant = false;
   int invariant_chunk = 256;
+  // SWA bounded replay (engine/decoder_replay.h): a prefill from 0 of more tokens runs the decoder
+  // layers on its last replay_keep only (0: the model does not cut).
+  int64_t replay_keep = 0;
 };
 
 struct ScheduledChunk {
@@ -59,6 +63,7 @@ class Scheduler {
   // A sequence about to be admitted from position 0: the cached prefix it starts after (num_computed,
   // restore_from) and where it is snapshotted (snapshot_at); undone by forget_prefix if not admitted.
   void plan_prefix(Sequence& seq);
+  void plan_replay(Sequence& seq) const;  // Sequence::replay_from (engine/decoder_replay.h)
   static void forget_prefix(Sequence& seq);
 
   SchedulerConfig config_;

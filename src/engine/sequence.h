@@ -42,6 +42,9 @@ struct Sequence {
   std::shared_ptr<const model::SequenceState> restore_from;
   std::vector<int64_t> snapshot_at;
   int64_t cached_tokens = -1;
+  // SWA bounded replay (engine/decoder_replay.h): where the decoder layers of its prompt's prefill start
+  // (0: nowhere cut); a cached prefix and every chunk boundary lie at or before it.
+  int64_t replay_from = 0;
 
   int64_t prompt_len() const;
   int64_t known_len() const { return static_cast<int64_t>(tokens.size()) + pending; }

@@ -18,6 +18,38 @@ inline std::vector<int32_t> prompt_of(int seed, int len) {
   return p;
 }
 
+// prompt_of inside the V4.1 golden models' vocabularies, clear of their special ids
+inline std::vector<int32_t> golden_tokens(int seed, int len) {
+  std::vector<int32_t> p = prompt_of(seed, len);
+  for (auto& t : p) t += 3;
+  return p;
+}
+
+inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+inline SamplingParams greedy_with_logprobs(int max_tokens = 8) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 3;
+  return p;
+}
+
+// The prefix-cache tests' engine: eight sequences, prompts up to 1024 tokens, cache blocks of `block`.
+inline EngineOptions prefix_cache_options(bool cache, int64_t block, int budget) {
+  EngineOptions o;
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = budget;
+  o.max_model_len = 1024;
+  o.prefix_caching = cache;
+  o.prefix_block_tokens = block;
+  return o;
+}
+
 inline std::map<std::string, RequestOutput> run(Engine& e) {
   std::map<std::string, RequestOutput> out;
   while (e.has_unfinished())

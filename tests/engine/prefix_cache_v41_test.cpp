@@ -18,35 +18,11 @@ using Outputs = std::map<std::string, RequestOutput>;
 
 constexpr int64_t kBlock = 16;
 
-EngineOptions opts(bool cache) {
-  EngineOptions o;
-  o.max_num_seqs = 8;
-  o.max_num_batched_tokens = 256;
-  o.max_model_len = 1024;
-  o.prefix_caching = cache;
-  o.prefix_block_tokens = kBlock;
-  return o;
-}
+EngineOptions opts(bool cache) { return testing_helpers::prefix_cache_options(cache, kBlock, 256); }
 
-std::vector<int32_t> tokens(int seed, int len) {  // inside tiny-b's vocabulary, clear of its specials
-  std::vector<int32_t> p = testing_helpers::prompt_of(seed, len);
-  for (auto& t : p) t += 3;
-  return p;
-}
-
-std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-SamplingParams greedy(int max_tokens = 8) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 3;
-  return p;
-}
+using testing_helpers::cat;
+std::vector<int32_t> tokens(int seed, int len) { return testing_helpers::golden_tokens(seed, len); }
+SamplingParams greedy(int max_tokens = 8) { return testing_helpers::greedy_with_logprobs(max_tokens); }
 
 struct Driver {
   Engine engine;

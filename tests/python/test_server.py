@@ -111,7 +111,7 @@ def test_streamed_chat_matches_unstreamed(client):
 
 def test_streamed_usage_counts_cached_tokens(client):
     """stream_options.include_usage: a last chunk with usage, cached_tokens from the prefix cache."""
-    system = "You answer in one word. " * 40  # > 2 prefix blocks of 64 tokens
+    system = "You answer in one word. " * 80  # > 2 prefix blocks of 64 tokens before n - 140 (SWA bounded replay)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Colour of the sky?"}]
     usages = []
     for _ in range(2):

@@ -48,8 +48,9 @@ def test_queue_depth_counts_the_schedulers_sequences(demo_model):
 
 
 def test_state_memory_and_queue_gauges(demo_model):
-    llm = LLM(demo_model, max_num_seqs=4, max_model_len=256, state_memory_bytes=64 << 20)
-    engine, m = serve_requests(llm, ["a shared prefix " * 60 + str(i) for i in range(3)],
+    llm = LLM(demo_model, max_num_seqs=4, max_model_len=512, state_memory_bytes=64 << 20)
+    # long enough to be snapshotted before its decoder window (n - 140, SWA bounded replay)
+    engine, m = serve_requests(llm, ["a shared prefix " * 120 + str(i) for i in range(3)],
                                SamplingParams(max_tokens=4, ignore_eos=True))
     opts, stats = llm.engine_options(), engine.stats
     block = opts["state_block_bytes"]
