@@ -472,19 +472,25 @@ struct CompiledGrammar::Lazy {
 };
 
 CompiledGrammar::CompiledGrammar(const Grammar& g, const TokenVocab& vocab, int64_t warm_tokens)
-    : vocab_(vocab), automaton_(build_automaton(g)), ebnf_(g.to_ebnf()) {
+    : vocab_(vocab), automaton_(build_automaton(g)) {
   const Automaton& a = automaton_;
   node_mask_.assign(a.nodes.size(), -1);
   cls_ = equivalent_nodes(a);
   // Nodes of one rule in one class are interchangeable in any context (matcher's cache key).
   canonical_.resize(a.nodes.size());
-  std::unordered_map<uint64_t, uint32_t> canon_of, mask_of_class;
+  // Arrays by class (a large schema has 10^5 nodes, its classes span many rules): the first node
+  // of each class in the current rule (a rule's nodes are contiguous, build_automaton appends
+  // them rule by rule), and each class's mask.
+  const uint32_t num_classes = cls_.empty() ? 0 : *std::max_element(cls_.begin(), cls_.end()) + 1;
+  std::vector<uint32_t> first(num_classes), first_rule(num_classes, UINT32_MAX);
+  std::vector<int32_t> mask_of_class(num_classes, -1);
   for (uint32_t n = 0; n < a.nodes.size(); ++n) {
-    canonical_[n] = canon_of.emplace(uint64_t(a.nodes[n].rule) << 32 | cls_[n], n).first->second;
+    const uint32_t c = cls_[n];
+    if (first_rule[c] != a.nodes[n].rule) first_rule[c] = a.nodes[n].rule, first[c] = n;
+    canonical_[n] = first[c];
     if (!a.nodes[n].has_bytes()) continue;
-    auto [it, fresh] = mask_of_class.emplace(cls_[n], static_cast<uint32_t>(reps_.size()));
-    if (fresh) reps_.push_back(n);
-    node_mask_[n] = static_cast<int32_t>(it->second);
+    if (mask_of_class[c] < 0) mask_of_class[c] = static_cast<int32_t>(reps_.size()), reps_.push_back(n);
+    node_mask_[n] = mask_of_class[c];
   }
   ready_ = std::make_unique<std::atomic<const StateMask*>[]>(reps_.size());
   for (size_t m = 0; m < reps_.size(); ++m) ready_[m].store(nullptr, std::memory_order_relaxed);

@@ -75,7 +75,6 @@ class CompiledGrammar {
 
   const TokenVocab& vocab() const { return vocab_; }
   const Automaton& automaton() const { return automaton_; }
-  const std::string& ebnf() const { return ebnf_; }
   // Mask of a scanable node (computed on first use), or nullptr when the node has no byte edges.
   const StateMask* mask(uint32_t node) const {
     const int32_t m = node_mask_[node];
@@ -96,7 +95,6 @@ class CompiledGrammar {
   const StateMask* compute_mask(int32_t m) const;
   TokenVocab vocab_;
   Automaton automaton_;
-  std::string ebnf_;
   std::vector<int32_t> node_mask_;
   std::vector<uint32_t> canonical_;
   std::vector<uint32_t> cls_;   // equivalence class of each node

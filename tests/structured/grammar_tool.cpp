@@ -88,7 +88,7 @@ json handle(const json& req, const TokenVocab& vocab) {
     return {{"error", e.what()}, {"compile_ms", since_us(t0) / 1e3}};
   }
   const double compile_ms = since_us(t0) / 1e3, compile_cpu_ms = thread_cpu_ms() - cpu0;
-  if (cmd == "ebnf") return {{"ebnf", g->ebnf()}, {"masks", g->num_masks()}, {"mem", g->memory_bytes()}, {"nodes", g->automaton().nodes.size()}};
+  if (cmd == "ebnf") return {{"ebnf", grammar_from_args(args_of(req)).to_ebnf()}, {"masks", g->num_masks()}, {"mem", g->memory_bytes()}, {"nodes", g->automaton().nodes.size()}};
   if (cmd == "sample")
     return {{"outputs", sample(g, req.value("seed", 1), req.value("runs", 10), req.value("max_tokens", 200))}};
   if (cmd == "check" || cmd == "eval") {
