@@ -1,0 +1,70 @@
+"""The compiler's size limits, each on its documented side (docs/structured-output.md): a rule whose
+DFA explodes is refused as "grammar too complex" (a clear per-request error, the next request
+compiles), and objects whose declared names pass 8,192 bytes get their extra keys from a trie of
+rules instead of one DFA, as exact as the DFA (checked against `jsonschema`, and by random walks)."""
+import json
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def check(grammar_tool, tokenizer, schema, instances):
+    validator = jsonschema.Draft202012Validator(schema)
+    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
+    inputs = [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)
+    assert not resp.get("error"), resp["error"]
+    for text, x, got in zip(texts, instances, resp["results"]):
+        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+
+
+@pytest.mark.parametrize("schema_type,schema", [
+    ("regex", ".*a.{30}"),
+    ("json", {"type": "object", "properties": {"id": {"type": "string", "pattern": "^.*a.{30}$"}}}),
+])
+def test_exponential_rule_is_refused_as_too_complex(grammar_tool, schema_type, schema):
+    resp = grammar_tool.request(cmd="ebnf", schema_type=schema_type, schema=schema)
+    assert "grammar too complex" in (resp.get("error") or ""), resp
+    assert "simplify the pattern" in resp["error"]
+    # The refusal is the request's alone: the same tool compiles the next one, and the linear
+    # patterns of the same shape (no subset blow-up) are not refused.
+    for ok in (".*a.{6}", "[a-z]{2000}", "a.{30}"):
+        resp = grammar_tool.request(cmd="ebnf", schema_type="regex", schema=ok)
+        assert not resp.get("error"), (ok, resp["error"])
+
+
+def long_names_schema():
+    # 300 declared names of 30 bytes (9,000 > 8,192 bytes): the trie fallback of key_not_in.
+    names = [f"property_number_{i:04d}_padding" for i in range(300)]
+    assert sum(map(len, names)) > 8192
+    props = {n: {"type": "integer"} for n in names}
+    return names, {"type": "object", "properties": props, "additionalProperties": {"type": "string"}}
+
+
+def test_extra_keys_past_8192_bytes_of_names_use_the_trie_and_stay_exact(grammar_tool, v3_tokenizer):
+    names, schema = long_names_schema()
+    resp = grammar_tool.request(cmd="ebnf", schema_type="json", schema=schema)
+    assert not resp.get("error"), resp["error"]
+    assert "key_rest" in resp["ebnf"]  # the trie's shared tail rule: the fallback is the one compiled
+    short = {"type": "object", "properties": {n: {"type": "integer"} for n in names[:10]},
+             "additionalProperties": {"type": "string"}}
+    assert "key_rest" not in grammar_tool.request(cmd="ebnf", schema_type="json", schema=short)["ebnf"]
+    n = names[7]
+    check(grammar_tool, v3_tokenizer, schema, [
+        {n: 1}, {n: "x"},                                  # declared: its schema, never additionalProperties'
+        {n[:-1]: "x"}, {n[:-1]: 1}, {n + "x": "x"}, {n + "x": 2},  # a prefix, an extension: extra keys
+        {"property_number_": "x"}, {"": "x"}, {"é": "x"}, {"a\"b": "x"}, {"q": 3},
+        {names[0]: 1, names[299]: 2, "other": "y"}, {names[299]: 2, names[0]: "z"},
+        {"property_number_0300_padding": "x"}, {"property_number_0300_padding": 1},  # one past the last name
+    ])
+
+
+def test_trie_fallback_random_outputs_validate(grammar_tool):
+    _, schema = long_names_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    resp = grammar_tool.request(cmd="sample", schema_type="json", schema=schema, seed=7, runs=12, max_tokens=120)
+    finished = [o["text"] for o in resp["outputs"] if o["finished"]]
+    assert finished, resp
+    for text in finished:
+        assert validator.is_valid(json.loads(text)), text
