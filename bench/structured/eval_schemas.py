@@ -284,6 +284,9 @@ def main():
             per_schema[s["id"]][engine] = "exact" if exact else "inexact"
             per_schema[s["id"]][engine + "_compile_ms"] = round(r["compile_ms"], 2)  # to find the slow ones
             per_schema[s["id"]][engine + "_compile_cpu_ms"] = round(cpu_ms[-1], 2)
+            if r.get("mask_cpu_us"):  # the slowest mask of the schema, and how many it filled
+                per_schema[s["id"]][engine + "_mask_cpu_us_max"] = round(max(r["mask_cpu_us"]), 1)
+                per_schema[s["id"]][engine + "_masks"] = len(r["mask_cpu_us"])
             if engine == "ours" and args.sample:
                 sample_check(w, s, args, st)
         w.close()
