@@ -13,6 +13,16 @@
 
 namespace deepinfer::cpu {
 
+// a * b rounded to float on its own: the compiler may not fuse it with the add that follows into an FMA
+// (GCC did so for hc % 4 streams of hc_collapse and not for the others; the CUDA kernel must know which).
+inline float product_rn(float a, float b) {
+  float p = a * b;
+#if defined(__GNUC__)
+  asm("" : "+m"(p));  // p leaves the register: no contraction across this point
+#endif
+  return p;
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -253,8 +263,8 @@ void CpuBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = r0; t < r1; ++t)
       for (int64_t d = 0; d < dim; ++d) {
-        float acc = 0;
-        for (int64_t k = 0; k < hc; ++k) acc += mix[t * hc + k] * x[(t * hc + k) * dim + d];
+        float acc = 0;  // each product rounded, then added in stream order (the reference's (pre * x).sum())
+        for (int64_t k = 0; k < hc; ++k) acc += product_rn(mix[t * hc + k], x[(t * hc + k) * dim + d]);
         y[t * dim + d] = bf16_out ? round_to_bf16(acc) : acc;
       }
   }, 4);

@@ -449,8 +449,8 @@ __global__ void hc_collapse_kernel(const float* __restrict__ x, const float* __r
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= rows * dim) return;
   const int64_t t = e / dim, d = e % dim;
-  float acc = 0.0f;
-  for (int64_t k = 0; k < hc; ++k) acc += mix[t * hc + k] * x[(t * hc + k) * dim + d];
+  float acc = 0.0f;  // the CPU's order: each product rounded, then added (no FMA)
+  for (int64_t k = 0; k < hc; ++k) acc = __fadd_rn(acc, __fmul_rn(mix[t * hc + k], x[(t * hc + k) * dim + d]));
   y[e] = bf16_out ? round_bf16_hc(acc) : acc;
 }
 

@@ -19,14 +19,16 @@ namespace {
 size_t round_up256(size_t v) { return (v + 255) / 256 * 256; }
 
 // out[e] = e4m3(q[e]) * e8m0(s[e / 32]) as the CPU's dtype.cpp decoders give them (byte 0xff of a scale
-// is NaN, byte 0 is the subnormal 2^-127), the product rounded once.
+// is NaN, byte 0 is the subnormal 2^-127), the product rounded once; NaN as the CPU's bits (0x7fc00000, where
+// the GPU's multiply would give its canonical 0x7fffffff).
 __global__ void dequant_rows_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int total, int dim,
                                     float* __restrict__ out) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= total) return;
   const uint32_t b = s[(e / dim) * (dim / 32) + (e % dim) / 32];
   const float scale = b == 0xff ? __int_as_float(0x7fc00000) : __uint_as_float(b == 0 ? 0x00400000u : b << 23);
-  out[e] = __fmul_rn(e4m3_to_float_d(q[e]), scale);
+  const float v = __fmul_rn(e4m3_to_float_d(q[e]), scale);
+  out[e] = isnan(v) ? __int_as_float(0x7fc00000) : v;  // the CPU's product keeps its operand's quiet NaN
 }
 
 using topk::Elem;
