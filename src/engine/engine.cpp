@@ -271,6 +271,7 @@ void Engine::drain_incoming() {
 
 std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
   auto job = std::make_unique<Job>();
+  job->logits = std::exchange(spare_logits_, {});
   job->chunks = std::move(chunks);
   auto& b = job->batch;
   ModelRunner::layout(job->chunks, b);
@@ -637,6 +638,7 @@ std::vector<RequestOutput> Engine::step_local(bool include_unfinished) {
         if (done->landed[c] > 0) landed.push_back(done->chunks[c].seq);
       draft_next(landed);
     }
+    if (done->logits.capacity() > spare_logits_.capacity()) spare_logits_ = std::move(done->logits);
   }
   collect(outs, include_unfinished);
   // Every request has finished: a forward launched ahead for them (async scheduling) serves no one.

@@ -157,8 +157,7 @@ TEST_F(CudaBackendTest, AttentionSwitch) {
   EXPECT_LE(exact_bf16, 3e-4);
 }
 
-// Downloads of 8 MiB and more go through two pinned chunks: every byte arrives, at every chunk boundary and
-// in a short last chunk, and a small download after a large one still takes the direct path correctly.
+// Large and odd-sized downloads (a big batch's logits) arrive whole, and a small one after them.
 TEST_F(CudaBackendTest, LargeDownloadsArriveWhole) {
   for (size_t bytes : {size_t{8} << 20, (size_t{8} << 20) + 1, size_t{41} << 20 | 12345, size_t{1000}}) {
     std::vector<uint8_t> host(bytes), back(bytes, 0);

@@ -739,9 +739,6 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
 
 CudaBackend::~CudaBackend() {
   if (impl_->scratch) cudaFree(impl_->scratch);
-  if (impl_->bounce) cudaFreeHost(impl_->bounce);
-  for (cudaEvent_t e : impl_->bounce_done)
-    if (e) cudaEventDestroy(e);
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }

@@ -59,9 +59,6 @@ struct CudaBackend::Impl {
   bool exact_attention = false;  // DEEPINFER_ATTENTION=exact: sparse_attention_online stays on the fp32 kernel
   void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
   size_t scratch_bytes = 0;
-  static constexpr size_t kBounceChunk = size_t{8} << 20;
-  char* bounce = nullptr;  // 2 x kBounceChunk pinned host bytes for large downloads, made at first use
-  cudaEvent_t bounce_done[2] = {nullptr, nullptr};
 
   // Makes this backend's GPU current for the calling thread (a process may hold one backend per GPU).
   void bind() const {
