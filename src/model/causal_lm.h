@@ -67,7 +67,7 @@ struct ForwardTaps {
                      const std::vector<float>& weights)>
       on_route;
   // named points inside a layer (V4.1: "attn_pre", "attn_in", "attn_normed", "q", "window_kv", "heads_out",
-  // "attn_out", "after_attn", "ffn_pre", "ffn_mix", "ffn_in", "ffn_normed"), in the order the forward reaches them: where two
+  // "attn_out", "after_attn", "ffn_pre", "ffn_in", "ffn_normed"), in the order the forward reaches them: where two
   // backends part within a layer (tests/model/test_v41_cuda.cpp)
   std::function<void(int64_t layer, const char* point, const std::vector<float>& values)> on_point;
 };

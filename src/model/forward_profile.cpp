@@ -25,8 +25,7 @@ void ForwardProfile::end_running() {
 
 void ForwardProfile::section(const char* name) {
   if (!on_) return;
-  end_running();
-  running_ = -1;
+  end_running();  // leaves running_ at -1
   for (size_t i = 0; i < rows_.size() && running_ < 0; ++i)
     if (rows_[i].name == name) running_ = static_cast<int>(i);
   if (running_ < 0) {

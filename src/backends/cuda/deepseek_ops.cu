@@ -16,18 +16,14 @@
 namespace deepinfer::cuda {
 namespace {
 
-size_t round_up256(size_t v) { return (v + 255) / 256 * 256; }
-
-// out[e] = e4m3(q[e]) * e8m0(s[e / 32]) as the CPU's dtype.cpp decoders give them (byte 0xff of a scale
-// is NaN, byte 0 is the subnormal 2^-127), the product rounded once; NaN as the CPU's bits (0x7fc00000, where
+// out[e] = e4m3(q[e]) * e8m0(s[e / 32]) as the CPU's dtype.cpp decoders give them, the product rounded
+// once; NaN as the CPU's bits (0x7fc00000, where
 // the GPU's multiply would give its canonical 0x7fffffff).
 __global__ void dequant_rows_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int total, int dim,
                                     float* __restrict__ out) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= total) return;
-  const uint32_t b = s[(e / dim) * (dim / 32) + (e % dim) / 32];
-  const float scale = b == 0xff ? __int_as_float(0x7fc00000) : __uint_as_float(b == 0 ? 0x00400000u : b << 23);
-  const float v = __fmul_rn(e4m3_to_float_d(q[e]), scale);
+  const float v = __fmul_rn(e4m3_to_float_d(q[e]), e8m0_to_float_d(s[(e / dim) * (dim / 32) + (e % dim) / 32]));
   out[e] = isnan(v) ? __int_as_float(0x7fc00000) : v;  // the CPU's product keeps its operand's quiet NaN
 }
 
@@ -265,8 +261,8 @@ void CudaBackend::embedding_fp8(const uint8_t* table, const uint8_t* scale, int6
     std::memcpy(q.data() + i * dim, table + ids[i] * dim, static_cast<size_t>(dim));
     std::memcpy(s.data() + i * sdim, scale + ids[i] * sdim, static_cast<size_t>(sdim));
   }
-  auto* qd = static_cast<uint8_t*>(impl_->workspace(round_up256(q.size()) + s.size()));
-  uint8_t* sd = qd + round_up256(q.size());
+  auto* qd = static_cast<uint8_t*>(impl_->workspace(q.size() + s.size()));
+  uint8_t* sd = qd + q.size();  // byte arrays: no alignment needed
   upload(qd, q.data(), q.size());
   upload(sd, s.data(), s.size());
   dequant_rows_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, impl_->stream>>>(

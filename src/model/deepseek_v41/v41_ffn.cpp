@@ -9,7 +9,8 @@
 
 namespace deepinfer::model {
 
-void V41Model::moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps) {
+void V41Model::moe(int64_t l, Step& s, const float* x, float* out) {
+  const ForwardTaps* taps = s.taps;
   const V41Block& B = blocks_[l];
   const int64_t n = s.rows();
   const int64_t D = c_.dim, E = c_.experts_for(l), k = c_.active_for(l), I = c_.moe_inter_dim;

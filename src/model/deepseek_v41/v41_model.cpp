@@ -350,7 +350,7 @@ void V41Model::point(const Step& s, int64_t l, const char* name, const float* x,
   if (s.taps && s.taps->on_point) s.taps->on_point(l, name, host(x, n));
 }
 
-void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, const ForwardTaps* taps) {
+void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix) {
   const int64_t D = c_.dim, hc = c_.hc_mult, n = s.rows();
   const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
   const V41Block& B = blocks_[l];
@@ -379,12 +379,11 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, con
   be_.hc_weights(X.f32(), n, hc, D, B.hc_ffn_fn.data(), B.hc_ffn_base.data(), B.hc_ffn_scale.data(), eps, hc_eps,
                  c_.hc_sinkhorn_iters, pre.f32(), post.f32(), comb.f32());
   point(s, l, "ffn_pre", pre.f32(), n * hc);
-  point(s, l, "ffn_mix", attn_pre.f32(), n * hc);  // attn_pre again: nothing may have written it since
   collapse(attn_pre);
   point(s, l, "ffn_in", a.f32(), n * D);
   rmsnorm(a.f32(), B.ffn_norm, n, D);
   point(s, l, "ffn_normed", a.f32(), n * D);
-  moe(l, s, a.f32(), sub.f32(), taps);
+  moe(l, s, a.f32(), sub.f32());
   expand();
   be_.copy(pre_mix.data, pre.data, pre.bytes());
 }
@@ -546,7 +545,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
     }
     for (int64_t j = 0; j < nt; ++j)
       if (c_.dspark_target_layer_ids[j] == l) be_.hc_mean(X.f32(), rows, hc, D, main_hidden.f32() + j * D, nt * D);
-    block_forward(l, s, X, pre_mix, taps);
+    block_forward(l, s, X, pre_mix);
   }
   // final collapse with the last pre-mix, norm
   prof_.section("head");
@@ -638,7 +637,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
   s.image_d = fws_.upload(s.image, DType::U8);
   Tensor X, pre_mix;
   embed(ids, X, pre_mix);
-  for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) block_forward(c_.n_layers + stage, s, X, pre_mix, nullptr);
+  for (int64_t stage = 0; stage < c_.n_mtp_layers; ++stage) block_forward(c_.n_layers + stage, s, X, pre_mix);
   const V41Block& L = blocks_[c_.n_layers + c_.n_mtp_layers - 1];
   const int64_t T = S * n;
   Tensor y = ws_.f32({T, D}), yn = ws_.f32({T, D}), logits = ws_.f32({T, V}), bias = ws_.f32({S, V});

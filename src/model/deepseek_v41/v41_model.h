@@ -161,7 +161,7 @@ class V41Model final : public CausalLM {
   struct Step;  // one forward's flat batch layout (defined in v41_step.h)
   // Activations are device tensors of the workspaces: ws_ for scratch (scoped per layer), fws_ for
   // what lives through one forward (streams, index selections, candidate masks).
-  void block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix, const ForwardTaps* taps);
+  void block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix);  // taps: s.taps
   void attention(int64_t l, Step& s, const float* x, float* out);
   void queries(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* qr, float* q);
   void window_kv(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* kv);
@@ -171,7 +171,7 @@ class V41Model final : public CausalLM {
   void compress(int64_t l, Step& s, const float* x, Latents& lat);
   void index(int64_t l, Step& s, const float* x, const float* qr, const Latents& lat);
   void dspark_attention(int64_t l, Step& s, const float* x, float* out);
-  void moe(int64_t l, Step& s, const float* x, float* out, const ForwardTaps* taps);
+  void moe(int64_t l, Step& s, const float* x, float* out);
   // One expert's SwiGLU FFN on m rows (g, u, h: [m, moe_inter_dim] scratch); row_scale: routing weights.
   // offsets: ex is a stack of experts, and rows [offsets[e], offsets[e + 1]) (at most max_rows) go to expert e.
   void expert_ffn(const V41Expert& ex, const float* x, int64_t m, const float* row_scale, float* y, float* g, float* u,
