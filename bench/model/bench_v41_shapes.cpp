@@ -2,7 +2,9 @@
 // `deepinfer make-demo-model DIR --flash-layers N`, then load_format=dummy), on DEEPINFER_DEVICE: the
 // time of one prefill of P tokens (one sequence), and of one decode step of B sequences (32-token
 // prompts, greedy), best of 3 each after a warm-up. Prints one JSON object per row; the floors are
-// bench/sweep/report_shapes.py's (this binary only measures). A benchmark, not a test.
+// bench/sweep/report_shapes.py's (this binary only measures). With BENCH_DEVICE_DRAWS=1 each decode and
+// verify row is measured a second time with every row drawn greedily on the device (the engine's device
+// sampling: token ids cross to the host instead of logits). A benchmark, not a test.
 //   bench_v41_shapes MODEL_DIR [auto|dummy] [batch sizes=1,8,32,128] [prefill lengths=128,1024,4096] [steps=4]
 #include <algorithm>
 #include <chrono>
@@ -42,11 +44,14 @@ int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>
 // Prefills `seqs` sequences with `prompt` tokens each (one forward), then times `steps` decode steps.
 // Returns {prefill seconds, best decode step seconds}. ranged: the prefill and the decode steps are NVTX ranges
 // (not the warm-up's).
-std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps, bool ranged = true) {
+std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, int64_t steps, bool ranged = true,
+                              bool draws = false) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
   const int64_t V = m.vocab_size();
   model::ForwardBatch b = bench::prompt_batch(m, seqs, prompt, st, [&](int64_t s, int64_t i) { return token(s, i, V); });
   std::vector<float> logits;
+  model::RowDraws rd;
+  bench::draw_all_rows(b, rd, draws);
   auto t0 = Clock::now();
   if (ranged) RANGE_PUSH("prefill");
   m.forward(b, logits);
@@ -55,6 +60,7 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
   double best = 1e30;
   for (int64_t step = 0; step < steps; ++step) {
     bench::next_greedy_step(logits, V, b);
+    bench::draw_all_rows(b, rd, draws);
     t0 = Clock::now();
     if (ranged) RANGE_PUSH("decode");
     m.forward(b, logits);
@@ -68,7 +74,8 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
 // sequences x `q` tokens each with every row's logits (verifying q - 1 drafts after the anchor: the
 // draft tokens' values do not change the work), then, with time_draft and a DSpark head, the best of `reps`
 // batched draft() calls (block tokens and confidences per sequence). Returns {verify seconds, draft seconds or 0}.
-std::pair<double, double> verify_and_draft(model::V41Model& m, int64_t seqs, int64_t q, int reps, bool time_draft) {
+std::pair<double, double> verify_and_draft(model::V41Model& m, int64_t seqs, int64_t q, int reps, bool time_draft,
+                                           bool draws = false) {
   std::vector<std::unique_ptr<model::SequenceState>> st;
   const int64_t V = m.vocab_size();
   model::ForwardBatch b = bench::prompt_batch(m, seqs, 32, st, [&](int64_t s, int64_t i) { return token(s, i, V); });
@@ -83,6 +90,8 @@ std::pair<double, double> verify_and_draft(model::V41Model& m, int64_t seqs, int
         b.token_ids.push_back(token(s, 100 + r * q + i, V));
       }
     for (int64_t s = 1; s <= seqs; ++s) b.seq_start.push_back(static_cast<int32_t>(s * q));
+    model::RowDraws rd;
+    bench::draw_all_rows(b, rd, draws);
     const auto t0 = Clock::now();
     RANGE_PUSH("verify");
     m.forward(b, logits);
@@ -134,20 +143,26 @@ int main(int argc, char** argv) {
     std::printf("{\"prefill_tokens\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(p), best);
     std::fflush(stdout);
   }
-  for (int64_t bs : batches) {
-    const double step = run(*m, bs, 32, std::max<int64_t>(steps, 1)).second;
-    std::printf("{\"decode_batch\": %lld, \"step_seconds\": %.6f}\n", static_cast<long long>(bs), step);
-    std::fflush(stdout);
-  }
-  for (int64_t bs : verify.empty() ? std::vector<int64_t>{} : batches) {
-    double draft = 0;  // the same work whatever q: timed once, after the last
-    for (int64_t q : verify) {
-      const auto [t, d] = verify_and_draft(*m, bs, q, reps, q == verify.back());
-      draft = d;
-      std::printf("{\"verify_batch\": %lld, \"tokens_per_seq\": %lld, \"step_seconds\": %.6f}\n",
-                  static_cast<long long>(bs), static_cast<long long>(q), t);
+  const char* draws_env = std::getenv("BENCH_DEVICE_DRAWS");
+  std::vector<bool> modes = {false};
+  if (draws_env && std::string(draws_env) == "1") modes.push_back(true);
+  for (int64_t bs : batches)
+    for (bool draws : modes) {
+      const double step = run(*m, bs, 32, std::max<int64_t>(steps, 1), true, draws).second;
+      std::printf("{\"decode_batch\": %lld, \"device_draws\": %s, \"step_seconds\": %.6f}\n", static_cast<long long>(bs),
+                  draws ? "true" : "false", step);
       std::fflush(stdout);
     }
+  for (int64_t bs : verify.empty() ? std::vector<int64_t>{} : batches) {
+    double draft = 0;  // the same work whatever q: timed once, after the last
+    for (int64_t q : verify)
+      for (bool draws : modes) {
+        const auto [t, d] = verify_and_draft(*m, bs, q, reps, q == verify.back() && !draws, draws);
+        if (!draws) draft = d;
+        std::printf("{\"verify_batch\": %lld, \"tokens_per_seq\": %lld, \"device_draws\": %s, \"step_seconds\": %.6f}\n",
+                    static_cast<long long>(bs), static_cast<long long>(q), draws ? "true" : "false", t);
+        std::fflush(stdout);
+      }
     if (draft > 0) std::printf("{\"draft_batch\": %lld, \"block\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(bs),
                                static_cast<long long>(m->config().dspark_block_size), draft);
   }

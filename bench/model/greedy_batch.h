@@ -28,15 +28,30 @@ inline model::ForwardBatch prompt_batch(model::CausalLM& m, int64_t seqs, int64_
   return b;
 }
 
-// Turns b into the next decode step: each sequence's greedy token from its row of the last logits.
+// Every logit row of b drawn greedily on the model's device (as the engine's device sampling does),
+// into `draws`; off: b's logits come back and are read on the host.
+inline void draw_all_rows(model::ForwardBatch& b, model::RowDraws& draws, bool on) {
+  b.draws = nullptr;
+  if (!on) return;
+  const size_t n = b.logit_rows.size();
+  draws.rows.resize(n);
+  for (size_t i = 0; i < n; ++i) draws.rows[i] = static_cast<int32_t>(i);
+  draws.temperature.assign(n, 0.0f);
+  draws.key.assign(n, 0);
+  b.draws = &draws;
+}
+
+// Turns b into the next decode step: each sequence's greedy token from its row of the last logits (or
+// from the tokens b's last forward drew on the device).
 inline void next_greedy_step(const std::vector<float>& logits, int64_t vocab, model::ForwardBatch& b) {
   const int64_t seqs = static_cast<int64_t>(b.states.size());
+  const model::RowDraws* drawn = b.draws;
   b.token_ids.clear();
   b.seq_start = {0};
   b.logit_rows.clear();
   for (int64_t s = 0; s < seqs; ++s) {
     const float* row = logits.data() + s * vocab;
-    b.token_ids.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    b.token_ids.push_back(drawn ? drawn->token[s] : static_cast<int32_t>(std::max_element(row, row + vocab) - row));
     b.seq_start.push_back(static_cast<int32_t>(s + 1));
     b.logit_rows.push_back(static_cast<int32_t>(s));
   }

@@ -39,7 +39,8 @@ def main() -> int:
         print(f"\n{header} floor ms | tokens/s | floor/measured |\n|---|---|---|---|---|")
         for r in (r for r in rows if key in r):
             n, t = r[key], r[sec]
-            print(f"| {n} | {1e3 * t:.2f} | {1e3 * floor(n):.3f} | {n / t:.0f} | {floor(n) / t:.2%} |")
+            label = f"{n} (device draws)" if r.get("device_draws") else f"{n}"
+            print(f"| {label} | {1e3 * t:.2f} | {1e3 * floor(n):.3f} | {n / t:.0f} | {floor(n) / t:.2%} |")
     verify_table(rows)
     return 0
 
@@ -52,26 +53,34 @@ def verify_table(rows) -> None:
     if not verify:
         return
     drafts = {r["draft_batch"]: r for r in rows if "draft_batch" in r}
-    plain = {r["decode_batch"]: r["step_seconds"] for r in rows if "decode_batch" in r}
+    plain = {(r["decode_batch"], bool(r.get("device_draws"))): r["step_seconds"] for r in rows if "decode_batch" in r}
     qs = sorted({r["tokens_per_seq"] for r in verify})
     print("\n| verify batch | " + " | ".join(f"{q} tok/seq ms" for q in qs) + " | draft ms |")
     print("|---" * (len(qs) + 2) + "|")
-    for b in sorted({r["verify_batch"] for r in verify}):
-        t = {r["tokens_per_seq"]: r["step_seconds"] for r in verify if r["verify_batch"] == b}
+    modes = sorted({(r["verify_batch"], bool(r.get("device_draws"))) for r in verify})
+    for b, dd in modes:
+        t = {r["tokens_per_seq"]: r["step_seconds"] for r in verify
+             if r["verify_batch"] == b and bool(r.get("device_draws")) == dd}
         d = drafts.get(b)
         cells = " | ".join(f"{1e3 * t[q]:.2f}" if q in t else "" for q in qs)
-        print(f"| {b} | {cells} | " + (f"{1e3 * d['seconds']:.2f}" if d else "") + " |")
+        label = f"{b} (device draws)" if dd else f"{b}"
+        print(f"| {label} | {cells} | " + (f"{1e3 * d['seconds']:.2f}" if d else "") + " |")
     if not drafts:
         return
     taus = [1, 2, 3, 3.51, 4, 5]
     print("\n| batch | plain tokens/s per user | " + " | ".join(f"tau {t}" for t in taus) + " |")
     print("|---" * (len(taus) + 2) + "|")
-    for b, d in sorted(drafts.items()):
-        t = {r["tokens_per_seq"]: r["step_seconds"] for r in verify if r["verify_batch"] == b}
+    for b, dd in modes:
+        d = drafts.get(b)
+        if not d:
+            continue
+        t = {r["tokens_per_seq"]: r["step_seconds"] for r in verify
+             if r["verify_batch"] == b and bool(r.get("device_draws")) == dd}
         q = d["block"] + 1 if d["block"] + 1 in t else max(t)
         step = t[q] + d["seconds"]
-        base = f"{1 / plain[b]:.1f}" if b in plain else ""
-        print(f"| {b} | {base} | " + " | ".join(f"{tau / step:.1f}" for tau in taus) + " |")
+        base = f"{1 / plain[(b, dd)]:.1f}" if (b, dd) in plain else ""
+        label = f"{b} (device draws)" if dd else f"{b}"
+        print(f"| {label} | {base} | " + " | ".join(f"{tau / step:.1f}" for tau in taus) + " |")
 
 
 if __name__ == "__main__":

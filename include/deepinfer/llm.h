@@ -45,6 +45,7 @@ struct EngineConfig {
   int64_t num_state_blocks = 0;           // >0: exact budget in the model's state blocks (overrides the bytes)
   std::optional<bool> async_scheduling;   // default: DEEPINFER_ASYNC_SCHEDULING
   std::optional<bool> batch_invariant;    // default: DEEPINFER_BATCH_INVARIANT
+  std::optional<bool> device_sampling;    // default: DEEPINFER_DEVICE_SAMPLING
   int max_logprobs = 20;                  // most logprobs / prompt_logprobs a request may ask for
   uint64_t seed = 0;                      // seeds requests that have no seq_seed
   std::vector<int32_t> eos_token_ids;     // default: config.json's eos_token_id

@@ -80,6 +80,8 @@ class LLM:
     CUDA, V4 on the CPU), max_model_len (default: the checkpoint's max_position_embeddings; above it only
     with allow_long_max_model_len=True), max_num_seqs, max_num_batched_tokens, async_scheduling
     (default DEEPINFER_ASYNC_SCHEDULING), batch_invariant (default DEEPINFER_BATCH_INVARIANT),
+    device_sampling (plain greedy / temperature rows drawn on the model's device, only tokens crossing to
+    the host; the same tokens as the host sampler; default DEEPINFER_DEVICE_SAMPLING, on),
     state_memory_bytes / num_state_blocks (state budget: bytes, or blocks of the model's state block size),
     max_logprobs (most logprobs a request may ask for, default 20 as vLLM), seed,
     speculative (DSpark drafting with lossless verification, V4.1 checkpoints: True, a draft count K, or
@@ -103,7 +105,7 @@ class LLM:
                  max_model_len: Optional[int] = None, max_num_seqs: Optional[int] = None,
                  max_num_batched_tokens: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, state_memory_bytes: Optional[int] = None,
-                 num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
+                 device_sampling: Optional[bool] = None, num_state_blocks: Optional[int] = None, max_logprobs: int = 20,
                  allow_long_max_model_len: bool = False,
                  speculative: Union[bool, int, dict, None] = None, load_format: Optional[str] = None,
                  enable_prefix_caching: Optional[bool] = None, prefix_block_tokens: Optional[int] = None,
@@ -116,6 +118,7 @@ class LLM:
         config = dict(tokenizer=tokenizer, device=device, seed=seed, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                       batch_invariant=batch_invariant, state_memory_bytes=state_memory_bytes,
+                      device_sampling=device_sampling,
                       num_state_blocks=num_state_blocks, max_logprobs=max_logprobs,
                       allow_long_max_model_len=allow_long_max_model_len,
                       speculative=speculative_config(speculative), load_format=load_format,

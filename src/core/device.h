@@ -35,6 +35,15 @@ class DeviceMemory {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // within the device
   virtual void synchronize() {}  // returns once every op enqueued before it is done (host memory: at once)
+  // Device time without waiting (the GPU's idle time between forwards): mark(i) records time point
+  // i < kMarks after every op enqueued so far; marked_ms(a, b) = device milliseconds from point a to
+  // point b once the device reached both (-1 where there is no device clock: host memory).
+  static constexpr int kMarks = 3;
+  virtual void mark(int point) { (void)point; }
+  virtual double marked_ms(int from, int to) {
+    (void)from, (void)to;
+    return -1;
+  }
   virtual void zero(void* dst, size_t bytes) = 0;
   // dst[0, bytes) = value; and = bytes [0, bytes) of core random_bytes(stream) masked (dummy weights
   // generated where they live). These defaults build the bytes on the host and upload them.

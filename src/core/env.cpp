@@ -18,6 +18,7 @@ const std::vector<EnvVar>& env_vars() {
       // Runtime: engine.
       {"DEEPINFER_CPU_THREADS", "", "worker threads of the CPU backend (default: hardware concurrency)"},
       {"DEEPINFER_ASYNC_SCHEDULING", "1", "1: prepare step N+1 while step N's forward runs; 0: one step at a time"},
+      {"DEEPINFER_DEVICE_SAMPLING", "1", "1: rows sampled greedily or with temperature alone (no bias, penalty, top-k/p, min-p, grammar or logprobs) are drawn on the model's device and only their tokens cross to the host; 0: every row's logits come back and the host samples"},
       {"DEEPINFER_BATCH_INVARIANT", "0", "1: a request's logits are bitwise identical whatever else is in the batch"},
       {"DEEPINFER_MAX_NUM_SEQS", "256", "default for max_num_seqs: sequences in one step"},
       {"DEEPINFER_MAX_NUM_BATCHED_TOKENS", "2048", "default for max_num_batched_tokens: tokens in one step"},

@@ -11,7 +11,7 @@
 #include "engine/data_parallel.h"
 #include "engine/decoder_replay.h"
 #include "engine/job.h"
-#include "sampling/rng.h"
+#include "core/counter_rng.h"
 #include "sampling/sampler.h"
 
 namespace deepinfer::engine {
@@ -24,6 +24,7 @@ EngineOptions resolve_options(const EngineConfig& c) {
   o.num_state_blocks = c.num_state_blocks;
   o.async_scheduling = c.async_scheduling.value_or(env_bool("DEEPINFER_ASYNC_SCHEDULING"));
   o.batch_invariant = c.batch_invariant.value_or(env_bool("DEEPINFER_BATCH_INVARIANT"));
+  o.device_sampling = c.device_sampling.value_or(env_bool("DEEPINFER_DEVICE_SAMPLING"));
   o.seed = c.seed;
   o.prefix_caching = c.enable_prefix_caching.value_or(true);
   check(c.prefix_block_tokens >= 0, "prefix_block_tokens must be positive (0: the default), got ", c.prefix_block_tokens);
@@ -193,7 +194,7 @@ std::string Engine::add_local(const Prompt& prompt, const SamplingParams& params
   for (auto& r : incoming_) check(r->id != req->id, "request id '", req->id, "' is already in use");
   check(!live_ids_.count(req->id), "request id '", req->id, "' is already in use");
   live_ids_.insert(req->id);
-  req->seed = params.seed ? *params.seed : sampling::splitmix64(options_.seed ^ (id_counter_ * 0x2545F4914F6CDD1DULL));
+  req->seed = params.seed ? *params.seed : splitmix64(options_.seed ^ (id_counter_ * 0x2545F4914F6CDD1DULL));
   incoming_.push_back(std::move(req));
   return incoming_.back()->id;
 }
@@ -227,6 +228,8 @@ EngineStats Engine::stats() const {
     s.forward_tokens += o.forward_tokens, s.preemptions += o.preemptions, s.failed_batches += o.failed_batches;
     s.max_seqs_in_step = std::max(s.max_seqs_in_step, o.max_seqs_in_step);
     s.draft_tokens_verified += o.draft_tokens_verified, s.draft_tokens_accepted += o.draft_tokens_accepted;
+    s.device_drawn_rows += o.device_drawn_rows;
+    s.device_idle_ms += o.device_idle_ms, s.device_idle_forwards += o.device_idle_forwards;
     s.waiting_seqs += o.waiting_seqs, s.running_seqs += o.running_seqs;
   }
   return s;
@@ -296,7 +299,41 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
   update_stats([&](EngineStats& st) {
     st.max_seqs_in_step = std::max<int>(st.max_seqs_in_step, static_cast<int>(job->chunks.size()));
   });
+  plan_draws(*job);
   return job;
+}
+
+// A sample row whose sampling is a plain draw (sampler.h: greedy or temperature alone, no grammar) is
+// drawn by the model on its device with the noise the host sampler would use: the same token, and only
+// the token crosses. Everything the row's draw depends on is known now, before its step's forward.
+void Engine::plan_draws(Job& job) const {
+  job.draws = {};
+  job.slot.assign(job.rows.size(), 0);
+  job.batch.draws = nullptr;
+  const int64_t vocab = model_->vocab_size();
+  const bool on = options_.device_sampling && model_->draws_on_device();
+  int32_t full = 0;
+  for (size_t r = 0; r < job.rows.size(); ++r) {
+    const Job::Row& row = job.rows[r];
+    const Sequence& seq = *job.chunks[row.chunk].seq;
+    const Request& req = *seq.request;
+    const int64_t generated = row.position + 1 - seq.prompt_len();  // before the drawn token
+    if (!on || !row.sample || seq.grammar || !sampling::sample_is_plain_draw(req.params, generated, vocab)) {
+      job.slot[r] = full++;
+      continue;
+    }
+    job.slot[r] = -1 - static_cast<int32_t>(job.draws.rows.size());
+    job.draws.rows.push_back(static_cast<int32_t>(r));
+    job.draws.temperature.push_back(req.params.temperature);
+    job.draws.key.push_back(draw_key(req.seed, static_cast<uint64_t>(seq.index), static_cast<uint64_t>(row.position + 1)));
+  }
+  if (!job.draws.rows.empty()) job.batch.draws = &job.draws;
+}
+
+std::span<const float> Engine::row_logits(const Job& job, size_t row) const {
+  const int64_t vocab = model_->vocab_size();
+  check(job.slot[row] >= 0, "internal: logits of a row drawn on the device");
+  return std::span<const float>(job.logits.data() + job.slot[row] * vocab, vocab);
 }
 
 // A plan made while the previous step ran assumed each of its samples would land; one that failed
@@ -343,6 +380,7 @@ void Engine::launch(std::unique_ptr<Job> job) {
   update_stats([&](EngineStats& st) {
     ++st.steps;
     st.forward_tokens += static_cast<int64_t>(b.token_ids.size());
+    st.device_drawn_rows += static_cast<int64_t>(job->draws.rows.size());
     st.prefix_cached_tokens += restored;
     st.prefix_hits += hits;
     st.prefix_cached_blocks = states_.cached_blocks();
@@ -356,14 +394,17 @@ void Engine::launch(std::unique_ptr<Job> job) {
 void Engine::run_job(Job& job) {
   try {
     runner_.run(job.batch, job.logits);
-    check(job.logits.size() == job.rows.size() * static_cast<size_t>(model_->vocab_size()),
-          "the model returned ", job.logits.size(), " logits for ", job.rows.size(), " rows");
+    if (const double idle = model_->idle_before_last_forward_ms(); idle >= 0)
+      update_stats([&](EngineStats& st) { st.device_idle_ms += idle, ++st.device_idle_forwards; });
+    const size_t full = job.rows.size() - job.draws.rows.size();
+    check(job.logits.size() == full * static_cast<size_t>(model_->vocab_size()) &&
+              job.draws.token.size() == job.draws.rows.size(),
+          "the model returned ", job.logits.size(), " logits for ", full, " rows");
   } catch (const std::exception& e) {
     job.failed = true;
     job.error = e.what();
     return;
   }
-  const int64_t vocab = model_->vocab_size();
   job.samples.resize(job.chunks.size());
   job.sample_errors.resize(job.chunks.size());
   std::vector<float> scratch;
@@ -371,9 +412,8 @@ void Engine::run_job(Job& job) {
     const auto& row = job.rows[r];
     const Sequence& seq = *job.chunks[row.chunk].seq;
     if (!row.sample) {
-      std::span<const float> logits(job.logits.data() + r * vocab, vocab);
       int top = *seq.request->params.prompt_logprobs;
-      job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(logits, seq.tokens[row.position + 1], top));
+      job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(row_logits(job, r), seq.tokens[row.position + 1], top));
       job.prompt_lp_positions.push_back(row.position + 1);
       continue;
     }

@@ -34,6 +34,8 @@ struct EngineOptions {
   int64_t num_state_blocks = 0;           // blocks of model->state_block_bytes(); <= 0: unlimited
   bool async_scheduling = true;
   bool batch_invariant = false;
+  // Plain rows (greedy, or temperature alone) are drawn on the model's device: only tokens come back.
+  bool device_sampling = true;
   int max_logprobs = 20;                  // cap on logprobs / prompt_logprobs per request (vLLM's default)
   uint64_t seed = 0;                      // seeds requests without seq_seed
   std::vector<int32_t> eos_token_ids;
@@ -68,6 +70,11 @@ struct EngineStats {
   int64_t draft_tokens_verified = 0;      // speculative: over all steps
   int64_t draft_tokens_accepted = 0;
   int64_t last_verify_budget = 0;         // draft tokens the last step verified
+  int64_t device_drawn_rows = 0;          // sample rows drawn on the model's device (device_sampling)
+  // The device's idle time before each forward (from the previous forward's end, on the device's clock;
+  // a DSpark draft in between counts as idle): its sum and how many forwards it covers (0 on the CPU).
+  double device_idle_ms = 0;
+  int64_t device_idle_forwards = 0;
   int64_t prefix_cached_tokens = 0;       // prompt tokens restored from the prefix cache
   int64_t prefix_hits = 0;                // sequences restored from it
   int64_t prefix_snapshots = 0;           // snapshots taken
@@ -139,6 +146,7 @@ class Engine {
   std::vector<ScheduledChunk> schedule();
   std::unique_ptr<Job> plan(std::vector<ScheduledChunk> chunks);
   std::unique_ptr<Job> drop_unresolvable(std::unique_ptr<Job> job);
+  void plan_draws(Job& job) const;  // which sample rows the model draws on its device
   void launch(std::unique_ptr<Job> job);
   void run_job(Job& job);                 // forward + sampling (worker thread)
   void resolve(Job& job);                 // lands sampled tokens (no job in flight)
@@ -153,6 +161,7 @@ class Engine {
   void init_speculation();
   void add_drafts(std::vector<ScheduledChunk>& chunks);
   void verify(const Job& job, size_t first_row, std::vector<sampling::SampleOutput>& out, std::vector<float>& scratch);
+  std::span<const float> row_logits(const Job& job, size_t row) const;
   void land_verification(const ScheduledChunk& ch, int emitted);  // rollback of rejected drafts, metrics
   void draft_next(const std::vector<Sequence*>& landed);
   void take_draft(Sequence& seq, spec::Draft draft);

@@ -20,7 +20,9 @@ struct Engine::Job {
   std::vector<ScheduledChunk> chunks;
   model::ForwardBatch batch;
   std::vector<Row> rows;
-  std::vector<float> logits;
+  std::vector<float> logits;              // the rows not drawn on the device, in row order
+  model::RowDraws draws;                   // rows drawn on the model's device (batch.draws points here)
+  std::vector<int32_t> slot;               // per row: its logits row, or -1 - its index in draws
   std::vector<std::vector<sampling::SampleOutput>> samples;  // per chunk: the tokens it emits, in order
   std::vector<std::string> sample_errors;                  // per chunk, "" = fine
   std::vector<std::pair<int, PositionLogprobs>> prompt_lps;  // (chunk, logprobs of position+1)

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/job.h"
+#include "ops/token_draw.h"
 #include "spec/acceptance.h"
 #include "spec/verify_scheduler.h"
 
@@ -132,8 +133,15 @@ void Engine::verify(const Job& job, size_t first_row, std::vector<sampling::Samp
         ++fed;
       }
     }
+    if (const int32_t slot = job.slot[first_row + j]; slot < 0) {  // drawn on the device
+      const int32_t token = job.draws.token[-1 - slot];
+      check(token != ops::kDrawNaN, "the model produced NaN logits");
+      check(token >= 0, "no token is allowed at position ", row.position + 1 + j);
+      out.push_back({token, job.draws.logprob[-1 - slot], {}});
+      return token;
+    }
     sampling::SampleInput in;
-    in.logits = std::span<const float>(job.logits.data() + (first_row + j) * vocab, vocab);
+    in.logits = row_logits(job, first_row + j);
     in.params = &req.params;
     in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
     in.output = output;

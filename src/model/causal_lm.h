@@ -34,6 +34,18 @@ class SequenceState {
   }
 };
 
+// Logit rows drawn on the model's device instead of returned (CausalLM::draws_on_device): logit row
+// rows[i] (an index into ForwardBatch::logit_rows) gets a token as ops' draw_tokens draws it (greedy
+// when temperature[i] <= 0, else Gumbel-max with the noise of key[i]) and its log-probability; the
+// forward's logits then hold only the other rows, in order.
+struct RowDraws {
+  std::vector<int32_t> rows;
+  std::vector<float> temperature;
+  std::vector<uint64_t> key;
+  std::vector<int32_t> token;   // out: a token, or ops::kDrawNaN / kDrawNone
+  std::vector<float> logprob;   // out
+};
+
 // One flat forward: sequence s contributes tokens token_ids[seq_start[s] .. seq_start[s+1]) at
 // positions positions[seq_start[s] ..] (consecutive, from states[s]->length()), continuing states[s].
 // Sequences are independent. The engine's ModelRunner builds it; positions may be left empty (then
@@ -49,6 +61,7 @@ struct ForwardBatch {
   // [embed_tokens.size(), dim] in every stream.
   std::vector<int32_t> embed_tokens;
   std::vector<float> embed_rows;
+  RowDraws* draws = nullptr;                   // rows drawn on the device (null: none), filled by the forward
 };
 
 // Observation points inside a forward (tests, teacher forcing, analysis). Each is optional; the
@@ -91,6 +104,11 @@ class CausalLM {
   virtual DeviceMemory* state_memory() const { return nullptr; }
   // Batch-invariant kernels on the model's backend (for every model on that device).
   virtual void set_batch_invariant(bool on) { (void)on; }
+  // Device ms the model's device sat idle between the previous forward's end and the last forward's
+  // beginning (model/idle_gap.h; -1 where unknown: the first forward, host memory).
+  virtual double idle_before_last_forward_ms() { return -1; }
+  // Whether forward() honours ForwardBatch::draws (else the caller samples every row on the host).
+  virtual bool draws_on_device() const { return false; }
   // Whether its states implement SequenceState::copy_from (prefix caching needs it).
   virtual bool can_copy_states() const { return false; }
 };

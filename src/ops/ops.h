@@ -167,6 +167,14 @@ class Backend : public DeviceMemory {
   virtual void add(float* x, const float* y, int64_t n) = 0;  // x += y
   // out[r] = index of the first maximum of row r of x [rows, n].
   virtual void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
+  // Draws a token from each of n rows of logits (row rows[i] of x [*, vocab]) as the host sampler does
+  // for a row nothing biases, penalizes or truncates (ops/token_draw.h): temperature[i] <= 0 takes the
+  // first maximum, else Gumbel-max of x / T with the counter noise of key[i]. logprob[i] = the token's
+  // log-softmax in the raw row (the normalizer summed in double). A row with a NaN gives kDrawNaN, one
+  // with no finite logit kDrawNone. On the CPU the bits are the sampler's; elsewhere the same noise,
+  // with the normalizer and the double logs in the device's order and rounding (ties within an ulp).
+  virtual void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
+                           const uint64_t* key, int32_t* token, float* logprob) = 0;
 
   // --- model pieces (DeepSeek V4 / V4.1) ---
   // Mean of the hc streams: out[r * out_ld + d] = bf16((sum_k x[r, k, d] in k order) / hc).

@@ -176,6 +176,7 @@ EngineConfig config_from_dict(const std::string& model, const py::dict& d) {
   get(d, "max_logprobs", c.max_logprobs, "LLM");
   get(d, "async_scheduling", c.async_scheduling, "LLM");
   get(d, "batch_invariant", c.batch_invariant, "LLM");
+  get(d, "device_sampling", c.device_sampling, "LLM");
   get(d, "seed", c.seed, "LLM");
   get(d, "enable_prefix_caching", c.enable_prefix_caching, "LLM");
   get(d, "prefix_block_tokens", c.prefix_block_tokens, "LLM");
@@ -339,6 +340,9 @@ PYBIND11_MODULE(_core, m) {
         d["max_seqs_in_step"] = s.max_seqs_in_step;
         d["draft_tokens_verified"] = s.draft_tokens_verified;
         d["draft_tokens_accepted"] = s.draft_tokens_accepted;
+        d["device_drawn_rows"] = s.device_drawn_rows;
+        d["device_idle_ms"] = s.device_idle_ms;
+        d["device_idle_forwards"] = s.device_idle_forwards;
         d["last_verify_budget"] = s.last_verify_budget;
         d["state_blocks_reserved"] = s.state_blocks_reserved;
         d["state_blocks_allocated"] = s.state_blocks_allocated;
@@ -359,6 +363,7 @@ PYBIND11_MODULE(_core, m) {
         d["prefix_caching"] = o.prefix_caching;
         d["speculative"] = o.speculative;
         d["batch_invariant"] = o.batch_invariant;
+        d["device_sampling"] = o.device_sampling;
         d["max_num_seqs"] = o.max_num_seqs;
         d["max_num_batched_tokens"] = o.max_num_batched_tokens;
         d["num_state_blocks"] = o.num_state_blocks;

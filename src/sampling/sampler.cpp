@@ -7,21 +7,14 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "sampling/rng.h"
+#include "ops/token_draw.h"
 
 namespace deepinfer::sampling {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// log of the softmax normalizer, accumulated in double in index order (fixed reduction order).
-double log_normalizer(std::span<const float> row) {
-  float m = *std::max_element(row.begin(), row.end());
-  if (!std::isfinite(m)) return m;
-  double s = 0;
-  for (float v : row) s += std::exp(static_cast<double>(v) - m);
-  return m + std::log(s);
-}
+double log_normalizer(std::span<const float> row) { return ops::log_normalizer(row.data(), static_cast<int64_t>(row.size())); }
 
 // Larger value first; equal values: lower token id first (deterministic ties).
 struct ByValueDesc {
@@ -100,6 +93,13 @@ PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token,
   return out;
 }
 
+bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab) {
+  if (!p.logit_bias.empty() || p.logprobs || generated < p.min_tokens) return false;
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) return false;
+  if (p.temperature <= 0.0f) return true;  // greedy ignores min-p, top-k and top-p
+  return p.min_p <= 0.0f && !(p.top_k > 0 && p.top_k < vocab) && p.top_p >= 1.0f;
+}
+
 SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
   const SamplingParams& p = *in.params;
   const int64_t vocab = static_cast<int64_t>(in.logits.size());
@@ -126,7 +126,7 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
     // Where best / T overflows (a tiny T, a bias near -FLT_MAX) the logits are shifted by best first,
     // which keeps the distribution: dividing gave ties of +inf (the first won) or no finite token
     // (token 0 came back). Elsewhere the shift is 0 and the values are x / T, as they always were.
-    const float shift = std::isfinite(best / p.temperature) ? 0.0f : best;
+    const float shift = ops::temperature_shift(best, p.temperature);
     for (float& v : x) v = (v - shift) / p.temperature;
     best = (best - shift) / p.temperature;
     if (p.min_p > 0.0f) {  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p)
@@ -145,13 +145,8 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
       for (size_t i = keep; i < idx.size(); ++i) x[idx[i]] = kNegInf;
     }
     // Gumbel-max: argmax(l_i + G_i), G_i = -log(-log U_i), U_i keyed by (seed, stream, position, i).
-    uint64_t key = draw_key(in.seed, in.stream, static_cast<uint64_t>(in.position));
-    double best_score = -std::numeric_limits<double>::infinity();
-    for (int64_t t = 0; t < vocab; ++t) {
-      if (x[t] == kNegInf) continue;
-      double score = x[t] - std::log(-std::log(uniform(key, static_cast<uint64_t>(t))));
-      if (score > best_score) best_score = score, out.token = static_cast<int32_t>(t);
-    }
+    out.token = ops::gumbel_argmax(x.data(), vocab, draw_key(in.seed, in.stream, static_cast<uint64_t>(in.position)));
+    check(out.token >= 0, "no token could be drawn at position ", in.position, " (infinite logits)");
   }
   if (p.logprobs) {
     out.logprobs = position_logprobs(in.logits, out.token, *p.logprobs);

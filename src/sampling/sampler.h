@@ -31,6 +31,12 @@ struct SampleOutput {
 
 SampleOutput sample(const SampleInput& in, std::vector<float>& scratch);
 
+// Whether sample() of a row under `p`, `generated` tokens into its output, is exactly the backends'
+// draw_tokens (greedy, or Gumbel-max at p.temperature): nothing biases, penalizes or truncates the row
+// and no logprobs are asked for. (A grammar mask is the caller's to exclude.) Such rows can be drawn
+// on the model's device, so that only their token crosses to the host instead of their logits.
+bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab);
+
 // log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked).
 PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int top_n);
 

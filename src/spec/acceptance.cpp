@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "sampling/rng.h"
+#include "core/counter_rng.h"
 
 namespace deepinfer::spec {
 namespace {
@@ -17,7 +17,7 @@ int32_t gumbel_draw(std::span<const double> w, uint64_t key) {
   double best_score = -std::numeric_limits<double>::infinity();
   for (size_t v = 0; v < w.size(); ++v) {
     if (!(w[v] > 0)) continue;
-    double score = std::log(w[v]) - std::log(-std::log(sampling::uniform(key, v)));
+    double score = std::log(w[v]) - std::log(-std::log(uniform(key, v)));
     if (score > best_score) best_score = score, best = static_cast<int32_t>(v);
   }
   check(best >= 0, "speculative verification: a distribution with no mass");
@@ -33,14 +33,14 @@ ChainResult chain_verify(std::span<const double> target, std::span<const int32_t
         " target and ", draft_probs.size(), " draft probabilities for ", l, " drafts of vocab ", vocab);
   std::vector<double> residual(vocab);
   for (size_t j = 0; j <= l; ++j) {
-    const uint64_t key = sampling::draw_key(rnd.seed, rnd.stream, static_cast<uint64_t>(rnd.first_position + j));
+    const uint64_t key = draw_key(rnd.seed, rnd.stream, static_cast<uint64_t>(rnd.first_position + j));
     std::span<const double> p = target.subspan(j * vocab, vocab);
     if (j == l) return {static_cast<int>(l), gumbel_draw(p, key)};  // all accepted: the bonus token
     const int32_t x = drafts[j];
     check(x >= 0 && x < vocab, "chain_verify: draft token ", x, " is outside the vocabulary");
     std::span<const double> q = draft_probs.subspan(j * vocab, vocab);
     // accept iff u * q(x) < p(x), i.e. with probability min(1, p(x) / q(x)); q(x) = 0 never accepts
-    if (q[x] > 0 && sampling::uniform(key, kAcceptCounter) * q[x] < p[x]) continue;
+    if (q[x] > 0 && uniform(key, kAcceptCounter) * q[x] < p[x]) continue;
     double mass = 0;
     for (int64_t v = 0; v < vocab; ++v) mass += residual[v] = std::max(0.0, p[v] - q[v]);
     // residual mass ~0 (p == q up to rounding): p itself is the right distribution

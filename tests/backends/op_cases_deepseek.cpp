@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/counter_rng.h"
 #include "op_table.h"
 
 namespace deepinfer::optest {
@@ -78,6 +79,26 @@ std::vector<OpCase> deepseek_op_cases() {
                      x[4 * n + n - 1] = kInf;
                    }
                    r.backend().argmax(r.in(x), rows, n, r.out<int32_t>(label("n ", n), rows));
+                 }
+               }});
+  // Tokens exact (the same counter noise; scores tie only within a double ulp); logprobs within 1e-6: the
+  // normalizer's double sum in the device's order may move the float by an ulp.
+  c.push_back({"draw_tokens", "draw_tokens", 1e-6, [](OpRun& r) {
+                 for (int64_t vocab : {1, 7, 300, 129280}) {
+                   const int64_t rows = 9;
+                   auto x = vocab > 300 ? r.uniform(rows * vocab, -8, 8) : r.levels(rows * vocab, 5, 0.5f);
+                   if (vocab > 1) {
+                     x[2 * vocab + vocab / 2] = std::numeric_limits<float>::quiet_NaN();  // a NaN row
+                     std::fill_n(x.begin() + 3 * vocab, vocab, -kInf);                  // no finite logit
+                     for (int64_t v = 0; v < vocab; v += 2) x[4 * vocab + v] = -kInf;    // holes
+                   }
+                   const std::vector<int32_t> pick = {8, 0, 4, 2, 3, 6, 1, 5};  // not in order, row 7 not drawn
+                   const std::vector<float> temp = {0.0f, 0.8f, 1.0f, 0.0f, 1.0f, 1e-40f, 1.3f, 0.0f};
+                   std::vector<uint64_t> key;
+                   for (int32_t p : pick) key.push_back(draw_key(5 + vocab, 1, p));
+                   const int64_t n = static_cast<int64_t>(pick.size());
+                   r.backend().draw_tokens(r.in(x), vocab, r.in(pick), n, r.in(temp), r.in(key),
+                                           r.out<int32_t>(label("token ", vocab), n), r.out<float>(label("logprob ", vocab), n));
                  }
                }});
   c.push_back({"hc_mean", "hc_mean", 0, [](OpRun& r) {

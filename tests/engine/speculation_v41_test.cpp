@@ -5,6 +5,7 @@
 // back with truncate, so any inexact rollback would show up as a different token).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "../model/golden_reader.h"
@@ -100,6 +101,55 @@ TEST(SpeculationV41, MixedBatchIsUnchanged) {
   expect_same(off, conf);
   print("tiny-b batch, fixed 5", fixed);
   print("tiny-b batch, confidence", conf);
+}
+
+// Rows drawn on the model's device (device_sampling: greedy and temperature-only rows, through the
+// backend's draw_tokens) give the host sampler's tokens, beside rows that still come back as logits
+// (top-k, logprobs), with and without speculation. On the CPU backend the logprobs are bit for bit too;
+// on CUDA (DEEPINFER_DEVICE=cuda) the device's double normalizer may move a logprob by a float ulp.
+TEST(SpeculationV41, DeviceDrawsAreTheHostSamplersTokens) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> pr;
+    for (int j = 0; j < 4 + 13 * i; ++j) pr.push_back((i * 71 + j * 29 + 5) % 384);
+    prompts.push_back(pr);
+    SamplingParams p;
+    p.max_tokens = 10 + i;
+    p.ignore_eos = true;
+    p.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+    p.seed = 40 + i;
+    if (i == 4) p.top_k = 20;            // on the host
+    if (i == 5) p.logprobs = 2;          // on the host
+    if (i == 2) p.n = 2;
+    params.push_back(p);
+  }
+  for (bool speculative : {false, true}) {
+    std::map<std::string, RequestOutput> out[2];
+    int64_t drawn[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      EngineOptions o = opts(speculative, false);
+      o.device_sampling = on;
+      Engine e(testing::load_v41_golden("tiny-b"), nullptr, o);
+      for (size_t i = 0; i < prompts.size(); ++i) e.add_request(Prompt::from_ids(prompts[i]), params[i], "r" + std::to_string(i));
+      while (e.has_unfinished())
+        for (auto& r : e.step()) out[on][r.request_id] = r;
+      drawn[on] = e.stats().device_drawn_rows;
+    }
+    if (model::V41Options::from_env().device.is_cpu()) {
+      expect_same(out[0], out[1]);
+    } else {
+      ASSERT_EQ(out[0].size(), out[1].size());
+      for (auto& [id, x] : out[0])
+        for (size_t i = 0; i < x.outputs.size(); ++i) {
+          EXPECT_EQ(x.outputs[i].token_ids, out[1].at(id).outputs[i].token_ids) << id;
+          EXPECT_NEAR(x.outputs[i].cumulative_logprob, out[1].at(id).outputs[i].cumulative_logprob,
+                      1e-5 * (1 + std::abs(x.outputs[i].cumulative_logprob))) << id;
+        }
+    }
+    EXPECT_EQ(drawn[0], 0);
+    EXPECT_GT(drawn[1], 40) << "speculative " << speculative;
+  }
 }
 
 }  // namespace

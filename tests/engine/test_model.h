@@ -10,7 +10,7 @@
 
 #include "engine/text.h"
 #include "model/causal_lm.h"
-#include "sampling/rng.h"
+#include "core/counter_rng.h"
 
 namespace deepinfer::testing {
 
@@ -75,9 +75,9 @@ class HashLM : public model::CausalLM {
 
   // The logits after a history with this hash: a spread of values in [-4, 4).
   static float logit(uint64_t hash, int64_t v) {
-    return static_cast<float>(sampling::splitmix64(hash ^ (v * 0x9e3779b97f4a7c15ULL)) >> 40) / 16777216.0f * 8 - 4;
+    return static_cast<float>(splitmix64(hash ^ (v * 0x9e3779b97f4a7c15ULL)) >> 40) / 16777216.0f * 8 - 4;
   }
-  static uint64_t next_hash(uint64_t h, int32_t token) { return sampling::splitmix64(h ^ (uint64_t(token) << 20)); }
+  static uint64_t next_hash(uint64_t h, int32_t token) { return splitmix64(h ^ (uint64_t(token) << 20)); }
 
   void forward(const model::ForwardBatch& b, std::vector<float>& logits, const model::ForwardTaps* = nullptr) override {
     ++forwards;

@@ -34,6 +34,22 @@ def test_seeded_sampling_is_reproducible():
     assert len(json.loads(a.stdout)["token_ids"]) <= 12
 
 
+@pytest.mark.parametrize("flags", [(), ("--no-async",), ("--no-device-sampling",)])
+def test_stats_line_and_ablations_give_the_same_tokens(flags):
+    """--stats prints what the run cost; --no-async / --no-device-sampling change how, never what."""
+    prompt, expect = golden("tiny-b")
+    r = run("--model", str(GOLDENS / "tiny-b"), "--prompt-ids", ",".join(map(str, prompt)), "--prompt-ids", "4,5",
+            "--temperature", "0", "--max-tokens", str(len(expect)), "--ignore-eos", "--json", "--stats", *flags)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["token_ids"] == expect
+    stats = json.loads(r.stderr.strip().splitlines()[-1])
+    assert stats["generated_tokens"] == len(expect) * 2 and stats["steps"] >= len(expect)
+    assert stats["tokens_per_second"] > 0
+    drawn = 0 if "--no-device-sampling" in flags else 2 * len(expect)  # every greedy sample row
+    assert stats["device_drawn_rows"] >= drawn and (drawn or stats["device_drawn_rows"] == 0)
+    assert stats["device_idle_ms_per_forward"] == -1  # the CPU backend has no device clock
+
+
 def test_errors():
     assert "--model is required" in run("--prompt-ids", "1").stderr
     r = run("--model", str(GOLDENS / "tiny-a"), "--prompt-ids", "1,x")

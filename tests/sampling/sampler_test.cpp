@@ -4,11 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
+#include "backends/cpu/cpu_backend.h"
+#include "core/counter_rng.h"
 #include "core/env.h"
+#include "ops/token_draw.h"
 #include "core/error.h"
 
 namespace deepinfer::sampling {
@@ -174,6 +179,80 @@ TEST(Sampler, NanLogitsAndFullyMaskedRowsAreErrors) {
   in.params = &g.params;
   in.allowed_bitmask = &none;
   EXPECT_THROW(sample(in, g.scratch), Error);
+}
+
+// The rows sample_is_plain_draw admits are drawn by the backends' draw_tokens; on the CPU backend that
+// gives the sampler's token and logprob bit for bit (the same shared math), for greedy rows with ties,
+// temperatures whose division overflows, -inf entries, and the error rows.
+TEST(Sampler, PlainRowsAreTheCpuBackendsDrawTokens) {
+  cpu::CpuBackend be;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const int64_t vocab = 1000;
+  const std::vector<float> temps = {0.0f, 0.7f, 1.0f, 1.5f, 1e-40f, 0.0f, 2.0f, 0.3f};
+  const int64_t R = static_cast<int64_t>(temps.size());
+  std::vector<float> x(R * vocab);
+  for (float& v : x) v = nd(rng);
+  x[0 * vocab + 3] = x[0 * vocab + 900] = 50.0f;  // a greedy tie: the lower index
+  for (int64_t v = 0; v < vocab; v += 3) x[3 * vocab + v] = -INFINITY;
+  std::fill_n(x.begin() + 5 * vocab, vocab, 0.25f);  // all equal
+  std::vector<int32_t> rows;
+  std::vector<uint64_t> keys;
+  for (int32_t r = R - 1; r >= 0; --r) rows.push_back(r), keys.push_back(draw_key(11, 2, 100 + r));
+  std::vector<float> temp;
+  for (int32_t r : rows) temp.push_back(temps[r]);
+  std::vector<int32_t> token(R);
+  std::vector<float> logprob(R);
+  be.draw_tokens(x.data(), vocab, rows.data(), R, temp.data(), keys.data(), token.data(), logprob.data());
+  std::vector<float> scratch;
+  std::set<int32_t> seen;
+  for (int64_t i = 0; i < R; ++i) {
+    SamplingParams p;
+    p.temperature = temp[i];
+    ASSERT_TRUE(sample_is_plain_draw(p, 0, vocab));
+    SampleInput in;
+    in.logits = std::span<const float>(x.data() + rows[i] * vocab, vocab);
+    in.params = &p;
+    in.seed = 11;
+    in.stream = 2;
+    in.position = 100 + rows[i];
+    const SampleOutput want = sample(in, scratch);
+    EXPECT_EQ(token[i], want.token) << "row " << rows[i];
+    EXPECT_EQ(std::bit_cast<uint32_t>(logprob[i]), std::bit_cast<uint32_t>(want.logprob)) << "row " << rows[i];
+    seen.insert(want.token);
+  }
+  EXPECT_EQ(token[R - 1], 3);  // row 0, greedy
+  EXPECT_GT(seen.size(), 4u);  // the rows drew different tokens (not one constant)
+
+  std::vector<float> bad = {0.0f, NAN, 1.0f, -INFINITY, -INFINITY, -INFINITY};
+  const std::vector<int32_t> two = {0, 1};
+  const std::vector<float> t2 = {0.0f, 1.0f};
+  const std::vector<uint64_t> k2 = {1, 2};
+  be.draw_tokens(bad.data(), 3, two.data(), 2, t2.data(), k2.data(), token.data(), logprob.data());
+  EXPECT_EQ(token[0], ops::kDrawNaN);
+  EXPECT_EQ(token[1], ops::kDrawNone);
+}
+
+TEST(Sampler, PlainDrawsExcludeWhatChangesTheRow) {
+  const int64_t vocab = 100;
+  auto plain = [&](auto edit, int64_t generated = 5) {
+    SamplingParams p;
+    edit(p);
+    return sample_is_plain_draw(p, generated, vocab);
+  };
+  EXPECT_TRUE(plain([](SamplingParams&) {}));
+  EXPECT_TRUE(plain([](SamplingParams& p) { p.temperature = 0, p.top_k = 5, p.top_p = 0.5f; }));  // greedy ignores them
+  EXPECT_TRUE(plain([](SamplingParams& p) { p.top_k = 100; }));  // keeps the whole vocabulary
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.top_k = 5; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.top_p = 0.9f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.min_p = 0.1f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.logit_bias[3] = 1.0f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.repetition_penalty = 1.1f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.presence_penalty = 0.5f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.frequency_penalty = 0.5f; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.logprobs = 0; }));
+  EXPECT_FALSE(plain([](SamplingParams& p) { p.min_tokens = 6; }));
+  EXPECT_TRUE(plain([](SamplingParams& p) { p.min_tokens = 5; }));
 }
 
 TEST(SamplingParams, ValidateNamesTheField) {

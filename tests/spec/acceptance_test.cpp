@@ -11,7 +11,7 @@
 #include <map>
 #include <random>
 
-#include "sampling/rng.h"
+#include "core/counter_rng.h"
 #include "spec/verify_scheduler.h"
 
 namespace deepinfer::spec {

@@ -2,6 +2,7 @@
 //   deepinfer generate --model DIR_OR_ID (--prompt TEXT | --prompt-ids 1,2,3)... [--chat]
 //                      [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] [--json]
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "deepinfer/llm.h"
+#include "engine/engine.h"
 #include "vision/image_decode.h"
 
 namespace deepinfer::cli {
@@ -27,7 +29,10 @@ const char* kUsage =
     "                          [--thinking] [--ignore-eos] [--max-model-len N] [--json]\n"
     "                          [--json-schema FILE | --regex R | --grammar FILE]\n"
     "                          [--speculative [K]] [--speculative-schedule confidence|fixed]\n"
-    "                          [--no-prefix-caching]\n"
+    "                          [--no-prefix-caching] [--no-async] [--no-device-sampling] [--stats]\n"
+    "  --no-async: one step at a time (DEEPINFER_ASYNC_SCHEDULING=0); --no-device-sampling: every row's\n"
+    "  logits come back and the host samples (DEEPINFER_DEVICE_SAMPLING=0); --stats: one JSON line on\n"
+    "  stderr after the run (wall time, tokens/s, steps, rows drawn on the device, device idle per forward).\n"
     "                          [--dp N] [--ep] [--cp N] [--cp-layout zigzag|round_robin]\n"
     "  --dp N: N attention-DP engine ranks (CPU threads) in lock-step, requests spread by load;\n"
     "  --ep: the routed experts split over the ranks (MoE expert parallelism; EPLB with\n"
@@ -42,6 +47,24 @@ const char* kUsage =
     "  --chat renders each --prompt as a user message (DeepSeek chat format); --thinking: thinking mode.\n"
     "  --temperature 0 is greedy. --json prints one object per prompt:\n"
     "  {\"token_ids\": [...], \"text\": \"...\", \"finish_reason\": \"...\", \"metrics\": {\"speculative\": {...}}}\n";
+
+// --stats: what the run cost, as one JSON line on stderr.
+void print_stats(LLM& llm, const std::vector<RequestOutput>& outs, double seconds) {
+  const engine::EngineStats s = llm.engine().stats();
+  int64_t tokens = 0;
+  for (const auto& o : outs)
+    for (const auto& c : o.outputs) tokens += static_cast<int64_t>(c.token_ids.size());
+  const nlohmann::json j = {
+      {"wall_seconds", seconds},
+      {"generated_tokens", tokens},
+      {"tokens_per_second", seconds > 0 ? tokens / seconds : 0.0},
+      {"steps", s.steps},
+      {"forward_tokens", s.forward_tokens},
+      {"device_drawn_rows", s.device_drawn_rows},
+      {"device_idle_ms_per_forward", s.device_idle_forwards ? s.device_idle_ms / s.device_idle_forwards : -1.0},
+      {"device_idle_ms", s.device_idle_ms}};
+  std::cerr << j.dump() << "\n";
+}
 
 std::string read_file(const std::string& flag, const std::string& path) {
   std::ifstream in(path);
@@ -75,7 +98,7 @@ int run_generate(const std::vector<std::string>& args) {
   EngineConfig config;
   SamplingParams params;
   std::vector<Prompt> prompts;
-  bool chat = false, json = false;
+  bool chat = false, json = false, stats = false;
   ChatOptions chat_options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -88,6 +111,9 @@ int run_generate(const std::vector<std::string>& args) {
     if (a == "--thinking") { chat_options.thinking = true; continue; }
     if (a == "--ignore-eos") { params.ignore_eos = true; continue; }
     if (a == "--no-prefix-caching") { config.enable_prefix_caching = false; continue; }
+    if (a == "--no-async") { config.async_scheduling = false; continue; }
+    if (a == "--no-device-sampling") { config.device_sampling = false; continue; }
+    if (a == "--stats") { stats = true; continue; }
     if (a == "--ep") { config.enable_expert_parallel = true; continue; }
     if (a == "--speculative") {  // an optional count follows
       config.speculative.enabled = true;
@@ -134,6 +160,7 @@ int run_generate(const std::vector<std::string>& args) {
   check(!prompts.empty(), "give a prompt with --prompt TEXT or --prompt-ids 1,2,3");
   LLM llm(config);
   std::vector<RequestOutput> outs;
+  const auto t0 = std::chrono::steady_clock::now();
   if (chat) {
     std::vector<std::vector<ChatMessage>> convs;
     for (auto& p : prompts) {
@@ -144,6 +171,7 @@ int run_generate(const std::vector<std::string>& args) {
   } else {
     outs = llm.generate(prompts, {params});
   }
+  if (stats) print_stats(llm, outs, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   for (auto& o : outs) {
     const CompletionOutput& c = o.outputs.at(0);
     if (json) {

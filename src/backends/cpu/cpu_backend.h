@@ -56,6 +56,8 @@ class CpuBackend final : public ops::Backend {
   void scale(float* x, int64_t n, float s) override;
   void add(float* x, const float* y, int64_t n) override;
   void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
+                   const uint64_t* key, int32_t* token, float* logprob) override;
 
   // DeepSeek pieces (cpu_deepseek_ops.cpp)
   void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;

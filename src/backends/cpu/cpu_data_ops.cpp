@@ -1,10 +1,14 @@
 // The CPU backend's memory (host memory) and its data-movement ops.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/token_draw.h"
 
 namespace deepinfer::cpu {
 
@@ -38,6 +42,35 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
 void CpuBackend::argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
   for (int64_t r = 0; r < rows; ++r)
     out[r] = static_cast<int32_t>(std::max_element(x + r * n, x + (r + 1) * n) - (x + r * n));
+}
+
+void CpuBackend::draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
+                             const uint64_t* key, int32_t* token, float* logprob) {
+  std::vector<float> scaled;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x + static_cast<int64_t>(rows[i]) * vocab;
+    const float t = temperature[i];
+    if (std::any_of(row, row + vocab, [](float v) { return std::isnan(v); })) {
+      token[i] = ops::kDrawNaN;
+      logprob[i] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float best = vocab ? *std::max_element(row, row + vocab) : -std::numeric_limits<float>::infinity();
+    int32_t tok = ops::kDrawNone;
+    if (best > -std::numeric_limits<float>::infinity()) {
+      if (t <= 0.0f) {
+        tok = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      } else {
+        const float shift = ops::temperature_shift(best, t);
+        scaled.resize(vocab);
+        for (int64_t v = 0; v < vocab; ++v) scaled[v] = (row[v] - shift) / t;
+        tok = ops::gumbel_argmax(scaled.data(), vocab, key[i]);
+      }
+    }
+    token[i] = tok;
+    logprob[i] = tok >= 0 ? static_cast<float>(row[tok] - ops::log_normalizer(row, vocab))
+                          : -std::numeric_limits<float>::infinity();
+  }
 }
 
 }  // namespace deepinfer::cpu

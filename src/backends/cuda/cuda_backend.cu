@@ -739,6 +739,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
 
 CudaBackend::~CudaBackend() {
   if (impl_->scratch) cudaFree(impl_->scratch);
+  for (cudaEvent_t e : impl_->marks)
+    if (e) cudaEventDestroy(e);
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
@@ -750,6 +752,26 @@ void* CudaBackend::stream() const { return impl_->stream; }
 void* CudaBackend::cublas_handle() const { return impl_->blas; }
 
 void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
+
+void CudaBackend::mark(int point) {
+  check(point >= 0 && point < kMarks, "cuda mark: time point ", point, " out of range");
+  impl_->bind();
+  cudaEvent_t& e = impl_->marks[point];
+  if (!e) check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+  check_cuda(cudaEventRecord(e, impl_->stream), "cudaEventRecord");
+}
+
+double CudaBackend::marked_ms(int from, int to) {
+  check(from >= 0 && from < kMarks && to >= 0 && to < kMarks, "cuda marked_ms: time point out of range");
+  if (!impl_->marks[from] || !impl_->marks[to]) return -1;
+  float ms = 0;
+  const cudaError_t e = cudaEventElapsedTime(&ms, impl_->marks[from], impl_->marks[to]);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not reached yet: no figure, not an error of the stream
+    return -1;
+  }
+  return ms;
+}
 
 void CudaBackend::linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
   impl_->bind();

@@ -86,6 +86,8 @@ class CudaBackend final : public ops::Backend {
   void scale(float* x, int64_t n, float s) override;
   void add(float* x, const float* y, int64_t n) override;
   void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
+                   const uint64_t* key, int32_t* token, float* logprob) override;
   void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;
   void softmax_pool_v41(const float* kv, const float* score, int64_t windows, int64_t slots, int64_t channels,
                         float* z) override;
@@ -136,7 +138,9 @@ class CudaBackend final : public ops::Backend {
   // false: linear/linear_bf16 always take cuBLAS (for benchmarks comparing with it); default true.
   void set_linear_gemv(bool on);
 
-  void synchronize() override;  // waits for the stream; throws on any pending asynchronous error
+  void synchronize() override;
+  void mark(int point) override;
+  double marked_ms(int from, int to) override;  // waits for the stream; throws on any pending asynchronous error
   void* stream() const;         // the cudaStream_t ops run on
   void* cublas_handle() const;  // the cublasHandle_t bound to stream()
 

@@ -61,6 +61,7 @@ struct CudaBackend::Impl {
   bool batch_invariant = false;  // fixed reduction orders (fp8_gemm never splits K)
   bool exact_gemm = false;  // DEEPINFER_FP8_GEMM=exact: linear_quant dequantizes, sums in the CPU's orders (its bits)
   bool exact_attention = false;  // DEEPINFER_ATTENTION=exact: sparse_attention_online stays on the fp32 kernel
+  cudaEvent_t marks[DeviceMemory::kMarks] = {};  // DeviceMemory::mark's time points, made on first use
   void* scratch = nullptr;  // workspace of the ops that need one (the top-k rows), grown on demand
   size_t scratch_bytes = 0;
 

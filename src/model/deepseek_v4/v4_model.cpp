@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/deepseek_v4/v4_step.h"
+#include "model/logits_out.h"
 
 namespace deepinfer::model {
 
@@ -195,6 +196,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
 
   ws_.reset();
   fws_.reset();
+  idle_.begin(be_);
   s.pos_d = fws_.upload(s.pos, DType::I64);
   Tensor X = fws_.f32({T, hc, D});  // every stream starts as the token's embedding
   {
@@ -239,8 +241,8 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
   }
   Tensor out = ws_.f32({std::max<int64_t>(NR, 1), c_.vocab_size});
   be_.linear_plain(picked.f32(), NR, w_.head.q, out.f32());
-  logits.resize(NR * c_.vocab_size);
-  be_.download(logits.data(), out.data, logits.size() * sizeof(float));
+  return_logits(be_, ws_, out.f32(), NR, c_.vocab_size, batch.draws, logits);
+  idle_.end(be_);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "model/causal_lm.h"
+#include "model/idle_gap.h"
 #include "model/deepseek_v4/v4_config.h"
 #include "model/deepseek_v4/v4_state.h"
 #include "model/deepseek_v4/v4_weights.h"
@@ -52,6 +53,8 @@ class V4Model final : public CausalLM {
   DeviceMemory* state_memory() const override { return &be_; }
   void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
   bool can_copy_states() const override { return true; }
+  bool draws_on_device() const override { return true; }
+  double idle_before_last_forward_ms() override { return idle_.last_ms(be_); }
   bool simulates_quantization() const { return simulate_; }
   int64_t max_rollback() const { return rollback_; }
 
@@ -86,6 +89,7 @@ class V4Model final : public CausalLM {
   RopeTableData rope_main_, rope_compress_;
   Param rope_main_freq_, rope_compress_freq_;  // inv_freq on the device
   Workspace ws_, fws_;  // scratch (scoped per layer), and what lives through one forward
+  IdleGap idle_;        // the device's idle time before each forward
   std::shared_ptr<BlockPool> pool_;  // until the engine installs one: unlimited, default_block_bytes()
 };
 

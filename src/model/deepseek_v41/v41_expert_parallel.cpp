@@ -23,6 +23,7 @@ void V41Model::forward(const ForwardBatch& batch, std::vector<float>& logits, co
     if (batch.token_ids.empty()) {  // an idle rank: it still serves the other ranks' tokens
       check_batch(batch, c_.vocab_size);
       logits.clear();
+      if (batch.draws) batch.draws->token.clear(), batch.draws->logprob.clear();
     } else {
       forward_batch(batch, logits, taps);
     }

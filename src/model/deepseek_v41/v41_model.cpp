@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "model/deepseek_v41/v41_step.h"
+#include "model/logits_out.h"
 #include "model/weight_loader.h"
 #include "parallel/expert_parallel.h"
 #include "tokenizer/tokenizer.h"
@@ -494,6 +495,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   prof_.section("embed");
   ws_.reset();
   fws_.reset();
+  idle_.begin(be_);
   s.pos_d = fws_.upload(s.pos, DType::I64);
   s.image_d = fws_.upload(s.image, DType::U8);
   if (s.all) whole.pos_d = fws_.upload(whole.pos, DType::I64);
@@ -574,8 +576,8 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   prof_.section("lm_head");
   Tensor out = ws_.f32({std::max<int64_t>(R, 1), c_.vocab_size});
   be_.linear_plain(normed.f32(), R, head_.q, out.f32());
-  logits.resize(R * c_.vocab_size);
-  be_.download(logits.data(), out.data, logits.size() * sizeof(float));
+  return_logits(be_, ws_, out.f32(), R, c_.vocab_size, batch.draws, logits);
+  idle_.end(be_);
   prof_.finish();
 }
 

@@ -15,8 +15,9 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
-#include "model/forward_profile.h"
 #include "model/causal_lm.h"
+#include "model/forward_profile.h"
+#include "model/idle_gap.h"
 #include "model/deepseek/linear.h"
 #include "model/deepseek_v41/v41_config.h"
 #include "model/deepseek_v41/v41_engram.h"
@@ -132,6 +133,8 @@ class V41Model final : public CausalLM {
   DeviceMemory* state_memory() const override { return &be_; }
   void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
   bool can_copy_states() const override { return true; }
+  bool draws_on_device() const override { return true; }
+  double idle_before_last_forward_ms() override { return idle_.last_ms(be_); }
 
   // DSpark: after the main forward consumed the token at position p (= state.length()-1) and the
   // anchor (token for p+1) was chosen, drafts block tokens for positions p+2.. with greedy sampling.
@@ -235,6 +238,7 @@ class V41Model final : public CausalLM {
   Param rope_main_freq_, rope_compress_freq_;  // inv_freq on the device
   Workspace ws_, fws_;
   ForwardProfile prof_;  // DEEPINFER_PROFILE_FORWARD=1 only
+  IdleGap idle_;         // the device's idle time before each forward
   std::unique_ptr<EngramHasher> engram_;
   std::shared_ptr<BlockPool> pool_;
 };
