@@ -69,12 +69,15 @@ def fp8(shape):
 def main():
     dev = torch.cuda.get_device_name(0)
     print(f"peer: torch {torch.__version__} on {dev}")
-    if MOE_PREFILL:  # the FLOP floors of prefill rows need the FP8 rate
+    if MOE_PREFILL:  # the FLOP floors of prefill rows: the FP8 rate, and the bf16 one (the kernel's MMA there)
         n = 8192
         a8, b8 = fp8((n, n)), fp8((n, n))
         one = torch.ones((), device="cuda")
         print(f"CEIL|fp8_tflops|{2 * n**3 / time_us(lambda i: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16), 1) * 1e-6:.1f}")
         del a8, b8
+        a16, b16 = torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        print(f"CEIL|bf16_tflops|{2 * n**3 / time_us(lambda i: a16 @ b16, 1) * 1e-6:.1f}")
+        del a16, b16
     if MOE_ONLY:
         return moe_peers()
     if ATTENTION_ONLY:

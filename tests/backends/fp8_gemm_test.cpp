@@ -232,12 +232,14 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 }
 
 // Grouped (routed-expert) GEMMs over groups of uneven sizes (empty groups too): MXFP4 weights on the
-// register-widening kernel (mxfp4_gemm.h; k % 256 == 0) at decode sizes (groups of 9..40 rows in batches
-// of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m 5 and 64, weight
-// scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and prefill sizes (mean rows a group
-// about 13, 25, 67 and 87: batches of 32 tokens; 132 (150 / 300 / 77 rows): batches of 64; groups of
-// 8..300 rows taking one to five batches, empty groups between; ungrouped m 24), and widened in shared
-// memory (k 384); FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
+// expert kernels (mxfp4_gemm.h; k % 256 == 0): at decode sizes the register-widening one (groups of 9..40
+// rows in batches of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m 5,
+// weight scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88); at prefill sizes the bf16
+// tiles (mean rows a group about 13, 25 and 37: batches of up to 64 tokens, groups of 70 and 100 rows
+// taking two; 67, 87, 91, 116, 131 and 191: batches of up to 256, groups of 17..600 rows, so every
+// batch width 16..256 and up to three batches a group; empty groups between; ungrouped m 24, 64 and 300;
+// weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88); and widened in shared memory (k 384); FP8 block
+// weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case {
     bool w4;
@@ -263,6 +265,11 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
                         {true, 32, cycle(30, {24, 0, 40, 17, 31, 9, 50, 28}), 128, 768},
                         {true, 32, cycle(20, {64, 0, 100, 37, 128, 70, 55, 80}), 256, 512},
                         {true, 32, cycle(12, {128, 0, 120, 96, 111}), 128, 512},
+                        {true, 32, cycle(24, {0, 100, 3, 40, 70, 12}), 128, 512},
+                        {true, 32, {17, 40, 65, 0, 97, 129, 161, 193, 225}, 128, 512},
+                        {true, 32, {600, 0, 257, 1, 256, 33}, 128, 256},
+                        {true, 32, {300}, 256, 512, false},
+                        {true, 32, {40, 0, 30}, 128, 512, true, 100, 110}, {true, 32, {40, 0, 30}, 128, 512, true, 200, 215},
                         {true, 32, {5}, 256, 512, false},              {true, 32, {64}, 128, 256, false},
                         {true, 32, {24}, 128, 512, false},
                         {true, 32, {2, 1, 0, 9}, 128, 512, true, 0, 2}, {true, 32, {1, 3, 8}, 128, 512, true, 200, 215},

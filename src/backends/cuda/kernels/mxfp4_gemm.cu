@@ -5,8 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/kernels/mxfp4_gemm.h"
+#include "backends/cuda/kernels/mxfp4_internal.cuh"
 #include "backends/cuda/kernels/sm90.cuh"
 #include "core/error.h"
 
@@ -15,24 +18,11 @@ namespace {
 
 using sm90::smem_addr;
 
-constexpr int kMaxGroups = 512, kRows = 64, kThreads = 128;
+constexpr int kRows = 64, kThreads = 128;
 constexpr int kStageK = 256, kStageBlocks = kStageK / 32, kRowBytes = kStageK / 2;  // 128 bytes a row a stage
-constexpr int kHeadBytes = (4 * (2 * kMaxGroups + 2) + 127) / 128 * 128;             // offsets, active list
+constexpr int kMaxGroups = kMxfp4MaxGroups, kHeadBytes = kMxfp4HeadBytes;
 
-struct Params {
-  const uint8_t* a;
-  int64_t lda;
-  const uint8_t* a_scale;
-  int64_t ld_as;
-  const uint8_t* w;
-  int64_t ldw;
-  const uint8_t* w_scale;
-  int64_t ld_ws;
-  uint16_t* y;
-  int64_t ldy;
-  int m, n, k, groups;
-  const int* group_offsets;  // null: one group of m rows
-};
+using Params = Mxfp4Params;
 
 // Shared-memory layout for batches of NT tokens. A ring stage (K 256): the raw activations [NT tokens]
 // [256 B], weights [64 rows][128 B] (chunks swizzled by row % 8), their scales [8 blocks][64 rows] and
@@ -58,47 +48,7 @@ struct Layout {
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {  // all but the newest N commit groups have landed
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// Warp 0 fills the head of shared memory: off[g] (row offsets, [groups + 1]) and active[] (the non-empty
-// groups, ascending); returns their count to the whole block.
-__device__ int load_groups(const Params& p, int* off, int* active, int* n_active) {
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x < 32) {
-    if (!p.group_offsets) {
-      if (lane == 0) off[0] = 0, off[1] = p.m, active[0] = 0, *n_active = 1;
-    } else {
-      int lo[kMaxGroups / 32], hi[kMaxGroups / 32];
-#pragma unroll
-      for (int c = 0; c < kMaxGroups / 32; ++c) {  // all loads first: one latency
-        const int gi = c * 32 + lane;
-        lo[c] = gi < p.groups ? __ldg(p.group_offsets + gi) : 0;
-        hi[c] = gi < p.groups ? __ldg(p.group_offsets + gi + 1) : 0;
-      }
-      int base = 0;
-#pragma unroll
-      for (int c = 0; c < kMaxGroups / 32; ++c) {
-        const int gi = c * 32 + lane;
-        if (gi < p.groups) off[gi] = lo[c];
-        if (gi == p.groups - 1) off[gi + 1] = hi[c];
-        const unsigned mask = __ballot_sync(~0u, hi[c] > lo[c]);
-        if (hi[c] > lo[c]) active[base + __popc(mask & ((1u << lane) - 1))] = gi;
-        base += __popc(mask);
-      }
-      if (lane == 0) *n_active = base;
-    }
-  }
-  __syncthreads();
-  return *n_active;
-}
 
 // A CTA's place in its stream of (tile, token batch, K stage) items; tile = active group x 64-row slice.
 struct Cursor {
@@ -360,15 +310,25 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
   return (a.m + g - 1) / g;
 }
 
+// MEASUREMENT ONLY (kernels8; deleted with the losers once measured): DEEPINFER_MXFP4_PREFILL = old
+// (this file's 32 / 64-token batches, as before), 64 or 256 (mxfp4_prefill.cu with batches of up to
+// 64 / 256 tokens) forces the kernel for groups of more than 8 rows on average; unset: the rule below.
+int prefill_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("DEEPINFER_MXFP4_PREFILL");
+    if (!e || !*e) return 0;
+    const std::string v(e);
+    return v == "old" ? 1 : v == "64" ? 64 : v == "256" ? 256 : 0;
+  }();
+  return mode;
+}
+
 }  // namespace
 
-// Measured on the H200 (docs/performance.md, kernels7; V4.1-Flash experts, mean rows a group 16..256):
-// 32-token batches 1.3-1.6x faster than 8 at 16-32 rows and 1.05-1.07x faster than 64 at 64 rows; 64 and
-// 32 equal at 128 rows, 64 1.04-1.07x faster at 256; every size 1.37-3.7x faster than the WGMMA path.
-// Past 256 rows a group (not measured) and for ungrouped m > 64 the WGMMA path stays.
+// Up to 8 rows a group on average (decode): this file's 8-token batches. More: mxfp4_prefill.cu's bf16
+// tiles, in batches of up to 64 tokens up to 40 rows a group on average, of up to 256 above.
 bool mxfp4_gemm_fits(const Fp8GemmArgs& a) {
-  const bool rows_ok = a.groups > 0 ? mean_rows(a) <= 256 : a.m <= 64;
-  return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && rows_ok && a.k % kStageK == 0 && a.n % kRows == 0;
+  return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && a.k % kStageK == 0 && a.n % kRows == 0;
 }
 
 void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
@@ -381,9 +341,10 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
   // A CTA takes every batch of its (active group, slice) tiles: at most min(groups, m) x slices of them.
   const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1, mean = mean_rows(a);
   auto s = static_cast<cudaStream_t>(stream);
+  const int mode = prefill_mode();
   if (mean <= 8) launch<8>(p, active_bound, s);  // decode: about one token an active expert
-  else if (mean <= 96) launch<32>(p, active_bound, s);
-  else launch<64>(p, active_bound, s);
+  else if (mode == 1) mean <= 96 ? launch<32>(p, active_bound, s) : launch<64>(p, active_bound, s);
+  else mxfp4_prefill_launch(p, active_bound, mode ? mode : mean <= 40 ? 64 : 256, s);
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_gemm: launch failed: ", cudaGetErrorString(e));
 }

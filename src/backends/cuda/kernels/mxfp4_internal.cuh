@@ -1,0 +1,73 @@
+// What the two MXFP4 expert GEMM kernels share (mxfp4_gemm.cu: decode, token batches widened in
+// registers; mxfp4_prefill.cu: prefill, bf16 tiles in shared memory): the raw-pointer parameters, the
+// cp.async helpers and the active-group list each CTA builds in shared memory.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+constexpr int kMxfp4MaxGroups = 512;
+constexpr int kMxfp4HeadBytes = (4 * (2 * kMxfp4MaxGroups + 2) + 127) / 128 * 128;  // offsets, active list
+
+struct Mxfp4Params {
+  const uint8_t* a;
+  int64_t lda;
+  const uint8_t* a_scale;
+  int64_t ld_as;
+  const uint8_t* w;
+  int64_t ldw;
+  const uint8_t* w_scale;
+  int64_t ld_ws;
+  uint16_t* y;
+  int64_t ldy;
+  int m, n, k, groups;
+  const int* group_offsets;  // null: one group of m rows
+};
+
+// The prefill kernel (mxfp4_prefill.cu): token batches of up to nt = 64 or 256 rows.
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int nt, cudaStream_t s);
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {  // all but the newest N commit groups have landed
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Warp 0 fills the head of shared memory: off[g] (row offsets, [groups + 1]) and active[] (the non-empty
+// groups, ascending); returns their count to the whole block.
+__device__ __forceinline__ int load_groups(const Mxfp4Params& p, int* off, int* active, int* n_active) {
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x < 32) {
+    if (!p.group_offsets) {
+      if (lane == 0) off[0] = 0, off[1] = p.m, active[0] = 0, *n_active = 1;
+    } else {
+      int lo[kMxfp4MaxGroups / 32], hi[kMxfp4MaxGroups / 32];
+#pragma unroll
+      for (int c = 0; c < kMxfp4MaxGroups / 32; ++c) {  // all loads first: one latency
+        const int gi = c * 32 + lane;
+        lo[c] = gi < p.groups ? __ldg(p.group_offsets + gi) : 0;
+        hi[c] = gi < p.groups ? __ldg(p.group_offsets + gi + 1) : 0;
+      }
+      int base = 0;
+#pragma unroll
+      for (int c = 0; c < kMxfp4MaxGroups / 32; ++c) {
+        const int gi = c * 32 + lane;
+        if (gi < p.groups) off[gi] = lo[c];
+        if (gi == p.groups - 1) off[gi + 1] = hi[c];
+        const unsigned mask = __ballot_sync(~0u, hi[c] > lo[c]);
+        if (hi[c] > lo[c]) active[base + __popc(mask & ((1u << lane) - 1))] = gi;
+        base += __popc(mask);
+      }
+      if (lane == 0) *n_active = base;
+    }
+  }
+  __syncthreads();
+  return *n_active;
+}
+
+}  // namespace deepinfer::cuda
