@@ -321,7 +321,8 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
     if (cs.grouped) {
       args.groups = static_cast<int>(groups); args.group_offsets = doff.get(); args.max_group_rows = max_rows;
     }
-    cuda::fp8_gemm(args, nullptr, nullptr);
+    DevBuf<uint8_t> work(cuda::fp8_gemm_workspace_bytes(args));  // the MXFP4 prefill kernel's bf16 activations
+    cuda::fp8_gemm(args, work.get(), nullptr);
     const auto y = dy.host();
     std::string what = std::string(cs.w4 ? (cs.grouped ? "grouped mxfp4" : "mxfp4") : "grouped fp8 blk " + std::to_string(cs.blk)) + " G " +
                        std::to_string(groups) + " m " + std::to_string(m) + " max " + std::to_string(max_rows) +

@@ -73,22 +73,21 @@ void CudaBackend::gemm_tensor_cores(const float* x, int64_t m, const ops::QWeigh
   const bool fp4 = w.type == ops::WeightType::kMxfp4;
   const int blk = fp4 ? 32 : static_cast<int>(w.block);
   const int64_t ld_as = static_cast<int64_t>(round_up(m, 16));
+  Fp8GemmArgs a;
+  a.lda = w.k, a.ld_as = ld_as;
+  a.w = static_cast<const uint8_t*>(w.data), a.ldw = fp4 ? w.k / 2 : w.k;
+  a.w_scale = w.scale_ue8m0, a.ld_ws = fp4 ? (w.scale_ld ? w.scale_ld : w.groups * w.n) : w.k / blk;
+  a.ldy = w.n, a.m = m, a.n = w.n, a.k = w.k, a.blk = blk;
+  a.wfmt = fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8Block;
+  a.batch_invariant = impl_->batch_invariant;
+  if (offsets) a.groups = static_cast<int>(w.groups), a.group_offsets = offsets, a.max_group_rows = std::min(max_rows, m);
   const size_t qbytes = round_up(m * w.k, 256), sbytes = round_up((w.k / blk) * ld_as, 256),
-               ybytes = round_up(m * w.n * 2, 256),
-               // the FP8 plan splits at least as often as the MXFP4 one: an upper bound for both
-               gbytes = offsets ? 0 : fp8_gemm_workspace_bytes(m, w.n, w.k, blk, impl_->batch_invariant);
+               ybytes = round_up(m * w.n * 2, 256), gbytes = round_up(fp8_gemm_workspace_bytes(a), 256);
   auto* ws = static_cast<uint8_t*>(impl_->workspace(qbytes + sbytes + ybytes + gbytes));
   uint8_t *aq = ws, *as = ws + qbytes;
   auto* yb = reinterpret_cast<uint16_t*>(ws + qbytes + sbytes);
   fp8_quantize_act(x, w.k, m, w.k, blk, aq, w.k, as, ld_as, impl_->stream);
-  Fp8GemmArgs a;
-  a.a = aq, a.lda = w.k, a.a_scale = as, a.ld_as = ld_as;
-  a.w = static_cast<const uint8_t*>(w.data), a.ldw = fp4 ? w.k / 2 : w.k;
-  a.w_scale = w.scale_ue8m0, a.ld_ws = fp4 ? (w.scale_ld ? w.scale_ld : w.groups * w.n) : w.k / blk;
-  a.y = yb, a.ldy = w.n, a.m = m, a.n = w.n, a.k = w.k, a.blk = blk;
-  a.wfmt = fp4 ? WeightFormat::kMxfp4 : WeightFormat::kFp8Block;
-  a.batch_invariant = impl_->batch_invariant;
-  if (offsets) a.groups = static_cast<int>(w.groups), a.group_offsets = offsets, a.max_group_rows = std::min(max_rows, m);
+  a.a = aq, a.a_scale = as, a.y = yb;
   fp8_gemm(a, gbytes ? ws + qbytes + sbytes + ybytes : nullptr, impl_->stream);
   widen_bf16_kernel<<<grid_for(m * w.n, 256), 256, 0, impl_->stream>>>(yb, m * w.n, y);
   check_launch("widen_bf16_kernel");

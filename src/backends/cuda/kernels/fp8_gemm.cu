@@ -578,6 +578,11 @@ size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk, bool b
   return pl.splits > 1 ? static_cast<size_t>(pl.splits) * m * n * sizeof(float) : 0;
 }
 
+size_t fp8_gemm_workspace_bytes(const Fp8GemmArgs& a) {
+  if (mxfp4_gemm_fits(a)) return mxfp4_gemm_workspace_bytes(a);
+  return a.groups > 0 ? 0 : fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk, a.batch_invariant);
+}
+
 void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   const bool w4 = a.wfmt == WeightFormat::kMxfp4;
   check(a.blk == 32 || (a.blk == 128 && !w4), "fp8_gemm: blk must be 32 or 128 (MXFP4: 32), got ", a.blk);
@@ -598,7 +603,7 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
         "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
   check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
-  if (mxfp4_gemm_fits(a)) return mxfp4_gemm(a, stream);  // MXFP4: stream each slice once a token batch
+  if (mxfp4_gemm_fits(a)) return mxfp4_gemm(a, workspace, stream);  // MXFP4: the expert kernels
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   check(pl.splits == 1 || ws, "fp8_gemm: this shape needs a workspace of ", fp8_gemm_workspace_bytes(a.m, a.n, a.k, a.blk),

@@ -310,28 +310,38 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
   return (a.m + g - 1) / g;
 }
 
-// MEASUREMENT ONLY (kernels8; deleted with the losers once measured): DEEPINFER_MXFP4_PREFILL = old
-// (this file's 32 / 64-token batches, as before), 64 or 256 (mxfp4_prefill.cu with batches of up to
-// 64 / 256 tokens) forces the kernel for groups of more than 8 rows on average; unset: the rule below.
+// MEASUREMENT ONLY (kernels8; deleted once measured): DEEPINFER_MXFP4_PREFILL = old (this file's 32 /
+// 64-token batches at every size past 8 rows a group), new (mxfp4_prefill.cu at every size past 8 rows)
+// or new32 (the same with 32-byte weight stages); unset: the rule below.
 int prefill_mode() {
   static const int mode = [] {
     const char* e = std::getenv("DEEPINFER_MXFP4_PREFILL");
-    if (!e || !*e) return 0;
-    const std::string v(e);
-    return v == "old" ? 1 : v == "64" ? 64 : v == "256" ? 256 : 0;
+    const std::string v(e ? e : "");
+    return v == "old" ? 1 : v == "new" ? 2 : v == "new32" ? 3 : 0;
   }();
   return mode;
 }
 
+// The prefill kernel past 96 rows a group on average (groups) or 64 rows (ungrouped).
+bool use_prefill(const Fp8GemmArgs& a) {
+  const int mode = prefill_mode();
+  if (mean_rows(a) <= 8) return false;
+  return mode >= 2 || (mode == 0 && (a.groups > 0 ? mean_rows(a) > 96 : a.m > 64));
+}
+
 }  // namespace
 
-// Up to 8 rows a group on average (decode): this file's 8-token batches. More: mxfp4_prefill.cu's bf16
-// tiles, in batches of up to 64 tokens up to 40 rows a group on average, of up to 256 above.
+// Up to 8 rows a group on average (decode): this file's 8-token batches; up to 96 its 32-token batches;
+// above, mxfp4_prefill.cu's bf16 tiles.
 bool mxfp4_gemm_fits(const Fp8GemmArgs& a) {
   return a.wfmt == WeightFormat::kMxfp4 && !a.batch_invariant && a.k % kStageK == 0 && a.n % kRows == 0;
 }
 
-void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
+size_t mxfp4_gemm_workspace_bytes(const Fp8GemmArgs& a) {
+  return mxfp4_gemm_fits(a) && use_prefill(a) ? mxfp4_prefill_workspace_bytes(a.m, a.k) : 0;
+}
+
+void mxfp4_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   Params p{};
   p.a = a.a, p.lda = a.lda, p.a_scale = a.a_scale, p.ld_as = a.ld_as;
   p.w = a.w, p.ldw = a.ldw, p.w_scale = a.w_scale, p.ld_ws = a.ld_ws;
@@ -341,10 +351,17 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* stream) {
   // A CTA takes every batch of its (active group, slice) tiles: at most min(groups, m) x slices of them.
   const int64_t active_bound = a.groups > 0 ? std::min<int64_t>(a.groups, a.m) : 1, mean = mean_rows(a);
   auto s = static_cast<cudaStream_t>(stream);
-  const int mode = prefill_mode();
-  if (mean <= 8) launch<8>(p, active_bound, s);  // decode: about one token an active expert
-  else if (mode == 1) mean <= 96 ? launch<32>(p, active_bound, s) : launch<64>(p, active_bound, s);
-  else mxfp4_prefill_launch(p, active_bound, mode ? mode : mean <= 40 ? 64 : 256, s);
+  if (use_prefill(a)) {
+    check(workspace != nullptr, "mxfp4_gemm: this shape needs a workspace of ", mxfp4_gemm_workspace_bytes(a), " bytes");
+    p.ab = static_cast<uint16_t*>(workspace);
+    mxfp4_prefill_launch(p, active_bound, s, prefill_mode() != 3);
+  } else if (mean <= 8) {
+    launch<8>(p, active_bound, s);  // decode: about one token an active expert
+  } else if (mean <= 96) {
+    launch<32>(p, active_bound, s);
+  } else {
+    launch<64>(p, active_bound, s);
+  }
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_gemm: launch failed: ", cudaGetErrorString(e));
 }

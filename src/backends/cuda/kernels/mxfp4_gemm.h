@@ -19,11 +19,12 @@
 
 namespace deepinfer::cuda {
 
-// Whether this kernel takes `a`: MXFP4, k % 256 == 0, n % 64 == 0, not batch-invariant (a token's bits
-// would depend on which batch size the mean picks), grouped with at most 256 rows a group on average or
-// ungrouped with m <= 64 (the sizes measured faster than fp8_gemm's WGMMA path).
+// Whether these kernels take `a`: MXFP4, k % 256 == 0, n % 64 == 0, not batch-invariant (a token's bits
+// would depend on which batch size the mean picks).
 bool mxfp4_gemm_fits(const Fp8GemmArgs& a);
+// Device workspace the call needs (the prefill kernel's bf16 activations; 0 for the decode one).
+size_t mxfp4_gemm_workspace_bytes(const Fp8GemmArgs& a);
 // Enqueues it (after fp8_gemm's argument checks).
-void mxfp4_gemm(const Fp8GemmArgs& a, void* stream);
+void mxfp4_gemm(const Fp8GemmArgs& a, void* workspace, void* stream);
 
 }  // namespace deepinfer::cuda

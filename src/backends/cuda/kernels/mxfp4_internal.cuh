@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -24,10 +25,12 @@ struct Mxfp4Params {
   int64_t ldy;
   int m, n, k, groups;
   const int* group_offsets;  // null: one group of m rows
+  uint16_t* ab;              // the prefill kernel's workspace: the activations as bf16 [m, k]
 };
 
-// The prefill kernel (mxfp4_prefill.cu): token batches of up to nt = 64 or 256 rows.
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int nt, cudaStream_t s);
+// The prefill kernel (mxfp4_prefill.cu): its workspace, and the launch (p.ab set).
+size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k);
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s, bool big = true);
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");

@@ -34,23 +34,25 @@ namespace {
 
 using sm90::smem_addr;
 
-constexpr int kThreads = 256, kSlice = 128, kStageK = 64;
+constexpr int kThreads = 256, kSlice = 128, kStageK = 64, NT = 256;
 constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 rows][32 B], scales [2][128]
 
-// Shared memory: a ring of raw stages (codes [128][32 B], activations [NT][64 B], weight scales
-// [2 blocks][128 rows], activation scales [2 blocks][kAsBytes] from the batch's first row rounded down
-// to 16), two bf16 tile pairs (weights [128][128 B], tokens [NT][128 B]), the group list.
-template <int NT>
+// Shared memory: a ring of stages (the batch's bf16 activations [NT][128 B] as wgmma reads them, 128-byte
+// swizzle; with BIG = false also the stage's packed codes [128][32 B] and their scales [2 blocks][128
+// rows]); with BIG, a ring of 3 weight stages of K 256 (codes [128][128 B], 16-byte chunk c of row r at
+// slot c ^ 2 (r % 4); scales [8 blocks][128 rows]), so each weight row streams 128 bytes at a time; two
+// bf16 weight tiles ([128][128 B], swizzled); the group list. 1 CTA an SM.
+template <bool BIG>
 struct Layout {
-  static constexpr int kStages = NT == 256 ? 4 : 6;  // 1 CTA an SM at 256 tokens, 2 at 64
-  static constexpr int kAsChunks = (NT + 15 + 15) / 16, kAsBytes = 16 * kAsChunks;
-  static constexpr int kWOff = 0, kAOff = kRawW, kWsOff = kAOff + NT * kStageK, kAsOff = kWsOff + kRawWs,
-                       kStageBytes = kAsOff + 2 * kAsBytes;
-  static constexpr int kTileW = kSlice * 128, kTileBytes = kTileW + NT * 128;
-  static constexpr int kTileOff = (kStages * kStageBytes + 1023) / 1024 * 1024, kHeadOff = kTileOff + 2 * kTileBytes;
+  static constexpr int kStages = 4, kWStages = 3;
+  static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
+                       kStageBytes = BIG ? NT * 128 : (kWsOff + kRawWs + 1023) / 1024 * 1024;
+  static constexpr int kBigW = kSlice * 128, kBigBytes = kBigW + 8 * kSlice;
+  static constexpr int kBigOff = kStages * kStageBytes, kTileOff = kBigOff + (BIG ? kWStages * kBigBytes : 0);
+  static constexpr int kTileW = kSlice * 128, kHeadOff = kTileOff + 2 * kTileW;
   static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;  // + 1024: aligned by hand for the swizzle
-  static_assert(kStageBytes % 16 == 0 && kTileBytes % 1024 == 0, "stage layout");
-  static_assert(kSmem <= 227 * 1024, "shared memory");
+  static_assert(kStageBytes % 1024 == 0 && kBigOff % 1024 == 0 && kTileOff % 1024 == 0 && kSmem <= 227 * 1024,
+                "shared memory");
 };
 
 // 2^e (e in [-126, 254]) as one or two bf16x2 factors (a bf16 exponent stops at 127).
@@ -94,26 +96,41 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16(uint32_t x0, uint32_t x1, const 
 }
 
 // One stage's wgmmas (4 x k16) with N = the smallest width holding `rows` tokens.
-template <int N, int R>
-__device__ __forceinline__ void mma4(float (&d)[R], uint64_t da, uint64_t db, bool first) {
+template <int N>
+__device__ __forceinline__ void mma4(float (&d)[NT / 2], uint64_t da, uint64_t db, bool first) {
 #pragma unroll
   for (int s = 0; s < 4; ++s) sm90::WgmmaBf16<N>::mma(d, da + 2 * s, db + 2 * s, first && s == 0 ? 0 : 1);
 }
-template <int NT>
 __device__ __forceinline__ void mma_stage(float (&d)[NT / 2], uint64_t da, uint64_t db, bool first, int rows) {
   if (rows <= 16) return mma4<16>(d, da, db, first);
   if (rows <= 32) return mma4<32>(d, da, db, first);
-  if constexpr (NT == 64) {
-    if (rows <= 48) return mma4<48>(d, da, db, first);
-    return mma4<64>(d, da, db, first);
-  } else {
-    if (rows <= 64) return mma4<64>(d, da, db, first);
-    if (rows <= 96) return mma4<96>(d, da, db, first);
-    if (rows <= 128) return mma4<128>(d, da, db, first);
-    if (rows <= 160) return mma4<160>(d, da, db, first);
-    if (rows <= 192) return mma4<192>(d, da, db, first);
-    if (rows <= 224) return mma4<224>(d, da, db, first);
-    return mma4<256>(d, da, db, first);
+  if (rows <= 64) return mma4<64>(d, da, db, first);
+  if (rows <= 96) return mma4<96>(d, da, db, first);
+  if (rows <= 128) return mma4<128>(d, da, db, first);
+  if (rows <= 160) return mma4<160>(d, da, db, first);
+  if (rows <= 192) return mma4<192>(d, da, db, first);
+  if (rows <= 224) return mma4<224>(d, da, db, first);
+  return mma4<256>(d, da, db, first);
+}
+
+// The activations once for all weight slices: ab[i, k] = bf16(e4m3 a[i, k] x 2^(a_s - 127)), each 8 K
+// in the tiles' order. Thread = (row, 64 K); consecutive threads take consecutive rows (their scale
+// bytes are adjacent).
+__global__ void act_to_bf16_kernel(const Mxfp4Params p) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= static_cast<int64_t>(p.m) * (p.k / 64)) return;
+  const int i = static_cast<int>(idx % p.m), c = static_cast<int>(idx / p.m);
+  const uint8_t* src = p.a + static_cast<int64_t>(i) * p.lda + c * 64;
+  uint4* dst = reinterpret_cast<uint4*>(p.ab + static_cast<int64_t>(i) * p.k + c * 64);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const Pow2 s = pow2_bf16x2(static_cast<int>(__ldg(p.a_scale + (2 * c + h) * p.ld_as + i)) - 7);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(src + 32 * h + 16 * q));
+      dst[4 * h + 2 * q] = e4m3x8_to_bf16(x.x, x.y, s);
+      dst[4 * h + 2 * q + 1] = e4m3x8_to_bf16(x.z, x.w, s);
+    }
   }
 }
 
@@ -123,9 +140,9 @@ struct Item {
   int tile, batch, st, g, row0, rows, col0;
 };
 
-template <int NT>
-__global__ void __launch_bounds__(kThreads, NT == 256 ? 1 : 2) mxfp4_prefill_kernel(const Mxfp4Params p) {
-  using L = Layout<NT>;
+template <bool BIG>
+__global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4Params p) {
+  using L = Layout<BIG>;
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -152,82 +169,99 @@ __global__ void __launch_bounds__(kThreads, NT == 256 ? 1 : 2) mxfp4_prefill_ker
   Item first{static_cast<int>(blockIdx.x), 0, 0, 0, 0, 0, 0};
   start(first);
 
-  // Producer: the whole CTA copies a stage (one commit group a thread, empty past the end): thread t
-  // the 16 code bytes of row t / 2, block t % 2; threads < 16 one chunk of the weight scales; chunk t % 4
-  // of tokens t / 4 + 64 i; threads 16 .. 16 + 2 kAsChunks one chunk of the activation scales.
-  Item pc = first;
-  const uint8_t *pw = nullptr, *pws = nullptr, *pa = nullptr, *pas = nullptr;
-  int pa_rows = 0;
-  bool pas_ok = false;
-  const int64_t lda64 = 64 * p.lda;
+  // Producer: the whole CTA copies a stage (one commit group a thread, empty past the end): 16-byte chunk
+  // t % 8 (8 K) of tokens t / 8 + 32 i, into its swizzled slot; BIG = false: thread t the 16 code bytes of
+  // row t / 2, block t % 2, threads < 16 one chunk of the weight scales. BIG: every 4th stage also brings
+  // the weight stage after the next one (cursor wc, one weight stage ahead): thread t 16-byte chunk t % 8
+  // of rows t / 8 + 32 i, threads < 64 one chunk of the scales.
+  Item pc = first, wc = first;
+  const uint8_t *pw = nullptr, *pws = nullptr;
+  const uint16_t* pb = nullptr;
+  int pb_rows = 0, wslot = 0;
+  const int64_t ldb32 = 32 * static_cast<int64_t>(p.k), ldw32 = 32 * p.ldw;
+  const int b_dst = (tid >> 3) * 128 + (((tid & 7) ^ ((tid >> 3) & 7)) * 16);
+  const int w_dst = (tid >> 3) * 128 + (((tid & 7) ^ (2 * ((tid >> 3) & 3))) * 16);
+  auto produce_w = [&]() {  // BIG: the weight stage at wc, then wc 4 stages on
+    if (wc.tile >= tiles) return;
+    if (wc.st == 0) {
+      const int64_t wrow = static_cast<int64_t>(wc.g) * p.n + wc.col0;
+      pw = p.w + (wrow + (tid >> 3)) * p.ldw + (tid & 7) * 16;
+      pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
+    }
+    uint8_t* const big = ring + L::kBigOff + wslot * L::kBigBytes;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cp_async16(smem_addr(big + w_dst + i * 32 * 128), pw + i * ldw32);
+    if (tid < 64) cp_async16(smem_addr(big + L::kBigW + tid * 16), pws);
+    pw += 128, pws += 8 * p.ld_ws;
+    wslot = wslot + 1 == L::kWStages ? 0 : wslot + 1;
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) advance(wc);
+  };
   int pslot = 0;
   auto produce = [&]() {
     if (pc.tile < tiles) {
       if (pc.st == 0) {
         const int64_t wrow = static_cast<int64_t>(pc.g) * p.n + pc.col0;
-        pw = p.w + (wrow + (tid >> 1)) * p.ldw + (tid & 1) * 16;
-        pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
-        pa_rows = pc.rows - (tid >> 2);
-        pa = p.a + static_cast<int64_t>(pc.row0 + max(min(tid >> 2, pc.rows - 1), 0)) * p.lda + (tid & 3) * 16;
-        const int sc = tid - 16, sb = sc / L::kAsChunks, sch = sc - sb * L::kAsChunks;
-        pas = p.a_scale + max(sb, 0) * p.ld_as + (pc.row0 & ~15) + sch * 16;
-        pas_ok = sc >= 0 && sc < 2 * L::kAsChunks && sch * 16 < (pc.row0 & 15) + pc.rows;
+        if constexpr (!BIG) {
+          pw = p.w + (wrow + (tid >> 1)) * p.ldw + (tid & 1) * 16;
+          pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
+        }
+        pb_rows = pc.rows - (tid >> 3);
+        pb = p.ab + static_cast<int64_t>(pc.row0 + max(min(tid >> 3, pc.rows - 1), 0)) * p.k + (tid & 7) * 8;
       }
       uint8_t* const st = ring + pslot * L::kStageBytes;
-      cp_async16(smem_addr(st + L::kWOff + tid * 16), pw);
-      if (tid < 16) cp_async16(smem_addr(st + L::kWsOff + tid * 16), pws);
+      if constexpr (BIG) {
+        if (pc.st % 4 == 0) produce_w();
+      } else {
+        cp_async16(smem_addr(st + L::kWOff + tid * 16), pw);
+        if (tid < 16) cp_async16(smem_addr(st + L::kWsOff + tid * 16), pws);
+        pw += kStageK / 2, pws += 2 * p.ld_ws;
+      }
 #pragma unroll
-      for (int i = 0; i < NT / 64; ++i)
-        if (64 * i < pa_rows) cp_async16(smem_addr(st + L::kAOff + (tid + i * kThreads) * 16), pa + i * lda64);
-      if (pas_ok) cp_async16(smem_addr(st + L::kAsOff + (tid - 16) * 16), pas);
-      pw += kStageK / 2, pa += kStageK;
-      pws += 2 * p.ld_ws, pas += 2 * p.ld_as;
+      for (int i = 0; i < NT / 32; ++i)
+        if (32 * i < pb_rows) cp_async16(smem_addr(st + L::kBOff + b_dst + i * 32 * 128), pb + i * ldb32);
+      pb += kStageK;
       advance(pc);
     }
     cp_async_commit();
     pslot = pslot + 1 == S ? 0 : pslot + 1;
   };
 
-  // Widening of a landed stage into bf16 tile pair `tile`: thread t the 32 codes it copied (row t / 2,
-  // K block t % 2: 4 chunks of 8 K); the activation chunks it copied (token t / 4 + 64 i, 16 K: 2 chunks).
-  // Chunk c of a row holds K 8c .. 8c + 7 at 16-byte slot c ^ (row % 8) (the 128-byte swizzle).
-  Item vc = first;
-  int vslot = 0;
-  auto widen = [&](uint8_t* tile) {
-    const uint8_t* const st = ring + vslot * L::kStageBytes;
-    {
-      const int r = tid >> 1, j = tid & 1, sw = r & 7;
-      const uint4 q = *reinterpret_cast<const uint4*>(st + L::kWOff + tid * 16);
-      const Pow2 s = pow2_bf16x2(static_cast<int>(st[L::kWsOff + j * kSlice + r]) - 1);
-      uint8_t* const row = tile + r * 128;
-      *reinterpret_cast<uint4*>(row + (((4 * j + 0) ^ sw) * 16)) = e2m1x8_to_bf16(q.x, s);
-      *reinterpret_cast<uint4*>(row + (((4 * j + 1) ^ sw) * 16)) = e2m1x8_to_bf16(q.y, s);
-      *reinterpret_cast<uint4*>(row + (((4 * j + 2) ^ sw) * 16)) = e2m1x8_to_bf16(q.z, s);
-      *reinterpret_cast<uint4*>(row + (((4 * j + 3) ^ sw) * 16)) = e2m1x8_to_bf16(q.w, s);
+  // Widening of stage q's codes (landed) into weight tile `tile`: thread t the 32 codes of row t / 2, K
+  // block t % 2 (4 chunks of 8 K). Chunk c of a tile row holds K 8c .. 8c + 7 at 16-byte slot c ^ (row % 8)
+  // (the 128-byte swizzle).
+  auto widen = [&](int q, uint8_t* tile) {
+    const int r = tid >> 1, j = tid & 1, sw = r & 7;
+    uint4 c;
+    int sb;
+    if constexpr (BIG) {
+      const uint8_t* const big = ring + L::kBigOff + ((q >> 2) % L::kWStages) * L::kBigBytes;
+      const int ch = 2 * (q & 3) + j;
+      c = *reinterpret_cast<const uint4*>(big + r * 128 + ((ch ^ (2 * (r & 3))) * 16));
+      sb = big[L::kBigW + ch * kSlice + r];
+    } else {
+      const uint8_t* const st = ring + (q % S) * L::kStageBytes;
+      c = *reinterpret_cast<const uint4*>(st + L::kWOff + tid * 16);
+      sb = st[L::kWsOff + j * kSlice + r];
     }
-#pragma unroll
-    for (int i = 0; i < NT / 64; ++i) {
-      const int idx = tid + i * kThreads, t = idx >> 2, ch = idx & 3, sw = t & 7;
-      if (t >= vc.rows) continue;
-      const uint4 x = *reinterpret_cast<const uint4*>(st + L::kAOff + idx * 16);
-      const Pow2 s = pow2_bf16x2(static_cast<int>(st[L::kAsOff + (ch >> 1) * L::kAsBytes + (vc.row0 & 15) + t]) - 7);
-      uint8_t* const row = tile + L::kTileW + t * 128;
-      *reinterpret_cast<uint4*>(row + (((2 * ch) ^ sw) * 16)) = e4m3x8_to_bf16(x.x, x.y, s);
-      *reinterpret_cast<uint4*>(row + (((2 * ch + 1) ^ sw) * 16)) = e4m3x8_to_bf16(x.z, x.w, s);
-    }
+    const Pow2 s = pow2_bf16x2(sb - 1);
+    uint8_t* const row = tile + r * 128;
+    *reinterpret_cast<uint4*>(row + (((4 * j + 0) ^ sw) * 16)) = e2m1x8_to_bf16(c.x, s);
+    *reinterpret_cast<uint4*>(row + (((4 * j + 1) ^ sw) * 16)) = e2m1x8_to_bf16(c.y, s);
+    *reinterpret_cast<uint4*>(row + (((4 * j + 2) ^ sw) * 16)) = e2m1x8_to_bf16(c.z, s);
+    *reinterpret_cast<uint4*>(row + (((4 * j + 3) ^ sw) * 16)) = e2m1x8_to_bf16(c.w, s);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
-    advance(vc);
-    vslot = vslot + 1 == S ? 0 : vslot + 1;
   };
-  auto tile_at = [&](int b) { return ring + L::kTileOff + b * L::kTileBytes; };
+  auto stage_at = [&](int slot) { return ring + slot * L::kStageBytes; };
+  auto tile_at = [&](int b) { return ring + L::kTileOff + b * L::kTileW; };
 
+  if constexpr (BIG) produce_w();  // weight stage 0 joins stage 0's group, stage 1's comes with it
 #pragma unroll 1
-  for (int s = 0; s < S - 1; ++s) produce();
-  if (vc.tile < tiles) {
-    cp_async_wait<S - 2>();  // stage 0 landed (this thread's copies)
+  for (int s = 0; s < S; ++s) produce();
+  if (first.tile < tiles) {
+    cp_async_wait<S - 1>();  // stage 0 landed (this thread's copies)
     __syncthreads();         // ... and every thread's
-    produce();
-    widen(tile_at(0));
+    widen(0, tile_at(0));
     __syncthreads();
   }
 
@@ -236,18 +270,21 @@ __global__ void __launch_bounds__(kThreads, NT == 256 ? 1 : 2) mxfp4_prefill_ker
 #pragma unroll
   for (int i = 0; i < NT / 2; ++i) acc[i] = 0.0f;
   Item mc = first;
+  int mslot = 0;
   for (int q = 0; mc.tile < tiles; ++q) {
-    // The tensor cores take stage q's tiles while the CTA widens stage q + 1 into the other pair.
-    const uint32_t tile = smem_addr(tile_at(q & 1));
+    // The tensor cores take stage q (activations in its ring slot, weights in tile q % 2) while the CTA
+    // widens stage q + 1's codes into the other tile.
     sm90::wgmma_fence();
-    mma_stage<NT>(acc, sm90::desc_k_sw128(tile + cw * 64 * 128), sm90::desc_k_sw128(tile + L::kTileW), mc.st == 0,
-                  mc.rows);
+    mma_stage(acc, sm90::desc_k_sw128(smem_addr(tile_at(q & 1)) + cw * 64 * 128),
+              sm90::desc_k_sw128(smem_addr(stage_at(mslot) + L::kBOff)), mc.st == 0, mc.rows);
     sm90::wgmma_commit();
-    if (vc.tile < tiles) {
+    const int nslot = mslot + 1 == S ? 0 : mslot + 1;
+    Item nx = mc;  // stage q + 1
+    advance(nx);
+    if (nx.tile < tiles) {
       cp_async_wait<S - 2>();  // stage q + 1 landed
-      __syncthreads();         // for every thread; and every thread has widened stage q (its slot is free)
-      produce();
-      widen(tile_at((q + 1) & 1));
+      __syncthreads();         // for every thread
+      widen(q + 1, tile_at((q + 1) & 1));
     }
     sm90::wgmma_wait<0>();
     sm90::fence_regs(acc);
@@ -264,32 +301,33 @@ __global__ void __launch_bounds__(kThreads, NT == 256 ? 1 : 2) mxfp4_prefill_ker
           y[tok * p.ldy + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + 2 + c]));
         }
     }
-    advance(mc);
-    __syncthreads();  // the widened pair complete; every warpgroup done with pair q & 1
+    mc = nx;
+    __syncthreads();  // the widened tile complete; every warpgroup done with stage q (its slot refills)
+    produce();        // stage q + S into stage q's slot
+    mslot = nslot;
   }
 }
 
-template <int NT>
+template <bool BIG>
 void launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<NT>::kSmem;
-  static const int per_sm = [] {
-    int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_prefill_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_prefill_kernel<NT>, kThreads, smem) != cudaSuccess)
-      return 0;
-    return b;
-  }();
-  check(per_sm > 0, "mxfp4_prefill: cannot launch with ", smem, " bytes of shared memory");
-  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), int64_t{per_sm} * sm90::sm_count());
-  mxfp4_prefill_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  constexpr int smem = Layout<BIG>::kSmem;
+  static const bool attr_set =
+      cudaFuncSetAttribute(mxfp4_prefill_kernel<BIG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+  check(attr_set, "mxfp4_prefill: cannot reserve ", smem, " bytes of shared memory");
+  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), sm90::sm_count());
+  mxfp4_prefill_kernel<BIG><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
 }
 
 }  // namespace
 
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int nt, cudaStream_t s) {
-  check(p.n % kSlice == 0 && p.k % kStageK == 0, "mxfp4_prefill: need n % 128 == 0 and k % 64 == 0");
-  if (nt <= 64) launch<64>(p, active_bound, s);
-  else launch<256>(p, active_bound, s);
+size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k * 2 + 255) / 256 * 256; }
+
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s, bool big) {
+  check(p.n % kSlice == 0 && p.k % 256 == 0 && p.ab, "mxfp4_prefill: need n % 128 == 0, k % 256 == 0, a workspace");
+  const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
+  act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
+  if (big) launch<true>(p, active_bound, s);
+  else launch<false>(p, active_bound, s);
 }
 
 }  // namespace deepinfer::cuda
