@@ -232,14 +232,14 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 }
 
 // Grouped (routed-expert) GEMMs over groups of uneven sizes (empty groups too): MXFP4 weights on the
-// expert kernels (mxfp4_gemm.h; k % 256 == 0): at decode sizes the register-widening one (groups of 9..40
-// rows in batches of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m 5,
-// weight scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88); at prefill sizes the bf16
-// tiles (mean rows a group about 13, 25 and 37: batches of up to 64 tokens, groups of 70 and 100 rows
-// taking two; 67, 87, 91, 116, 131 and 191: batches of up to 256, groups of 17..600 rows, so every
-// batch width 16..256 and up to three batches a group; empty groups between; ungrouped m 24, 64 and 300;
-// weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88); and widened in shared memory (k 384); FP8 block
-// weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
+// expert kernels (mxfp4_gemm.h; k % 256 == 0): the register-widening one at decode sizes (groups of
+// 9..40 rows in batches of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m
+// 5, weight scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and small prefill sizes
+// (mean rows a group about 13, 25, 38, 64 and 87: batches of 32 tokens, groups of up to 128 rows taking
+// up to four; ungrouped m 24 and 64; weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88); the bf16 tiles
+// past 96 rows a group (103, 132 and 192: groups of 17..600 rows, so every batch
+// width 16..256 and up to three batches a group; ungrouped m 300); empty groups between; and widened in
+// shared memory (k 384); FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case {
     bool w4;

@@ -5,8 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backends/cuda/kernels/mxfp4_gemm.h"
 #include "backends/cuda/kernels/mxfp4_internal.cuh"
@@ -33,7 +31,7 @@ using Params = Mxfp4Params;
 // [8 blocks][NT tokens], weights [8 blocks][4 warps][8 g8][rows g8, g8 + 8].
 template <int NT>
 struct Layout {
-  // 3 stages past 8 tokens: 3 CTAs an SM at 32 tokens (2 with 4 stages: 1.19x the time at 1024 tokens), 2 at 64.
+  // 3 stages at 32 tokens: 3 CTAs an SM (2 with 4 stages: 1.19x the time at 1024 tokens).
   static constexpr int kStages = NT == 8 ? 4 : 3;
   static constexpr int kAsChunks = (NT + 15 + 15) / 16, kAsBytes = 16 * kAsChunks;
   static constexpr int kARawOff = 0, kWOff = NT * kStageK, kWsOff = kWOff + kRows * kRowBytes,
@@ -43,7 +41,7 @@ struct Layout {
                        kWsfOff = kAsfOff + kStageBlocks * NT * 4, kHeadOff = kWsfOff + kStageBlocks * kRows * 4;
   static constexpr int kSmem = 1024 + kHeadOff + kHeadBytes;  // + 1024: aligned by hand for the swizzled B atoms
   // K blocks a wgmma batch: their partials (NT / 2 floats a thread each) are double-buffered.
-  static constexpr int kBatchBlocks = NT == 8 ? 4 : NT == 32 ? 2 : 1, kBatches = kStageBlocks / kBatchBlocks;
+  static constexpr int kBatchBlocks = NT == 8 ? 4 : 2, kBatches = kStageBlocks / kBatchBlocks;
   static_assert(kStageBytes % 16 == 0 && kBOff % 1024 == 0 && kAtom % 1024 == 0, "stage layout");
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -82,17 +80,6 @@ struct WgmmaRs<32> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
   }
 };
-template <>
-struct WgmmaRs<64> {
-  static __device__ __forceinline__ void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
-  }
-};
-
 // UE8M0 byte b -> 2^(b - 124) = 2^3 times its value (normal for every b <= 251); the product of a
 // weight's and an activation's is their scale times 2^6, undoing the 2^-6 of the e4m3 codes.
 __device__ __forceinline__ float ue8m0_x8(uint32_t b) { return __int_as_float((min(b, 251u) + 3u) << 23); }
@@ -310,24 +297,11 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
   return (a.m + g - 1) / g;
 }
 
-// MEASUREMENT ONLY (kernels8; deleted once measured): DEEPINFER_MXFP4_PREFILL = old (this file's 32 /
-// 64-token batches at every size past 8 rows a group), new (mxfp4_prefill.cu at every size past 8 rows)
-// or new32 (the same with 32-byte weight stages); unset: the rule below.
-int prefill_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("DEEPINFER_MXFP4_PREFILL");
-    const std::string v(e ? e : "");
-    return v == "old" ? 1 : v == "new" ? 2 : v == "new32" ? 3 : 0;
-  }();
-  return mode;
-}
-
-// The prefill kernel past 96 rows a group on average (groups) or 64 rows (ungrouped).
-bool use_prefill(const Fp8GemmArgs& a) {
-  const int mode = prefill_mode();
-  if (mean_rows(a) <= 8) return false;
-  return mode >= 2 || (mode == 0 && (a.groups > 0 ? mean_rows(a) > 96 : a.m > 64));
-}
+// The prefill kernel past 96 rows a group on average (measured, kernels8: at 64 rows, 4,096 tokens, it and
+// the 32-token batches here take the same time, within 3%; at 128 and 256 rows it is 1.43-1.63x faster than
+// the 64-token batches this file had) or past
+// 64 rows ungrouped.
+bool use_prefill(const Fp8GemmArgs& a) { return a.groups > 0 ? mean_rows(a) > 96 : a.m > 64; }
 
 }  // namespace
 
@@ -354,13 +328,11 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   if (use_prefill(a)) {
     check(workspace != nullptr, "mxfp4_gemm: this shape needs a workspace of ", mxfp4_gemm_workspace_bytes(a), " bytes");
     p.ab = static_cast<uint16_t*>(workspace);
-    mxfp4_prefill_launch(p, active_bound, s, prefill_mode() != 3);
+    mxfp4_prefill_launch(p, active_bound, s);
   } else if (mean <= 8) {
     launch<8>(p, active_bound, s);  // decode: about one token an active expert
-  } else if (mean <= 96) {
-    launch<32>(p, active_bound, s);
   } else {
-    launch<64>(p, active_bound, s);
+    launch<32>(p, active_bound, s);
   }
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "mxfp4_gemm: launch failed: ", cudaGetErrorString(e));

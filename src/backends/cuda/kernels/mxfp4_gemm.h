@@ -1,19 +1,23 @@
-// Grouped MXFP4 GEMM of fp8_gemm (the routed experts, grouped or not) for decode and prefill: fp8_gemm
-// (fp8_gemm.h) calls it itself; the arguments and the result are fp8_gemm's, up to the fp32 summation
-// order inside a K block.
+// The MXFP4 expert GEMMs of fp8_gemm (the routed experts, grouped or not): fp8_gemm (fp8_gemm.h) calls
+// them itself; the arguments and the result are fp8_gemm's, up to the fp32 summation order.
 //
-// Kernel: one CTA (a warpgroup) streams 64 rows of one active expert's weights once over the whole K,
-// with the activations of a batch of up to NT of the group's tokens (NT = 8, 32 or 64, picked by the
-// mean rows a group) and both scale sets, through a cp.async ring; a persistent grid walks (64-row slice,
-// token batch, K stage) items with the next items' copies in flight across slices. Each warp widens its
-// 16 rows' e2m1 codes in registers to e4m3 codes of 2^-6 times their value (same sign / exponent /
-// mantissa layout, bias 6 higher: shifts and masks) and feeds them as wgmma's A operand (m64nNTk32, A
-// from registers): the weights are widened once a batch whatever NT, so the instructions a weight byte
-// fall as NT grows. The activations, deinterleaved once a stage into even-k and odd-k halves of each K
-// block to match the codes' nibble split, are B in shared memory. Each K block's fp32 partial is promoted
-// with the two UE8M0 scales (times 2^6) into fp32 accumulators, in K order. A group of more than NT rows
-// takes them in batches of NT, each streaming the slice again. Results depend on a row's own inputs
-// only (no split K), not on m or the other groups. Scale bytes above 251 (2^124 and up) are read as 251.
+// Decode and small prefill (mxfp4_gemm.cu; up to 96 rows a group on average, 64 ungrouped): one CTA (a
+// warpgroup) streams 64 rows of one active expert's weights once over the whole K, with the activations
+// of a batch of up to NT of the group's tokens (NT = 8 up to 8 rows a group on average, else 32) and both
+// scale sets, through a cp.async ring; a persistent grid walks (64-row slice, token batch, K stage) items
+// with the next items' copies in flight across slices. Each warp widens its 16 rows' e2m1 codes in
+// registers to e4m3 codes of 2^-6 times their value (same sign / exponent / mantissa layout, bias 6
+// higher: shifts and masks) and feeds them as wgmma's A operand (m64nNTk32, A from registers). The
+// activations, deinterleaved once a stage into even-k and odd-k halves of each K block to match the
+// codes' nibble split, are B in shared memory. Each K block's fp32 partial is promoted with the two UE8M0
+// scales (times 2^6) into fp32 accumulators, in K order. A group of more than NT rows takes them in
+// batches of NT, each streaming the slice again. Scale bytes above 251 (2^124 and up) are read as 251.
+//
+// Larger prefill (mxfp4_prefill.cu): both scales folded into exact bf16 values (the activations once, by
+// a pre-pass into the workspace), bf16 wgmma over 128 weight rows x up to 256 tokens a CTA, no promotion.
+//
+// Results depend on a row's own inputs only (no split K), not on m or the other groups; but the kernel
+// and batch width follow the rows, so not batch-invariant (fp8_gemm's WGMMA path keeps that).
 #pragma once
 #include "backends/cuda/kernels/fp8_gemm.h"
 

@@ -30,7 +30,7 @@ struct Mxfp4Params {
 
 // The prefill kernel (mxfp4_prefill.cu): its workspace, and the launch (p.ab set).
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k);
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s, bool big = true);
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s);
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");

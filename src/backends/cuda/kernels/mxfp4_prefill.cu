@@ -10,15 +10,19 @@
 // are exact in fp32; what differs from the reference is the fp32 summation order (the tensor cores' sum
 // over K instead of per-32 partials added in order), well inside fp8_gemm's tolerance.
 //
-// Kernel: a CTA (two warpgroups, 256 threads) owns 128 weight rows of one active group and a batch of up
-// to NT of its tokens; a persistent grid walks (128-row slice, token batch, K stage of 64) items. A
-// cp.async ring brings each stage's packed codes, the batch's e4m3 activations and both scale sets; the
-// CTA widens one stage into a bf16 tile pair (weights [128][64], tokens [NT][64], 128-byte swizzle) while
-// the tensor cores multiply the previous one (double buffer: wgmma m64nNk16, A = 64 weight rows a
-// warpgroup, B = the tokens). N is picked per batch from its rows (16 .. NT), so a short batch costs
-// what its rows need. Each 8 K inside a row are stored in the order 0 4 1 5 2 6 3 7, in both operands
-// (what the widening's shifts give). Results depend on a row's own inputs (no split K); the N picked
-// follows the batch's rows, so not batch-invariant (fp8_gemm's WGMMA path keeps that).
+// Kernel: a pre-pass writes a' once for all weight slices into the workspace (bf16 [m, k]); then a CTA
+// (two warpgroups, 256 threads, 1 an SM) owns 128 weight rows of one active group and a batch of up to
+// NT = 256 of its tokens, and a persistent grid walks (128-row slice, token batch, K stage of 64) items.
+// A cp.async ring brings each stage's bf16 activations straight into the 128-byte-swizzled tile wgmma
+// reads, and the packed codes with their scales; the CTA widens one stage's codes into a bf16 weight
+// tile while the tensor cores multiply the previous one (double buffer: wgmma m64nNk16, A = 64 weight
+// rows a warpgroup, B = the tokens). N is
+// picked per batch from its rows (16 .. 256), so a short batch costs what its rows need. Each 8 K inside
+// a row are stored in the order 0 4 1 5 2 6 3 7, in both operands (what the widening's shifts give).
+// Results depend on a row's own inputs (no split K); the N picked follows the batch's rows, so not
+// batch-invariant (fp8_gemm's WGMMA path keeps that). Limits of the exactness: scale bytes <= 252 and
+// products above fp32's subnormals (weight scale bytes >= 2 with activations of scale >= 2^-20 or so;
+// real checkpoints sit far inside, the decode kernel takes any byte).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,21 +42,16 @@ constexpr int kThreads = 256, kSlice = 128, kStageK = 64, NT = 256;
 constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 rows][32 B], scales [2][128]
 
 // Shared memory: a ring of stages (the batch's bf16 activations [NT][128 B] as wgmma reads them, 128-byte
-// swizzle; with BIG = false also the stage's packed codes [128][32 B] and their scales [2 blocks][128
-// rows]); with BIG, a ring of 3 weight stages of K 256 (codes [128][128 B], 16-byte chunk c of row r at
-// slot c ^ 2 (r % 4); scales [8 blocks][128 rows]), so each weight row streams 128 bytes at a time; two
-// bf16 weight tiles ([128][128 B], swizzled); the group list. 1 CTA an SM.
-template <bool BIG>
+// swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]), two bf16 weight
+// tiles ([128][128 B], swizzled), the group list. 1 CTA an SM.
 struct Layout {
-  static constexpr int kStages = 4, kWStages = 3;
+  static constexpr int kStages = 4;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
-                       kStageBytes = BIG ? NT * 128 : (kWsOff + kRawWs + 1023) / 1024 * 1024;
-  static constexpr int kBigW = kSlice * 128, kBigBytes = kBigW + 8 * kSlice;
-  static constexpr int kBigOff = kStages * kStageBytes, kTileOff = kBigOff + (BIG ? kWStages * kBigBytes : 0);
-  static constexpr int kTileW = kSlice * 128, kHeadOff = kTileOff + 2 * kTileW;
+                       kStageBytes = (kWsOff + kRawWs + 1023) / 1024 * 1024;
+  static constexpr int kTileW = kSlice * 128;
+  static constexpr int kTileOff = kStages * kStageBytes, kHeadOff = kTileOff + 2 * kTileW;
   static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;  // + 1024: aligned by hand for the swizzle
-  static_assert(kStageBytes % 1024 == 0 && kBigOff % 1024 == 0 && kTileOff % 1024 == 0 && kSmem <= 227 * 1024,
-                "shared memory");
+  static_assert(kStageBytes % 1024 == 0 && kSmem <= 227 * 1024, "shared memory");
 };
 
 // 2^e (e in [-126, 254]) as one or two bf16x2 factors (a bf16 exponent stops at 127).
@@ -140,9 +139,8 @@ struct Item {
   int tile, batch, st, g, row0, rows, col0;
 };
 
-template <bool BIG>
 __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4Params p) {
-  using L = Layout<BIG>;
+  using L = Layout;
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -169,82 +167,46 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
   Item first{static_cast<int>(blockIdx.x), 0, 0, 0, 0, 0, 0};
   start(first);
 
-  // Producer: the whole CTA copies a stage (one commit group a thread, empty past the end): 16-byte chunk
-  // t % 8 (8 K) of tokens t / 8 + 32 i, into its swizzled slot; BIG = false: thread t the 16 code bytes of
-  // row t / 2, block t % 2, threads < 16 one chunk of the weight scales. BIG: every 4th stage also brings
-  // the weight stage after the next one (cursor wc, one weight stage ahead): thread t 16-byte chunk t % 8
-  // of rows t / 8 + 32 i, threads < 64 one chunk of the scales.
-  Item pc = first, wc = first;
+  // Producer: the whole CTA copies a stage (one commit group a thread, empty past the end): thread t the
+  // 16 code bytes of row t / 2, block t % 2; threads < 16 one chunk of the weight scales; 16-byte chunk
+  // t % 8 (8 K) of tokens t / 8 + 32 i, into its swizzled slot.
+  Item pc = first;
   const uint8_t *pw = nullptr, *pws = nullptr;
   const uint16_t* pb = nullptr;
-  int pb_rows = 0, wslot = 0;
-  const int64_t ldb32 = 32 * static_cast<int64_t>(p.k), ldw32 = 32 * p.ldw;
+  int pb_rows = 0;
+  const int64_t ldb32 = 32 * static_cast<int64_t>(p.k);
   const int b_dst = (tid >> 3) * 128 + (((tid & 7) ^ ((tid >> 3) & 7)) * 16);
-  const int w_dst = (tid >> 3) * 128 + (((tid & 7) ^ (2 * ((tid >> 3) & 3))) * 16);
-  auto produce_w = [&]() {  // BIG: the weight stage at wc, then wc 4 stages on
-    if (wc.tile >= tiles) return;
-    if (wc.st == 0) {
-      const int64_t wrow = static_cast<int64_t>(wc.g) * p.n + wc.col0;
-      pw = p.w + (wrow + (tid >> 3)) * p.ldw + (tid & 7) * 16;
-      pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
-    }
-    uint8_t* const big = ring + L::kBigOff + wslot * L::kBigBytes;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) cp_async16(smem_addr(big + w_dst + i * 32 * 128), pw + i * ldw32);
-    if (tid < 64) cp_async16(smem_addr(big + L::kBigW + tid * 16), pws);
-    pw += 128, pws += 8 * p.ld_ws;
-    wslot = wslot + 1 == L::kWStages ? 0 : wslot + 1;
-#pragma unroll 1
-    for (int i = 0; i < 4; ++i) advance(wc);
-  };
   int pslot = 0;
   auto produce = [&]() {
     if (pc.tile < tiles) {
       if (pc.st == 0) {
         const int64_t wrow = static_cast<int64_t>(pc.g) * p.n + pc.col0;
-        if constexpr (!BIG) {
-          pw = p.w + (wrow + (tid >> 1)) * p.ldw + (tid & 1) * 16;
-          pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
-        }
+        pw = p.w + (wrow + (tid >> 1)) * p.ldw + (tid & 1) * 16;
+        pws = p.w_scale + (tid >> 3) * p.ld_ws + wrow + (tid & 7) * 16;
         pb_rows = pc.rows - (tid >> 3);
         pb = p.ab + static_cast<int64_t>(pc.row0 + max(min(tid >> 3, pc.rows - 1), 0)) * p.k + (tid & 7) * 8;
       }
       uint8_t* const st = ring + pslot * L::kStageBytes;
-      if constexpr (BIG) {
-        if (pc.st % 4 == 0) produce_w();
-      } else {
-        cp_async16(smem_addr(st + L::kWOff + tid * 16), pw);
-        if (tid < 16) cp_async16(smem_addr(st + L::kWsOff + tid * 16), pws);
-        pw += kStageK / 2, pws += 2 * p.ld_ws;
-      }
+      cp_async16(smem_addr(st + L::kWOff + tid * 16), pw);
+      if (tid < 16) cp_async16(smem_addr(st + L::kWsOff + tid * 16), pws);
 #pragma unroll
       for (int i = 0; i < NT / 32; ++i)
         if (32 * i < pb_rows) cp_async16(smem_addr(st + L::kBOff + b_dst + i * 32 * 128), pb + i * ldb32);
-      pb += kStageK;
+      pw += kStageK / 2, pws += 2 * p.ld_ws, pb += kStageK;
       advance(pc);
     }
     cp_async_commit();
     pslot = pslot + 1 == S ? 0 : pslot + 1;
   };
 
-  // Widening of stage q's codes (landed) into weight tile `tile`: thread t the 32 codes of row t / 2, K
-  // block t % 2 (4 chunks of 8 K). Chunk c of a tile row holds K 8c .. 8c + 7 at 16-byte slot c ^ (row % 8)
-  // (the 128-byte swizzle).
+  // Widening of stage q's codes (landed) into weight tile `tile`: thread t the 32 codes it copied (row
+  // t / 2, K block t % 2: 4 chunks of 8 K). Chunk c of a tile row holds K 8c .. 8c + 7 at 16-byte slot
+  // c ^ (row % 8) (the 128-byte swizzle).
   auto widen = [&](int q, uint8_t* tile) {
     const int r = tid >> 1, j = tid & 1, sw = r & 7;
-    uint4 c;
-    int sb;
-    if constexpr (BIG) {
-      const uint8_t* const big = ring + L::kBigOff + ((q >> 2) % L::kWStages) * L::kBigBytes;
-      const int ch = 2 * (q & 3) + j;
-      c = *reinterpret_cast<const uint4*>(big + r * 128 + ((ch ^ (2 * (r & 3))) * 16));
-      sb = big[L::kBigW + ch * kSlice + r];
-    } else {
-      const uint8_t* const st = ring + (q % S) * L::kStageBytes;
-      c = *reinterpret_cast<const uint4*>(st + L::kWOff + tid * 16);
-      sb = st[L::kWsOff + j * kSlice + r];
-    }
-    const Pow2 s = pow2_bf16x2(sb - 1);
+    const uint8_t* const st = ring + (q % S) * L::kStageBytes;
+    const uint4 c = *reinterpret_cast<const uint4*>(st + L::kWOff + tid * 16);
+    const Pow2 s = pow2_bf16x2(static_cast<int>(st[L::kWsOff + j * kSlice + r]) - 1);
     uint8_t* const row = tile + r * 128;
     *reinterpret_cast<uint4*>(row + (((4 * j + 0) ^ sw) * 16)) = e2m1x8_to_bf16(c.x, s);
     *reinterpret_cast<uint4*>(row + (((4 * j + 1) ^ sw) * 16)) = e2m1x8_to_bf16(c.y, s);
@@ -255,7 +217,6 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
   auto stage_at = [&](int slot) { return ring + slot * L::kStageBytes; };
   auto tile_at = [&](int b) { return ring + L::kTileOff + b * L::kTileW; };
 
-  if constexpr (BIG) produce_w();  // weight stage 0 joins stage 0's group, stage 1's comes with it
 #pragma unroll 1
   for (int s = 0; s < S; ++s) produce();
   if (first.tile < tiles) {
@@ -308,26 +269,24 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
   }
 }
 
-template <bool BIG>
 void launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<BIG>::kSmem;
+  constexpr int smem = Layout::kSmem;
   static const bool attr_set =
-      cudaFuncSetAttribute(mxfp4_prefill_kernel<BIG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+      cudaFuncSetAttribute(mxfp4_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
   check(attr_set, "mxfp4_prefill: cannot reserve ", smem, " bytes of shared memory");
   const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), sm90::sm_count());
-  mxfp4_prefill_kernel<BIG><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  mxfp4_prefill_kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
 }
 
 }  // namespace
 
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k * 2 + 255) / 256 * 256; }
 
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s, bool big) {
-  check(p.n % kSlice == 0 && p.k % 256 == 0 && p.ab, "mxfp4_prefill: need n % 128 == 0, k % 256 == 0, a workspace");
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
+  check(p.n % kSlice == 0 && p.k % kStageK == 0 && p.ab, "mxfp4_prefill: need n % 128 == 0, k % 64 == 0, a workspace");
   const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
-  if (big) launch<true>(p, active_bound, s);
-  else launch<false>(p, active_bound, s);
+  launch(p, active_bound, s);
 }
 
 }  // namespace deepinfer::cuda
