@@ -10,7 +10,7 @@
 //   bench_cuda_kernels [--quick | --moe | --moe-decode | --moe-prefill | --indexer | --attention]   (--moe /
 //   --indexer / --attention: the copy ceiling and the routed-expert rows / the indexer rows / sparse
 //   attention and candidate_mask only; --moe-decode / --moe-prefill: the routed-expert rows at decode
-//   sizes, m 1..512 tokens, or prefill sizes, m 1024..16384: 16..256 rows an expert)
+//   sizes, m 1..512 tokens, or prefill sizes, m 1024..16384: 16..256 rows an expert; --moe-prefill M: m = M only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -213,6 +213,7 @@ int main(int argc, char** argv) {
     if (quick) mts = {1, 64, 4096};
     if (moe_decode) mts = {1, 8, 32, 64, 512};
     if (moe_prefill) mts = {1024, 2048, 4096, 8192, 16384};
+    if (moe_prefill && argc > 2) mts = {std::atoll(argv[2])};  // one size (for profiling)
     std::mt19937 rng(7);
     for (const Moe& mo : moes) {
       if (indexer_only || attention_only) break;

@@ -45,7 +45,7 @@ constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 
 // swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]), two bf16 weight
 // tiles ([128][128 B], swizzled), the group list. 1 CTA an SM.
 struct Layout {
-  static constexpr int kStages = 4;
+  static constexpr int kStages = 5;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
                        kStageBytes = (kWsOff + kRawWs + 1023) / 1024 * 1024;
   static constexpr int kTileW = kSlice * 128;
@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
   auto tile_at = [&](int b) { return ring + L::kTileOff + b * L::kTileW; };
 
 #pragma unroll 1
-  for (int s = 0; s < S; ++s) produce();
+  for (int s = 0; s < S - 1; ++s) produce();
   if (first.tile < tiles) {
-    cp_async_wait<S - 1>();  // stage 0 landed (this thread's copies)
+    cp_async_wait<S - 2>();  // stage 0 landed (this thread's copies)
     __syncthreads();         // ... and every thread's
     widen(0, tile_at(0));
     __syncthreads();
@@ -243,8 +243,9 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
     Item nx = mc;  // stage q + 1
     advance(nx);
     if (nx.tile < tiles) {
-      cp_async_wait<S - 2>();  // stage q + 1 landed
+      cp_async_wait<S - 3>();  // stage q + 1 landed
       __syncthreads();         // for every thread
+      produce();               // stage q + S - 1 into stage q - 1's slot (free since the last barrier)
       widen(q + 1, tile_at((q + 1) & 1));
     }
     sm90::wgmma_wait<0>();
@@ -264,7 +265,6 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
     }
     mc = nx;
     __syncthreads();  // the widened tile complete; every warpgroup done with stage q (its slot refills)
-    produce();        // stage q + S into stage q's slot
     mslot = nslot;
   }
 }
