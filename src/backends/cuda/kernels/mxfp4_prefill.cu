@@ -41,9 +41,9 @@ using sm90::smem_addr;
 constexpr int kThreads = 256, kSlice = 128, kStageK = 64, NT = 256;
 constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 rows][32 B], scales [2][128]
 
-// Shared memory: a ring of stages (the batch's bf16 activations [NT][128 B] as wgmma reads them, 128-byte
-// swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]), two bf16 weight
-// tiles ([128][128 B], swizzled), the group list. 1 CTA an SM.
+// Shared memory: a ring of 5 stages (the batch's bf16 activations [NT][128 B] as wgmma reads them,
+// 128-byte swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]), two bf16
+// weight tiles ([128][128 B], swizzled), the group list: 222 KB, 1 CTA an SM.
 struct Layout {
   static constexpr int kStages = 5;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
@@ -73,9 +73,9 @@ __device__ __forceinline__ uint32_t scale(uint32_t x, const Pow2& s) {
   return s.two ? bf16x2_mul(x, s.m2) : x;
 }
 
-// 8 e2m1 codes (nibble i = k i) -> bf16 pairs (k i, k i + 4), i = 0..3, times 2^(e + 1 - 127)... as bits:
-// sign to bit 15, the 3 magnitude bits to bits 8..6 make the bf16 of 2^-126 times the code's value
-// (code 1 = 0.5 lands on the subnormal 2^-127), so the factor is 2^(126 + scale exponent).
+// 8 e2m1 codes (nibble i = k i) -> bf16 pairs (k i, k i + 4), i = 0..3, times the factor s: the sign to
+// bit 15 and the 3 magnitude bits to bits 8..6 make the bf16 of 2^-126 times the code's value (code 1 =
+// 0.5 lands on the subnormal 2^-127), so s = 2^(126 + the scale's exponent).
 __device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t q, const Pow2& s) {
   uint32_t v[4];
 #pragma unroll
