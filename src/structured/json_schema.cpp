@@ -236,6 +236,7 @@ class Converter {
     std::erase_if(refs_, [&](const auto& kv) { return kv.second >= m.rules; });
     std::erase_if(counted_strings_, [&](const auto& kv) { return kv.second >= m.rules; });
     std::erase_if(converted_, [&](const auto& kv) { return kv.second.since >= m.rules; });  // may name its rules
+    std::erase_if(numeric_exprs_, [&](const auto& kv) { return kv.second.since >= m.rules; });
     for (int* r : {&key_rest_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
       if (*r >= m.rules) *r = -1;
     ref_merge_depth_ = m.ref_merge_depth;
@@ -1186,7 +1187,45 @@ class Converter {
     return d;
   }
 
+  // The distinct elements of a JSON array, as sorted text (the key of a set of values).
+  static std::string sorted_set_text(const Json& a) {
+    std::vector<std::string> items;
+    for (const Json& x : a) items.push_back(x.dump());
+    std::sort(items.begin(), items.end());
+    items.erase(std::unique(items.begin(), items.end()), items.end());
+    std::string out;
+    for (const std::string& x : items) out += x + ",";
+    return out;
+  }
+
+  // Numbers of s's numeric keywords. The same keywords recur in many branches (the products of
+  // an allOf of oneOfs: allone1 built one 870-state product 64 times, finding it empty), so a
+  // result that declares no rule (a plain expression, DFAs included) or matches nothing is kept
+  // by those keywords' text.
   int numeric(const Json& s, const std::string& path, bool integer) {
+    std::string key(1, integer ? 'i' : 'n');
+    for (const std::string& k : {std::string("minimum"), std::string("exclusiveMinimum"), std::string("maximum"),
+                                 std::string("exclusiveMaximum"), std::string("multipleOf"), kNotMultipleOf})
+      if (s.contains(k)) key += k + "=" + (k == kNotMultipleOf ? sorted_set_text(s[k]) : s[k].dump()) + ";";
+    if (auto it = numeric_exprs_.find(key); it != numeric_exprs_.end()) {
+      if (it->second.expr < 0) nothing(path, it->second.nothing);
+      return it->second.expr;
+    }
+    const int rules = g_.num_rules();
+    int e;
+    try {
+      e = numeric_uncached(s, path, integer);
+    } catch (const NothingMatches& x) {
+      const std::string prefix = "json schema: unsupported ", suffix = " at " + path, what = x.what();
+      if (g_.num_rules() == rules && what.starts_with(prefix) && what.ends_with(suffix))
+        numeric_exprs_.emplace(std::move(key), NumericResult{-1, rules, what.substr(prefix.size(), what.size() - prefix.size() - suffix.size())});
+      throw;
+    }
+    if (g_.num_rules() == rules) numeric_exprs_.emplace(std::move(key), NumericResult{e, rules, {}});
+    return e;
+  }
+
+  int numeric_uncached(const Json& s, const std::string& path, bool integer) {
     std::optional<Bound> lo, hi;
     auto bound = [&](const char* key, bool excl, std::optional<Bound>& b) {
       if (!s.contains(key)) return;
@@ -1295,11 +1334,19 @@ class Converter {
   // without multipleOf also the non-integers in range (they are multiples of no integer).
   int not_multiple(const Json& s, bool integer, const std::optional<Bound>& lo, const std::optional<Bound>& hi, const std::string& path) {
     const long n0 = s.contains("multipleOf") ? integer_modulus(s["multipleOf"], integer, path) : 1;
+    std::vector<long> all, ks;
+    for (const Json& m : s[kNotMultipleOf]) all.push_back(integer_modulus(m, integer, path));
+    // A modulus that divides multipleOf's leaves nothing; one that another divides adds nothing
+    // (merged allOfs repeat them: [5,11,7,7,10] is [5,7,11]).
+    for (long k : all)
+      if (n0 % k == 0) nothing(path, "number that is no multiple of 'not' multipleOf in range (matches nothing)");
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (long k : all)
+      if (std::none_of(ks.begin(), ks.end(), [&](long d) { return k % d == 0; })) ks.push_back(k);
     long l = n0;
-    std::vector<long> ks;
-    for (const Json& m : s[kNotMultipleOf]) {
-      ks.push_back(integer_modulus(m, integer, path));
-      l = std::lcm(l, ks.back());
+    for (long k : ks) {
+      l = std::lcm(l, k);
       if (l > static_cast<long>(kMaxDfaStates)) unsupported(path, "'not' of multipleOf (the moduli's lcm passes 4096)");
     }
     const ByteDfa rem = multiple_dfa(l, [&](long r) {
@@ -1858,6 +1905,11 @@ class Converter {
     int expr, since;  // since: the rule count when its conversion started
   };
   std::unordered_map<std::string, Converted> converted_;  // convert's results, by schema text
+  struct NumericResult {
+    int expr, since;      // expr -1: matches nothing, for the reason `nothing`
+    std::string nothing;
+  };
+  std::unordered_map<std::string, NumericResult> numeric_exprs_;  // numeric's results declaring no rule, by keywords
   int ref_merge_depth_ = 0, merge_rounds_ = 0;
   // Work bound on the spelled complements (exact oneOf, 'not'): converted subschemas so far and
   // the count past which the current attempt gives up (their products can grow exponentially).
