@@ -237,7 +237,7 @@ class Converter {
     std::erase_if(counted_strings_, [&](const auto& kv) { return kv.second >= m.rules; });
     std::erase_if(converted_, [&](const auto& kv) { return kv.second.since >= m.rules; });  // may name its rules
     std::erase_if(numeric_exprs_, [&](const auto& kv) { return kv.second.since >= m.rules; });
-    for (int* r : {&key_rest_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
+    for (int* r : {&key_rest_rule_, &key_off_names_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
       if (*r >= m.rules) *r = -1;
     ref_merge_depth_ = m.ref_merge_depth;
     merge_rounds_ = m.merge_rounds;
@@ -1764,14 +1764,36 @@ class Converter {
       }
       // Escapes only where JSON needs them (the names are in that form too): "\/" or "\u00e9"
       // would spell a name in another way, so they are not offered (a safe subset).
-      std::vector<int> other{g_.cls(excluded, true)};
-      for (char e : std::string("\"\\bfnrt"))
-        if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
-      if (!u_child) other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
-      alts.push_back(g_.seq({g_.alt(other), rest}));
+      if (esc_children.empty() && !u_child && std::all_of(excluded.begin(), excluded.end(), [](auto r) { return r.second < 0x80; })) {
+        // Only ASCII units here: every escape and non-ASCII character leaves the names, through
+        // one rule shared by such nodes (its ~20 automaton nodes once, not per trie node).
+        excluded.push_back({0x80, kMaxCodepoint});
+        alts.push_back(g_.seq({g_.cls(excluded, true), rest}));
+        alts.push_back(g_.ref(key_off_names_rule()));
+      } else {
+        std::vector<int> other{g_.cls(excluded, true)};
+        for (char e : std::string("\"\\bfnrt"))
+          if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
+        if (!u_child) other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
+        alts.push_back(g_.seq({g_.alt(other), rest}));
+      }
       g_.define_rule(base + static_cast<int>(t), g_.alt(alts));
     }
     return g_.seq({g_.lit("\""), g_.ref(base)});
+  }
+
+  // A key character no ASCII unit of the names starts (an escape or a non-ASCII character), then
+  // any rest of the key.
+  int key_off_names_rule() {
+    if (key_off_names_rule_ < 0) {
+      if (key_rest_rule_ < 0) fail("json schema: internal: key_rest before key_off_names");
+      key_off_names_rule_ = g_.declare_rule("key_off_names");
+      std::vector<int> other{g_.cls({{0x80, kMaxCodepoint}})};
+      for (char e : std::string("\"\\bfnrt")) other.push_back(g_.lit(std::string("\\") + e));
+      other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
+      g_.define_rule(key_off_names_rule_, g_.seq({g_.alt(other), g_.ref(key_rest_rule_)}));
+    }
+    return key_off_names_rule_;
   }
 
   // contains C (minContains n >= 1, no maxContains, no prefixItems or maxItems): any items
@@ -1916,7 +1938,7 @@ class Converter {
   long work_ = 0, work_limit_ = kMaxWork;
   static constexpr int kMaxSchemaDepth = 64;
   int depth_ = 0;
-  int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
+  int key_rest_rule_ = -1, key_off_names_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };
 
 }  // namespace
