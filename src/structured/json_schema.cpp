@@ -475,10 +475,19 @@ class Converter {
     std::string key = schema0.dump();
     if (auto it = converted_.find(key); it != converted_.end()) return it->second.expr;
     const int since = g_.num_rules();
-    const int e = convert_uncached(schema0, path);
+    int e = convert_uncached(schema0, path);
+    // A large value (an enum of 250 countries, a product of number automata) becomes a rule of
+    // its own: each use is then one reference instead of a copy that the subset construction
+    // determinizes again (transcend's schema repeats such enums in dozens of members).
+    if (g_.expr_size(e, kHoistStates) >= kHoistStates) {
+      const int r = g_.declare_rule("value" + std::to_string(g_.num_rules()));
+      g_.define_rule(r, e);
+      e = g_.ref(r);
+    }
     converted_.emplace(std::move(key), Converted{e, since});
     return e;
   }
+  static constexpr size_t kHoistStates = 512;
   int convert_uncached(const Json& schema0, const std::string& path) {
     // Bounds the recursion (a deep schema must not overflow the stack) with a reason that says so.
     struct Depth {
