@@ -158,11 +158,14 @@ void EarleyParser::close_set() {
       const EarleyItem parent = items_[j];
       const FsmNode& pn = a_->nodes[parent.node];
       const int32_t pperm = a_->rule_perm[pn.rule];
-      for (uint32_t e = pn.ref_begin; e < pn.ref_end; ++e) {
-        if (a_->ref_edges[e].rule != rule) continue;
-        if (pperm < 0) add(a_->ref_edges[e].target, parent.origin, parent.seen);
-        else if (may_take(parent.seen, rule, pperm)) add(a_->ref_edges[e].target, parent.origin, take(parent.seen, rule, pperm));
-      }
+      // A node has at most one edge per rule, sorted by rule (fsm.cpp): a perm node's hundreds
+      // of member edges are searched, not scanned.
+      const RefEdge* first = a_->ref_edges.data() + pn.ref_begin;
+      const RefEdge* last = a_->ref_edges.data() + pn.ref_end;
+      const RefEdge* e = std::lower_bound(first, last, rule, [](const RefEdge& x, uint32_t r) { return x.rule < r; });
+      if (e == last || e->rule != rule) continue;
+      if (pperm < 0) add(e->target, parent.origin, parent.seen);
+      else if (may_take(parent.seen, rule, pperm)) add(e->target, parent.origin, take(parent.seen, rule, pperm));
     }
   }
   root_done_.push_back(done);

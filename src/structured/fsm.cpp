@@ -198,7 +198,12 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
   std::vector<uint32_t> stamp(nfa.states.size(), 0), stack, tgt;
   uint32_t round = 0;
   const size_t max_states = kMaxDfaGrowth * nfa.states.size() + kMinDfaStates;
+  // By kernel (the sorted targets before their closure) too: many (set, byte range) pairs reach
+  // the same kernel, and its closure can be hundreds of NFA states.
+  std::unordered_map<std::vector<uint32_t>, uint32_t, StateIdsHash> by_kernel;
   auto intern = [&](std::vector<uint32_t>& set) {
+    auto [known, fresh_kernel] = by_kernel.try_emplace(set, 0);
+    if (!fresh_kernel) return known->second;
     closure(nfa, set, stamp, ++round, stack);
     auto [it, inserted] = ids.try_emplace(set, base + static_cast<uint32_t>(ids.size()));
     if (inserted) {
@@ -206,13 +211,16 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
             " states from ", nfa.states.size(), " (exponential, as in .*a.{20}: simplify the pattern)");
       pending.push_back(&it->first);
     }
-    return it->second;
+    return known->second = it->second;
   };
   tgt.push_back(start);
   const uint32_t s0 = intern(tgt);
   std::vector<ByteEdge> edges;
   std::vector<RefEdge> refs;
   std::vector<int> cuts;
+  std::vector<uint8_t> cut_at(257, 0);
+  std::vector<uint32_t> cut_index(257, 0);
+  std::vector<std::vector<uint32_t>> buckets;
   for (size_t k = 0; k < pending.size(); ++k) {
     const std::vector<uint32_t>& set = *pending[k];
     edges.clear();
@@ -227,15 +235,23 @@ uint32_t determinize(const Nfa& nfa, uint32_t start, uint32_t final_state, uint3
     n.rule = rule;
     n.accepting = acc;
     n.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
+    // The byte ranges no edge boundary splits (cut points marked in a 257-entry table), and each
+    // edge's target in the bucket of every range it covers: the edges' sizes, not ranges x edges.
     cuts.clear();
-    for (auto& e : edges) { cuts.push_back(e.lo); cuts.push_back(e.hi + 1); }
+    for (auto& e : edges) {
+      for (int b : {int(e.lo), e.hi + 1})
+        if (!cut_at[b]) cut_at[b] = 1, cuts.push_back(b);
+    }
     std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    for (size_t c = 0; c < cuts.size(); ++c) cut_index[cuts[c]] = static_cast<uint32_t>(c);
+    if (buckets.size() < cuts.size()) buckets.resize(cuts.size());
+    for (auto& e : edges)
+      for (uint32_t c = cut_index[e.lo]; c < cut_index[e.hi + 1]; ++c) buckets[c].push_back(e.target);
+    for (int b : cuts) cut_at[b] = 0;
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
       const int lo = cuts[c], hi = cuts[c + 1] - 1;
-      tgt.clear();
-      for (auto& e : edges)
-        if (e.lo <= lo && hi <= e.hi) tgt.push_back(e.target);
+      tgt.swap(buckets[c]);
+      buckets[c].clear();
       if (tgt.empty()) continue;
       std::sort(tgt.begin(), tgt.end());
       tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());

@@ -72,6 +72,28 @@ void Grammar::truncate_rules(int n) {
   if (root_ >= n) root_ = -1;
 }
 
+size_t Grammar::expr_size(int id, size_t cap) const {
+  const Expr& e = exprs_[id];
+  switch (e.kind) {
+    case Expr::Kind::kEmpty: case Expr::Kind::kRef: return 1;
+    case Expr::Kind::kBytes: return std::min(cap, e.bytes.size() + 1);
+    case Expr::Kind::kClass: return std::min(cap, 2 * e.ranges.size() + 1);
+    case Expr::Kind::kDfa: return std::min(cap, dfas_[e.rule].size() + 1);
+    case Expr::Kind::kSeq: case Expr::Kind::kAlt: {
+      size_t n = 1;
+      for (int k : e.kids)
+        if ((n += expr_size(k, cap - std::min(n, cap))) >= cap) return cap;
+      return n;
+    }
+    case Expr::Kind::kRepeat: {
+      const size_t copies = std::max<size_t>(1, e.max == kUnbounded ? size_t(e.min) + 1 : size_t(e.max));
+      const size_t one = expr_size(e.kids[0], cap);
+      return one >= cap || copies >= cap ? cap : std::min(cap, one * copies + 2);
+    }
+  }
+  return cap;
+}
+
 int Grammar::add(Expr e) {
   exprs_.push_back(std::move(e));
   return static_cast<int>(exprs_.size()) - 1;

@@ -75,6 +75,9 @@ class Grammar {
   void set_root(int r) { root_ = r; }
 
   const Expr& expr(int e) const { return exprs_[e]; }
+  // The NFA states expression e lowers to (fsm.cpp; repeats unrolled, a sub-rule one), counted
+  // up to `cap` (a larger size returns cap: shared subexpressions are counted per use).
+  size_t expr_size(int e, size_t cap) const;
 
   int empty();
   int lit(const std::string& utf8);

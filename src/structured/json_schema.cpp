@@ -236,7 +236,8 @@ class Converter {
     std::erase_if(refs_, [&](const auto& kv) { return kv.second >= m.rules; });
     std::erase_if(counted_strings_, [&](const auto& kv) { return kv.second >= m.rules; });
     std::erase_if(converted_, [&](const auto& kv) { return kv.second.since >= m.rules; });  // may name its rules
-    for (int* r : {&key_rest_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
+    std::erase_if(numeric_exprs_, [&](const auto& kv) { return kv.second.since >= m.rules; });
+    for (int* r : {&key_rest_rule_, &key_off_names_rule_, &value_rule_, &string_rule_, &number_rule_, &integer_rule_})
       if (*r >= m.rules) *r = -1;
     ref_merge_depth_ = m.ref_merge_depth;
     merge_rounds_ = m.merge_rounds;
@@ -474,10 +475,19 @@ class Converter {
     std::string key = schema0.dump();
     if (auto it = converted_.find(key); it != converted_.end()) return it->second.expr;
     const int since = g_.num_rules();
-    const int e = convert_uncached(schema0, path);
+    int e = convert_uncached(schema0, path);
+    // A large value (an enum of 250 countries, a product of number automata) becomes a rule of
+    // its own: each use is then one reference instead of a copy that the subset construction
+    // determinizes again (transcend's schema repeats such enums in dozens of members).
+    if (g_.expr_size(e, kHoistStates) >= kHoistStates) {
+      const int r = g_.declare_rule("value" + std::to_string(g_.num_rules()));
+      g_.define_rule(r, e);
+      e = g_.ref(r);
+    }
     converted_.emplace(std::move(key), Converted{e, since});
     return e;
   }
+  static constexpr size_t kHoistStates = 512;
   int convert_uncached(const Json& schema0, const std::string& path) {
     // Bounds the recursion (a deep schema must not overflow the stack) with a reason that says so.
     struct Depth {
@@ -1186,7 +1196,45 @@ class Converter {
     return d;
   }
 
+  // The distinct elements of a JSON array, as sorted text (the key of a set of values).
+  static std::string sorted_set_text(const Json& a) {
+    std::vector<std::string> items;
+    for (const Json& x : a) items.push_back(x.dump());
+    std::sort(items.begin(), items.end());
+    items.erase(std::unique(items.begin(), items.end()), items.end());
+    std::string out;
+    for (const std::string& x : items) out += x + ",";
+    return out;
+  }
+
+  // Numbers of s's numeric keywords. The same keywords recur in many branches (the products of
+  // an allOf of oneOfs: allone1 built one 870-state product 64 times, finding it empty), so a
+  // result that declares no rule (a plain expression, DFAs included) or matches nothing is kept
+  // by those keywords' text.
   int numeric(const Json& s, const std::string& path, bool integer) {
+    std::string key(1, integer ? 'i' : 'n');
+    for (const std::string& k : {std::string("minimum"), std::string("exclusiveMinimum"), std::string("maximum"),
+                                 std::string("exclusiveMaximum"), std::string("multipleOf"), kNotMultipleOf})
+      if (s.contains(k)) key += k + "=" + (k == kNotMultipleOf ? sorted_set_text(s[k]) : s[k].dump()) + ";";
+    if (auto it = numeric_exprs_.find(key); it != numeric_exprs_.end()) {
+      if (it->second.expr < 0) nothing(path, it->second.nothing);
+      return it->second.expr;
+    }
+    const int rules = g_.num_rules();
+    int e;
+    try {
+      e = numeric_uncached(s, path, integer);
+    } catch (const NothingMatches& x) {
+      const std::string prefix = "json schema: unsupported ", suffix = " at " + path, what = x.what();
+      if (g_.num_rules() == rules && what.starts_with(prefix) && what.ends_with(suffix))
+        numeric_exprs_.emplace(std::move(key), NumericResult{-1, rules, what.substr(prefix.size(), what.size() - prefix.size() - suffix.size())});
+      throw;
+    }
+    if (g_.num_rules() == rules) numeric_exprs_.emplace(std::move(key), NumericResult{e, rules, {}});
+    return e;
+  }
+
+  int numeric_uncached(const Json& s, const std::string& path, bool integer) {
     std::optional<Bound> lo, hi;
     auto bound = [&](const char* key, bool excl, std::optional<Bound>& b) {
       if (!s.contains(key)) return;
@@ -1295,11 +1343,19 @@ class Converter {
   // without multipleOf also the non-integers in range (they are multiples of no integer).
   int not_multiple(const Json& s, bool integer, const std::optional<Bound>& lo, const std::optional<Bound>& hi, const std::string& path) {
     const long n0 = s.contains("multipleOf") ? integer_modulus(s["multipleOf"], integer, path) : 1;
+    std::vector<long> all, ks;
+    for (const Json& m : s[kNotMultipleOf]) all.push_back(integer_modulus(m, integer, path));
+    // A modulus that divides multipleOf's leaves nothing; one that another divides adds nothing
+    // (merged allOfs repeat them: [5,11,7,7,10] is [5,7,11]).
+    for (long k : all)
+      if (n0 % k == 0) nothing(path, "number that is no multiple of 'not' multipleOf in range (matches nothing)");
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (long k : all)
+      if (std::none_of(ks.begin(), ks.end(), [&](long d) { return k % d == 0; })) ks.push_back(k);
     long l = n0;
-    std::vector<long> ks;
-    for (const Json& m : s[kNotMultipleOf]) {
-      ks.push_back(integer_modulus(m, integer, path));
-      l = std::lcm(l, ks.back());
+    for (long k : ks) {
+      l = std::lcm(l, k);
       if (l > static_cast<long>(kMaxDfaStates)) unsupported(path, "'not' of multipleOf (the moduli's lcm passes 4096)");
     }
     const ByteDfa rem = multiple_dfa(l, [&](long r) {
@@ -1717,14 +1773,36 @@ class Converter {
       }
       // Escapes only where JSON needs them (the names are in that form too): "\/" or "\u00e9"
       // would spell a name in another way, so they are not offered (a safe subset).
-      std::vector<int> other{g_.cls(excluded, true)};
-      for (char e : std::string("\"\\bfnrt"))
-        if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
-      if (!u_child) other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
-      alts.push_back(g_.seq({g_.alt(other), rest}));
+      if (esc_children.empty() && !u_child && std::all_of(excluded.begin(), excluded.end(), [](auto r) { return r.second < 0x80; })) {
+        // Only ASCII units here: every escape and non-ASCII character leaves the names, through
+        // one rule shared by such nodes (its ~20 automaton nodes once, not per trie node).
+        excluded.push_back({0x80, kMaxCodepoint});
+        alts.push_back(g_.seq({g_.cls(excluded, true), rest}));
+        alts.push_back(g_.ref(key_off_names_rule()));
+      } else {
+        std::vector<int> other{g_.cls(excluded, true)};
+        for (char e : std::string("\"\\bfnrt"))
+          if (!esc_children.count(e)) other.push_back(g_.lit(std::string("\\") + e));
+        if (!u_child) other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
+        alts.push_back(g_.seq({g_.alt(other), rest}));
+      }
       g_.define_rule(base + static_cast<int>(t), g_.alt(alts));
     }
     return g_.seq({g_.lit("\""), g_.ref(base)});
+  }
+
+  // A key character no ASCII unit of the names starts (an escape or a non-ASCII character), then
+  // any rest of the key.
+  int key_off_names_rule() {
+    if (key_off_names_rule_ < 0) {
+      if (key_rest_rule_ < 0) fail("json schema: internal: key_rest before key_off_names");
+      key_off_names_rule_ = g_.declare_rule("key_off_names");
+      std::vector<int> other{g_.cls({{0x80, kMaxCodepoint}})};
+      for (char e : std::string("\"\\bfnrt")) other.push_back(g_.lit(std::string("\\") + e));
+      other.push_back(g_.seq({g_.lit("\\u00"), g_.cls({{'0', '1'}}), g_.cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}})}));
+      g_.define_rule(key_off_names_rule_, g_.seq({g_.alt(other), g_.ref(key_rest_rule_)}));
+    }
+    return key_off_names_rule_;
   }
 
   // contains C (minContains n >= 1, no maxContains, no prefixItems or maxItems): any items
@@ -1858,13 +1936,18 @@ class Converter {
     int expr, since;  // since: the rule count when its conversion started
   };
   std::unordered_map<std::string, Converted> converted_;  // convert's results, by schema text
+  struct NumericResult {
+    int expr, since;      // expr -1: matches nothing, for the reason `nothing`
+    std::string nothing;
+  };
+  std::unordered_map<std::string, NumericResult> numeric_exprs_;  // numeric's results declaring no rule, by keywords
   int ref_merge_depth_ = 0, merge_rounds_ = 0;
   // Work bound on the spelled complements (exact oneOf, 'not'): converted subschemas so far and
   // the count past which the current attempt gives up (their products can grow exponentially).
   long work_ = 0, work_limit_ = kMaxWork;
   static constexpr int kMaxSchemaDepth = 64;
   int depth_ = 0;
-  int key_rest_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
+  int key_rest_rule_ = -1, key_off_names_rule_ = -1, value_rule_ = -1, string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
 };
 
 }  // namespace

@@ -1,11 +1,20 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 
 #include "core/error.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
+
+namespace {
+
+bool item_less(const EarleyItem& x, const EarleyItem& y) {
+  return std::tie(x.node, x.origin, x.seen) < std::tie(y.node, y.origin, y.seen);
+}
+
+}  // namespace
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar)
     : grammar_(std::move(grammar)), parser_(&grammar_->automaton()) {
@@ -179,24 +188,77 @@ void Matcher::fill_next_token_bitmask(uint32_t* words) const {
   // tokens share pushed prefix sets.
   const int base = parser_.depth();
   std::string cur_bytes, fail_prefix;
+  // A byte is neutral when the newest set after it is the current one again (the same items up to
+  // equivalent nodes, its own predictions renumbered): a JSON string's plain characters in a small frontier. A token's
+  // leading neutral bytes then leave its verdict to the rest, so tokens that differ only there
+  // (`abc",` and `x",` in a string) are walked once, by the rest (`",`). Only for small frontiers:
+  // each byte's check is one parser step.
+  // (Not with counted items: their count moves with every character.)
+  const bool small = parser_.end() - parser_.begin() <= kNeutralItems && counted_masks_.empty();
+  if (small) {
+    base_items_.clear();
+    for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it)
+      base_items_.push_back({grammar_->canonical(it->node), it->origin == uint32_t(base) ? kRootOrigin - 1 : it->origin, it->seen});
+    std::sort(base_items_.begin(), base_items_.end(), item_less);
+    neutral_.fill(0);
+    rest_verdicts_.clear();
+  }
+  auto neutral = [&](uint8_t b) {
+    if (neutral_[b] == 0) {
+      neutral_[b] = 2;
+      parser_.pop_to(base);
+      cur_bytes.clear();
+      if (parser_.advance(b)) {
+        next_items_.clear();
+        for (const EarleyItem* it = parser_.begin(); it != parser_.end(); ++it)
+          next_items_.push_back({grammar_->canonical(it->node), it->origin == uint32_t(base + 1) ? kRootOrigin - 1 : it->origin == uint32_t(base) ? kRootOrigin - 2 : it->origin, it->seen});
+        std::sort(next_items_.begin(), next_items_.end(), item_less);
+        const bool same = next_items_.size() == base_items_.size() &&
+                          std::equal(next_items_.begin(), next_items_.end(), base_items_.begin(), [](const EarleyItem& x, const EarleyItem& y) {
+                            return x.node == y.node && x.origin == y.origin && x.seen == y.seen;
+                          });
+        if (same) neutral_[b] = 1;
+        parser_.pop(1);
+      }
+    }
+    return neutral_[b] == 1;
+  };
+  if (small)  // the first bytes up front (checking one later would undo the shared prefix)
+    for (int32_t idx : scratch_) neutral(static_cast<uint8_t>(v.sorted_view(idx)[0]));
   for (int32_t idx : scratch_) {
     const int32_t id = v.sorted_id(idx);
     if (words[id >> 5] & (1u << (id & 31))) continue;
-    const std::string_view tok = v.sorted_view(idx);
-    if (!fail_prefix.empty() && tok.substr(0, fail_prefix.size()) == fail_prefix) continue;
-    size_t l = 0;
-    while (l < cur_bytes.size() && l < tok.size() && cur_bytes[l] == tok[l]) ++l;
-    parser_.pop_to(base + static_cast<int>(l));
-    cur_bytes.resize(l);
-    bool ok = true;
-    for (size_t k = l; k < tok.size(); ++k) {
-      if (!parser_.advance(static_cast<uint8_t>(tok[k]))) {
-        ok = false;
-        fail_prefix.assign(tok.substr(0, k + 1));
-        break;
+    std::string_view tok = v.sorted_view(idx);
+    if (small) {
+      size_t lead = 0;
+      while (lead < tok.size() && neutral(static_cast<uint8_t>(tok[lead]))) ++lead;
+      tok.remove_prefix(lead);
+      if (lead > 0) {
+        auto known = rest_verdicts_.find(std::string(tok));
+        if (known != rest_verdicts_.end()) {
+          if (known->second) words[id >> 5] |= 1u << (id & 31), entry->passed.push_back(id);
+          continue;
+        }
       }
-      cur_bytes += tok[k];
     }
+    bool ok = true;
+    if (!fail_prefix.empty() && tok.substr(0, fail_prefix.size()) == fail_prefix) {
+      ok = false;
+    } else {
+      size_t l = 0;
+      while (l < cur_bytes.size() && l < tok.size() && cur_bytes[l] == tok[l]) ++l;
+      parser_.pop_to(base + static_cast<int>(l));
+      cur_bytes.resize(l);
+      for (size_t k = l; k < tok.size(); ++k) {
+        if (!parser_.advance(static_cast<uint8_t>(tok[k]))) {
+          ok = false;
+          fail_prefix.assign(tok.substr(0, k + 1));
+          break;
+        }
+        cur_bytes += tok[k];
+      }
+    }
+    if (tok.size() < v.sorted_view(idx).size()) rest_verdicts_.emplace(std::string(tok), ok);
     if (ok) {
       words[id >> 5] |= 1u << (id & 31);
       entry->passed.push_back(id);

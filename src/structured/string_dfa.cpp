@@ -141,35 +141,106 @@ bool dfa_matches(const ByteDfa& d, const std::string& content) {
   return d.accepting[s];
 }
 
+namespace {
+
+// Classes of the bytes that every state of every part sends to the same place (reps: the first
+// byte of each class, ascending).
+std::vector<uint8_t> shared_byte_classes(const std::vector<const ByteDfa*>& parts, std::vector<uint8_t>& reps) {
+  // A hash of each byte's column (its target in every state of every part), then bytes grouped
+  // by equal columns (the hash only picks the candidates).
+  std::array<uint64_t, 256> h;
+  h.fill(0x9e3779b97f4a7c15ull);
+  for (const ByteDfa* d : parts)
+    for (const auto& row : d->next)
+      for (int b = 0; b < 256; ++b) h[b] = (h[b] ^ row[b]) * 0xbf58476d1ce4e5b9ull;
+  auto same_column = [&](int x, int y) {
+    for (const ByteDfa* d : parts)
+      for (const auto& row : d->next)
+        if (row[x] != row[y]) return false;
+    return true;
+  };
+  std::vector<uint8_t> cls(256);
+  reps.clear();
+  for (int b = 0; b < 256; ++b) {
+    size_t c = 0;
+    while (c < reps.size() && !(h[reps[c]] == h[b] && same_column(reps[c], b))) ++c;
+    if (c == reps.size()) reps.push_back(static_cast<uint8_t>(b));
+    cls[b] = static_cast<uint8_t>(c);
+  }
+  return cls;
+}
+
+}  // namespace
+
+// Interns tuples of `width` state ids, stored flat (no allocation per tuple): open addressing
+// over their indices.
+class TupleTable {
+ public:
+  explicit TupleTable(size_t width) : width_(width), slots_(64, kEmpty) {}
+  size_t size() const { return flat_.size() / width_; }
+  const uint32_t* at(size_t k) const { return flat_.data() + k * width_; }
+  // The index of t, and whether it is new.
+  std::pair<uint32_t, bool> intern(const uint32_t* t) {
+    if (2 * (size() + 1) > slots_.size()) grow();
+    for (size_t i = hash(t) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i] == kEmpty) {
+        slots_[i] = static_cast<uint32_t>(size());
+        flat_.insert(flat_.end(), t, t + width_);
+        return {slots_[i], true};
+      }
+      if (std::equal(t, t + width_, at(slots_[i]))) return {slots_[i], false};
+    }
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  uint64_t hash(const uint32_t* t) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < width_; ++i) h = (h ^ t[i]) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 29);
+  }
+  void grow() {
+    std::vector<uint32_t> old(2 * slots_.size(), kEmpty);
+    old.swap(slots_);
+    for (uint32_t k = 0; k < size(); ++k) {
+      size_t i = hash(at(k)) & (slots_.size() - 1);
+      while (slots_[i] != kEmpty) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = k;
+    }
+  }
+  size_t width_;
+  std::vector<uint32_t> flat_, slots_;
+};
+
 ProductDfa product_dfa(const std::vector<const ByteDfa*>& parts, size_t max_states, const std::string& what) {
   check(!parts.empty() && parts.size() <= 64, "string_dfa: 1 to 64 parts");
   ProductDfa p;
-  std::unordered_map<std::vector<uint32_t>, uint32_t, StateIdsHash> ids;
-  std::vector<std::vector<uint32_t>> tuples;
+  TupleTable tuples(parts.size());
   auto intern = [&](const std::vector<uint32_t>& t) {
-    auto [it, fresh] = ids.emplace(t, static_cast<uint32_t>(tuples.size()));
+    auto [id, fresh] = tuples.intern(t.data());
     if (fresh) {
-      check(tuples.size() < max_states, "json schema: unsupported ", what, " (more than ", max_states, " automaton states)");
+      check(id < max_states, "json schema: unsupported ", what, " (more than ", max_states, " automaton states)");
       uint64_t acc = 0;
       for (size_t i = 0; i < t.size(); ++i)
         if (t[i] != ByteDfa::kNone && parts[i]->accepting[t[i]]) acc |= 1ull << i;
       p.accepts.push_back(acc);
-      tuples.push_back(t);
     }
-    return it->second;
+    return id;
   };
+  // Bytes that every part treats alike lead to the same tuple: one step per class, not per byte
+  // (digit and key automata have a dozen classes).
+  std::vector<uint8_t> reps;
+  const std::vector<uint8_t> cls = shared_byte_classes(parts, reps);
   intern(std::vector<uint32_t>(parts.size(), 0));
+  std::vector<uint32_t> cur(parts.size()), t(parts.size()), by_class(reps.size());
   for (size_t k = 0; k < tuples.size(); ++k) {
-    std::array<uint32_t, 256> row;
-    row.fill(ByteDfa::kNone);
-    std::vector<uint32_t> t(parts.size()), prev;
-    for (int b = 0; b < 256; ++b) {
-      for (size_t i = 0; i < parts.size(); ++i) t[i] = tuples[k][i] == ByteDfa::kNone ? ByteDfa::kNone : parts[i]->next[tuples[k][i]][b];
-      if (b > 0 && t == prev) { row[b] = row[b - 1]; continue; }  // most bytes go where the last one went
-      prev = t;
-      if (t[0] != ByteDfa::kNone) row[b] = intern(t);
+    std::copy(tuples.at(k), tuples.at(k) + parts.size(), cur.begin());  // intern may move them
+    for (size_t c = 0; c < reps.size(); ++c) {
+      for (size_t i = 0; i < parts.size(); ++i) t[i] = cur[i] == ByteDfa::kNone ? ByteDfa::kNone : parts[i]->next[cur[i]][reps[c]];
+      by_class[c] = t[0] == ByteDfa::kNone ? ByteDfa::kNone : intern(t);
     }
-    p.dfa.next.push_back(row);
+    std::array<uint32_t, 256>& row = p.dfa.next.emplace_back();
+    for (int b = 0; b < 256; ++b) row[b] = by_class[cls[b]];
   }
   p.dfa.accepting.assign(tuples.size(), 0);
   return p;

@@ -6,10 +6,12 @@
 //   m.fill_next_token_bitmask(words);                  // bit (id % 32) of words[id / 32]
 //   m.accept_token(sampled_id);
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "structured/earley.h"
@@ -157,6 +159,12 @@ class Matcher {
   static constexpr size_t kCacheEntries = 4;
   mutable std::vector<UncertainCache> cache_;
   mutable std::vector<EarleyItem> key_;
+  // The uncertain walk's neutral bytes (0 unknown, 1 neutral, 2 not) and the verdicts of token
+  // rests after them (matcher.cpp), for frontiers of at most kNeutralItems items.
+  static constexpr long kNeutralItems = 4;
+  mutable std::array<uint8_t, 256> neutral_{};
+  mutable std::vector<EarleyItem> base_items_, next_items_;
+  mutable std::unordered_map<std::string, bool> rest_verdicts_;
   mutable uint64_t cache_clock_ = 0;
 };
 

@@ -68,3 +68,30 @@ def test_trie_fallback_random_outputs_validate(grammar_tool):
     assert finished, resp
     for text in finished:
         assert validator.is_valid(json.loads(text)), text
+
+
+def test_trie_nodes_of_ascii_names_share_one_rule_for_escapes_and_non_ascii(grammar_tool, v3_tokenizer):
+    # Trie nodes whose names go on with ASCII only leave the names through one shared rule
+    # (key_off_names) on an escape or a non-ASCII character; nodes where a name goes on with
+    # one (é, a quote, a newline) keep their own. Both kinds, exact against jsonschema.
+    names, _ = long_names_schema()
+    names += ["caf\u00e9_x", "caf\u00e8", "say_\"hi\"", "line\nbreak", "tab\tx"]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "additionalProperties": {"type": "string"}}
+    resp = grammar_tool.request(cmd="ebnf", schema_type="json", schema=schema)
+    assert not resp.get("error"), resp["error"]
+    assert "key_off_names" in resp["ebnf"]
+    p = "property_number_"
+    check(grammar_tool, v3_tokenizer, schema, [
+        {names[3]: 1}, {names[3]: "x"}, {p + "\u00e9": "x"}, {p + "\u00e9": 1}, {p + "\n": "x"}, {p + "\"": 1},
+        {p + "\\": "x"}, {p + "\u0001": "x"}, {p + "\u4e2d\u6587": "x"}, {"\u00e9": "x"}, {"\n": "x"}, {"\"": 1},
+        {"caf\u00e9_x": 1}, {"caf\u00e9_x": "s"}, {"caf\u00e9": "s"}, {"caf\u00e9": 1}, {"caf\u00e8": 2}, {"caf\u00ea": "s"},
+        {"cafe": "s"}, {"say_\"hi\"": 3}, {"say_\"hi\"": "s"}, {"say_\"h": "s"}, {"say_\n": "s"}, {"say_\u00e9": 1},
+        {"line\nbreak": 1}, {"line\nbreak": "s"}, {"line\n": "s"}, {"line\t": "s"}, {"line\u00e9": 4},
+        {"tab\tx": 5}, {"tab\t": "s"}, {"tab\ty": "s"}, {"tab\ty": 6},
+    ])
+    resp = grammar_tool.request(cmd="sample", schema_type="json", schema=schema, seed=11, runs=12, max_tokens=120)
+    validator = jsonschema.Draft202012Validator(schema)
+    for o in resp["outputs"]:
+        if o["finished"]:
+            assert validator.is_valid(json.loads(o["text"])), o["text"]
