@@ -165,8 +165,8 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
   const int64_t N = seq_begin.back(), L = static_cast<int64_t>(gather.size()) / (r * r);
   if (N == 0) return std::vector<std::vector<float>>(images.size());
   ops::Backend& be = be_;
-  // The ViT's activations are bf16 (x the residual stream, h the normed input of each linear); each
-  // linear's fp32 output y goes to bf16 through the epilogue op that follows it.
+  // The ViT's activations are bf16 (x the residual stream, h the normed input of each linear); a linear's
+  // fp32 output y goes to bf16 through the epilogue op after it (w1, without bias, is rounded by the GEMM).
   using Bf16 = DeviceArray<uint16_t>;
   auto widened = [&](const Bf16& a) {
     std::vector<float> f(a.size());

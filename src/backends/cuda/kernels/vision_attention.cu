@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "backends/cuda/kernels/mma_bf16.cuh"
 #include "backends/cuda/kernels/vision_attention.h"
@@ -28,7 +27,7 @@ using mma::ldsm_x4_t;
 using mma::pack_bf16;
 using mma::smem_u32;
 
-constexpr int kD = 64, kBq = 128, kBk = 64, kMt = 2, kThreads = kBq / (16 * kMt) * 32;
+constexpr int kD = 64, kBk = 64, kMt = 2, kWarps = 4, kBq = kWarps * 16 * kMt, kThreads = kWarps * 32;
 constexpr int kRowBytes = kD * 2;               // a bf16 row: 8 chunks of 16 bytes
 constexpr uint32_t kKvBytes = kBk * kRowBytes;  // one K (or V) tile
 
@@ -54,14 +53,16 @@ __device__ __forceinline__ void load_tile(uint32_t s, const uint16_t* g, int64_t
   }
 }
 
-template <bool kQInRegisters, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+// Shared memory (48 KiB: two blocks an SM): the Q tile, then K and V double-buffered. (Measured on the
+// H200, 2026-12-02: Q fragments reloaded from shared memory with 3 blocks an SM took 1.082 ms, 8 warps of
+// 256 query rows 1.188 ms, against 1.036 ms for this one.)
+constexpr size_t kSmemBytes = static_cast<size_t>(kBq + 4 * kBk) * kRowBytes;
+
+__global__ void __launch_bounds__(kThreads, 2)
     vision_attention_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                             const uint16_t* __restrict__ v, int64_t ld, const int32_t* __restrict__ seq_begin,
                             int64_t seqs, float scale_log2, uint16_t* __restrict__ out, int64_t out_ld) {
-  __shared__ __align__(128) uint16_t sq[kBq * kD];
-  __shared__ __align__(128) uint16_t sk[2][kBk * kD];
-  __shared__ __align__(128) uint16_t sv[2][kBk * kD];
+  extern __shared__ __align__(128) uint8_t smem[];
   // This block's sequence and query tile: blockIdx.x counts the tiles of all sequences in order.
   int64_t tile = blockIdx.x, s = 0, b = 0, e = 0;
   for (; s < seqs; ++s) {
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t head = blockIdx.y, q0 = b + tile * kBq;
   const uint16_t* kg = k + head * kD;
   const uint16_t* vg = v + head * kD;
-  const uint32_t aq = smem_u32(sq), ak = smem_u32(sk[0]), av = smem_u32(sv[0]);
+  const uint32_t aq = smem_u32(smem), ak = aq + kBq * kRowBytes, av = ak + 2 * kKvBytes;
   load_tile<kBq>(aq, q + head * kD, q0, e, ld);
   load_tile<kBk>(ak, kg, b, e, ld);
   load_tile<kBk>(av, vg, b, e, ld);
@@ -83,11 +84,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = static_cast<int>(e - b), tiles = (n + kBk - 1) / kBk;
   uint32_t qf[kMt][4][4];   // this warp's 32 query rows as A fragments, 4 steps of 16 over d
-  auto load_q = [&](int kk) {
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt)
-      ldsm_x4(qf[mt][kk], aq + swz(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
-  };
   float o[kMt][8][4] = {};  // per m tile: rows g and g + 8 (g = lane / 4), 8 blocks of 8 columns
   float m[kMt][2], l[kMt][2];
 #pragma unroll
@@ -101,15 +97,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       load_tile<kBk>(av + nxt, vg, b + static_cast<int64_t>(j + 1) * kBk, e, ld);
       cp_async_commit();
     }
-    if (kQInRegisters && j == 0)
+    if (j == 0)
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) load_q(kk);
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) ldsm_x4(qf[mt][kk], aq + swz(warp * 32 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
     const uint32_t ks = ak + (j & 1) * kKvBytes, vs = av + (j & 1) * kKvBytes;
     // S = Q K^T for 64 keys: 8 blocks of 8 keys per m tile.
     float sc[kMt][8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      if (!kQInRegisters) load_q(kk);  // fewer registers (more blocks an SM) for 8 more ldmatrix a tile
 #pragma unroll
       for (int nb = 0; nb < 8; nb += 2) {
         uint32_t bf[4];
@@ -214,20 +211,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 void vision_attention_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t ld, int64_t tokens,
                            int64_t heads, const int32_t* seq_begin, int64_t seqs, float scale, uint16_t* out,
                            void* stream) {
-  // At most ceil(tokens / 128) + seqs query tiles (each sequence's last may be partial); spare blocks exit.
+  check(scale > 0 && ld % 8 == 0, "vision_attention_bf16: scale must be > 0 and rows 16-byte aligned");
+  // At most ceil(tokens / kBq) + seqs query tiles (each sequence's last may be partial); spare blocks exit.
   const int64_t tiles = (tokens + kBq - 1) / kBq + seqs;
   check(tiles <= INT32_MAX && heads <= 65535, "vision_attention_bf16: ", tokens, " tokens x ", heads,
         " heads is past the grid");
-  check(scale > 0 && ld % 8 == 0, "vision_attention_bf16: scale must be > 0 and rows 16-byte aligned");
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(heads));
-  // MEASUREMENT ONLY (vision8): DEEPINFER_VIT_ATTN=1 takes Q from shared memory, 3 blocks an SM.
-  static const bool q_smem = [] {
-    const char* e = std::getenv("DEEPINFER_VIT_ATTN");
-    return e && e[0] == '1';
-  }();
-  auto kernel = q_smem ? vision_attention_kernel<false, 3> : vision_attention_kernel<true, 2>;
-  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(q, k, v, ld, seq_begin, seqs,
-                                                                   scale * 1.4426950408889634f, out, heads * kD);
+  vision_attention_kernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
+      q, k, v, ld, seq_begin, seqs, scale * 1.4426950408889634f, out, heads * kD);
   const cudaError_t err = cudaGetLastError();
   check(err == cudaSuccess, "CUDA vision_attention_kernel: ", cudaGetErrorString(err));
 }
