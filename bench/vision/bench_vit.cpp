@@ -1,6 +1,7 @@
 // The released-size DeepSeek-V4.1 vision tower (ViT dim 1024, 16 heads, MLP 2816, patch 14, 3x3 aligner
 // into width 5120) on dummy bf16 weights: one image of a given LLM token budget through VisionTower::encode.
-// Prints the measured time, the floor and their ratio, for the tower and for its attention alone. The
+// Prints each op of a block alone at the tower's shapes (the per-block breakdown), and the measured time,
+// the floor and their ratio for the tower and for its attention alone. The
 // floor is the FLOPs at a rate: on a GPU the tensor-core peak of bf16 (dense; default 989 TFLOP/s, the
 // H100/H200 SXM datasheet), on the CPU the rate the backend's linear reaches on the tower's largest GEMM
 // in the same run; that GEMM's rate is printed either way. Given torch_vit.py, it runs PyTorch's
@@ -136,49 +137,83 @@ int main(int argc, char** argv) {
   const double per_block = 2.0 * N * d * (3 * d + d + 2 * f + f) + attn_flops;
   const double flops = 2.0 * N * pp * d + c.n_layers * per_block + 2.0 * cells * (9 * d * t + t * t);
 
-  // The tower's largest GEMM ([N, d] x [d, 2f]) through linear_plain with the tower's weight format.
-  Buffer xb(be, N * d * 4), wb(be, 2 * f * d * 4), yb(be, N * 2 * f * 4);
-  float* x = static_cast<float*>(xb.data());
-  float* y = static_cast<float*>(yb.data());
-  std::vector<float> wh(2 * f * d);
-  {
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<float> u(-0.03f, 0.03f);
-    for (float& e : wh) e = round_to_bf16(u(rng));
-  }
+  // Each op of a block alone at the tower's shapes (bf16 activations, the tower's weight format), on
+  // fresh data: the per-block breakdown; the w1 GEMM ([N, d] x [d, 2f], the largest) gives the CPU's rate.
   const bool bf16_weights = be.weight_format(ops::WeightType::kBf16) == ops::WeightType::kBf16;
-  std::vector<uint16_t> bits(wh.size());
-  for (size_t i = 0; i < wh.size(); ++i) bits[i] = float_to_bf16(wh[i]);
-  if (bf16_weights) be.upload(wb.data(), bits.data(), bits.size() * 2);
-  else be.upload(wb.data(), wh.data(), wh.size() * 4);
-  const ops::QWeight w{bf16_weights ? ops::WeightType::kBf16 : ops::WeightType::kF32, wb.data(), nullptr, 2 * f, d, 0};
-  fill_random(be, x, N * d, 1);
-  auto sync = [&] {
-    float done;
-    be.download(&done, y, sizeof done);  // waits for every op enqueued before it
+  auto bf16_buffer = [&](int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<uint16_t> h(n);
+    for (auto& e : h) e = float_to_bf16(u(rng) * 0.5f);
+    Buffer b(be, n * 2);
+    be.upload(b.data(), h.data(), n * 2);
+    return b;
   };
-  const double gemm = seconds_per_call(gpu ? 20 : 1, [&] { be.linear_plain(x, N, w, y); }, sync);
-  const double rate = 2.0 * N * d * 2 * f / gemm;
-
-  // Attention alone at the tower's shape: one image of N rows, H heads of hd.
-  Buffer qb(be, N * d * 4), kb(be, N * d * 4), vb(be, N * d * 4), ob(be, N * d * 4);
-  float* q = static_cast<float*>(qb.data());
-  float* k = static_cast<float*>(kb.data());
-  float* v = static_cast<float*>(vb.data());
-  float* o = static_cast<float*>(ob.data());
-  fill_random(be, q, N * d, 2);
-  fill_random(be, k, N * d, 3);
-  fill_random(be, v, N * d, 4);
+  auto weight = [&](int64_t n, int64_t k, Buffer& store, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-0.03f, 0.03f);
+    std::vector<float> wh(n * k);
+    for (float& e : wh) e = round_to_bf16(u(rng));
+    if (bf16_weights) {
+      std::vector<uint16_t> bits(wh.size());
+      for (size_t i = 0; i < wh.size(); ++i) bits[i] = float_to_bf16(wh[i]);
+      store = Buffer(be, bits.size() * 2);
+      be.upload(store.data(), bits.data(), bits.size() * 2);
+    } else {
+      store = Buffer(be, wh.size() * 4);
+      be.upload(store.data(), wh.data(), wh.size() * 4);
+    }
+    return ops::QWeight{bf16_weights ? ops::WeightType::kBf16 : ops::WeightType::kF32, store.data(), nullptr, n, k, 0};
+  };
+  Buffer wqkv_b, wo_b, w1_b, w2_b;
+  const ops::QWeight wqkv = weight(3 * d, d, wqkv_b, 5), wo = weight(d, d, wo_b, 6), w1 = weight(2 * f, d, w1_b, 7),
+                     w2 = weight(d, f, w2_b, 8);
+  Buffer xb = bf16_buffer(N * f, 1), gub = bf16_buffer(N * 2 * f, 13), gateb(be, N * f * 2), qkvb = bf16_buffer(N * 3 * d, 2), ob(be, N * d * 2), hb(be, N * d * 2),
+         resb = bf16_buffer(N * d, 3), yb(be, N * 3 * d * 4), csb(be, N * hd / 2 * 4), snb(be, N * hd / 2 * 4),
+         biasb(be, 3 * d * 4), normb(be, d * 4);
+  auto* xin = static_cast<const uint16_t*>(xb.data());
+  auto* gu = static_cast<uint16_t*>(gub.data());
+  auto* gate = static_cast<uint16_t*>(gateb.data());
+  auto* qkv = static_cast<uint16_t*>(qkvb.data());
+  auto* ao = static_cast<uint16_t*>(ob.data());
+  auto* hn = static_cast<uint16_t*>(hb.data());
+  auto* res = static_cast<uint16_t*>(resb.data());
+  float* y = static_cast<float*>(yb.data());
+  fill_random(be, y, N * 3 * d, 4);
+  fill_random(be, static_cast<float*>(csb.data()), N * hd / 2, 9);
+  fill_random(be, static_cast<float*>(snb.data()), N * hd / 2, 10);
+  fill_random(be, static_cast<float*>(biasb.data()), 3 * d, 11);
+  fill_random(be, static_cast<float*>(normb.data()), d, 12);
+  const auto* cs = static_cast<const float*>(csb.data());
+  const auto* sn = static_cast<const float*>(snb.data());
+  const auto* bias = static_cast<const float*>(biasb.data());
+  const auto* nw = static_cast<const float*>(normb.data());
   const int32_t seq_h[2] = {0, static_cast<int32_t>(N)};
   Buffer sb(be, sizeof seq_h);
   be.upload(sb.data(), seq_h, sizeof seq_h);
   const auto* seq = static_cast<const int32_t*>(sb.data());
-  auto osync = [&] {
-    float done;
-    be.download(&done, o, sizeof done);
+  auto sync = [&] { be.synchronize(); };
+  const int reps = gpu ? 20 : 1;
+  struct Op {
+    const char* what;
+    double gflop, s;
   };
-  const double attn = seconds_per_call(
-      gpu ? 20 : 1, [&] { be.attention_full(q, k, v, N, H, hd, seq, 1, N, 1.0f / std::sqrt(float(hd)), o); }, osync);
+  std::vector<Op> ops_of_block;
+  auto time_op = [&](const char* what, double flop, auto fn) {
+    ops_of_block.push_back({what, flop / 1e9, seconds_per_call(reps, fn, sync)});
+  };
+  time_op("qkv GEMM", 2.0 * N * d * 3 * d, [&] { be.linear_plain_bf16(xin, N, wqkv, y, nullptr); });
+  time_op("qkv bias + RoPE", 0, [&] { be.qkv_rope_bf16(y, bias, N, H, hd, cs, sn, qkv); });
+  time_op("attention", attn_flops, [&] {
+    be.attention_full(qkv, qkv + d, qkv + 2 * d, 3 * d, N, H, hd, seq, 1, N, 1.0f / std::sqrt(float(hd)), ao);
+  });
+  time_op("wo GEMM", 2.0 * N * d * d, [&] { be.linear_plain_bf16(ao, N, wo, y, nullptr); });
+  time_op("residual + RMSNorm", 0, [&] { be.residual_rms_norm_bf16(y, bias, true, res, nw, N, d, 1e-6f, hn); });
+  time_op("w1 GEMM (bf16 out)", 2.0 * N * d * 2 * f, [&] { be.linear_plain_bf16(xin, N, w1, nullptr, gu); });
+  time_op("SwiGLU", 0, [&] { be.swiglu_bf16(gu, N, f, gate); });
+  time_op("w2 GEMM", 2.0 * N * f * d, [&] { be.linear_plain_bf16(xin, N, w2, y, nullptr); });
+  time_op("residual + RMSNorm", 0, [&] { be.residual_rms_norm_bf16(y, nullptr, true, res, nw, N, d, 1e-6f, hn); });
+  const double gemm = ops_of_block[5].s, rate = 2.0 * N * d * 2 * f / gemm, attn = ops_of_block[2].s;
 
   const vision::ProcessedImage* batch[] = {&pi};
   double best = 1e30;
@@ -215,7 +250,7 @@ int main(int argc, char** argv) {
               "%lld aligner rows, span %lld tokens\n",
               (long long)d, (long long)H, (long long)f, (long long)c.n_layers, be.device().str().c_str(), (long long)px,
               (long long)px, (long long)N, (long long)cells, (long long)pi.plan.span_len());
-  std::printf("linear_plain (%s weights) [%lld x %lld] x [%lld x %lld]: %.6f s = %.1f TFLOP/s\n",
+  std::printf("linear_plain_bf16 (%s weights) [%lld x %lld] x [%lld x %lld]: %.6f s = %.1f TFLOP/s\n",
               bf16_weights ? "bf16" : "fp32", (long long)N, (long long)d, (long long)d, (long long)(2 * f), gemm,
               rate / 1e12);
   std::printf("floor rate: %.1f TFLOP/s (%s)\n", (gpu ? peak : rate) / 1e12,
@@ -226,6 +261,14 @@ int main(int argc, char** argv) {
     if (torch > 0) std::printf("  torch %.6f s (ours / torch %.2f)", torch, measured / torch);
     std::printf("\n");
   };
+  double block_sum = 0;
+  for (const Op& op : ops_of_block) {
+    block_sum += op.s;
+    std::printf("  op %-20s %8.1f GFLOP  %.6f s  x %lld blocks = %.6f s\n", op.what, op.gflop, op.s,
+                (long long)c.n_layers, op.s * c.n_layers);
+  }
+  std::printf("  ops of a block: %.6f s, x %lld blocks = %.6f s\n", block_sum, (long long)c.n_layers,
+              block_sum * c.n_layers);
   row("attention_full", attn_flops / 1e9, attn, attn_floor, torch_attn);
   row("tower (best of runs)", flops / 1e9, best, floor, torch_tower);
   std::printf("per block %.6f s; runs %d%s%s\n", best / c.n_layers, runs, torch_name.empty() ? "" : "; torch ",

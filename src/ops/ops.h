@@ -267,20 +267,37 @@ class Backend : public DeviceMemory {
                            int64_t dim, float eps) = 0;
 
   // --- vision tower (DeepSeek V4.1 ViT and aligner; spec: goldens/v41/VISION.md) ---
+  // The ViT keeps its activations as bf16 bits (uint16_t): every value the reference rounds to bf16.
   // x[r, c] = x[r, c] + bias[c] (bias may be null), bf16 when bf16_out, then act (GELU with erf), bf16
-  // again when bf16_out: a biased linear layer's epilogue as a bf16 reference computes it.
+  // again when bf16_out: a biased linear layer's epilogue as a bf16 reference computes it (the aligner).
   virtual void bias_act(float* x, int64_t rows, int64_t dim, const float* bias, Activation act, bool bf16_out) = 0;
-  // Rotate-half RoPE from per-row tables: each of the `heads` vectors (width dim) of row r, split into
-  // halves [x1, x2], becomes [x1 cos - x2 sin, x2 cos + x1 sin] with cos/sin rows r of [rows, dim / 2]
-  // (fp32, then bf16 when bf16_out).
-  virtual void rope_halves(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin,
-                           bool bf16_out) = 0;
+  // linear_plain with bf16 activations: x W^T for x bf16 bits [m, k], into y [m, n] (fp32) or, for a
+  // linear without bias, into y_bf16 (bf16(x W^T), bits): exactly one of the two is non-null.
+  virtual void linear_plain_bf16(const uint16_t* x, int64_t m, const QWeight& w, float* y, uint16_t* y_bf16) = 0;
+  // The fused q/k/v projection's epilogue with the ViT's 2-D RoPE: y [rows, 3, heads, dim] (x wqkv^T, fp32)
+  // plus bias [3 heads dim], rounded to bf16; then q and k (parts 0 and 1) rotate-half turned: each head's
+  // halves [x1, x2] become [x1 cos - x2 sin, x2 cos + x1 sin] (each product rounded to fp32, then bf16) with
+  // cos/sin rows r of [rows, dim / 2] (fp32). qkv: bf16 bits in y's layout.
+  virtual void qkv_rope_bf16(const float* y, const float* bias, int64_t rows, int64_t heads, int64_t dim,
+                             const float* cos, const float* sin, uint16_t* qkv) = 0;
+  // A residual add and the next pre-norm in one pass: a = bf16(y + bias) (bias may be null), x = bf16(x + a)
+  // (accumulate; else x = a), h = bf16(rms_norm(x, eps) * weight). y fp32 [rows, dim]; x, h bf16 bits.
+  virtual void residual_rms_norm_bf16(const float* y, const float* bias, bool accumulate, uint16_t* x,
+                                      const float* weight, int64_t rows, int64_t dim, float eps, uint16_t* h) = 0;
+  // SwiGLU of the fused w1's output gu [rows, 2 dim] (bf16 bits; gate then up) as a bf16 reference rounds
+  // it: g = gu[r, :dim], u = gu[r, dim:], h = bf16(bf16(silu(g)) * u), silu(g) = g / (1 + exp(-g)).
+  virtual void swiglu_bf16(const uint16_t* gu, int64_t rows, int64_t dim, uint16_t* h) = 0;
   // Bidirectional attention within each of `seqs` sequences (rows seq_begin[s] .. seq_begin[s+1], at
-  // most max_len long): out[t, h] = sum_j softmax_j(scale <q[t,h], k[j,h]>) v[j,h], q/k/v/out
-  // [tokens, heads, dim]; rows in no sequence give 0.
-  virtual void attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads,
-                              int64_t dim, const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale,
-                              float* out) = 0;
+  // most max_len long), bf16 bits in and out: out[t, h] = bf16(sum_j softmax_j(scale <q[t,h], k[j,h]>)
+  // v[j,h]); row t of q, k and v at t * ld (heads x dim values: the fused projection's [tokens, 3, heads,
+  // dim] is q = qkv, k = qkv + heads dim, v = qkv + 2 heads dim, ld = 3 heads dim); out [tokens, heads,
+  // dim]; rows in no sequence give 0. A backend may sum in its own order with bf16 probabilities in P.V
+  // (CUDA's tensor-core kernel at head dim 64; DEEPINFER_ATTENTION=exact keeps the CPU's fp32 arithmetic).
+  virtual void attention_full(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t ld, int64_t tokens,
+                              int64_t heads, int64_t dim, const int32_t* seq_begin, int64_t seqs, int64_t max_len,
+                              float scale, uint16_t* out) = 0;
+  // y[i] = x[i] widened (bf16 bits -> fp32).
+  virtual void widen_bf16(const uint16_t* x, int64_t n, float* y) = 0;
 };
 
 Backend& cpu_backend();

@@ -56,16 +56,30 @@ void rope_tables(int64_t n_h, int64_t n_w, int64_t head_dim, double theta, std::
   std::vector<float> inv(q);
   for (int64_t k = 0; k < q; ++k)
     inv[k] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * k) / static_cast<float>(rd));
+  // The first half of a row turns with the patch row, the second with its column: cos/sin of each
+  // distinct (position, k) once, then copied into the [n_h * n_w, rd] table.
+  auto trig = [&](int64_t n, std::vector<float>& c, std::vector<float>& s) {
+    c.resize(n * q), s.resize(n * q);
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t k = 0; k < q; ++k) {
+        const float a = static_cast<float>(p) * inv[k];
+        c[p * q + k] = std::cos(a);
+        s[p * q + k] = std::sin(a);
+      }
+  };
+  std::vector<float> rc, rs, cc, cs;
+  trig(n_h, rc, rs);
+  trig(n_w, cc, cs);
   const size_t base = cos.size();
   cos.resize(base + n_h * n_w * rd);
   sin.resize(cos.size());
   for (int64_t i = 0; i < n_h; ++i)
-    for (int64_t j = 0; j < n_w; ++j)
-      for (int64_t k = 0; k < rd; ++k) {
-        const float a = static_cast<float>(k < q ? i : j) * inv[k % q];
-        cos[base + (i * n_w + j) * rd + k] = std::cos(a);
-        sin[base + (i * n_w + j) * rd + k] = std::sin(a);
-      }
+    for (int64_t j = 0; j < n_w; ++j) {
+      float* c = cos.data() + base + (i * n_w + j) * rd;
+      float* s = sin.data() + base + (i * n_w + j) * rd;
+      std::copy_n(rc.data() + i * q, q, c), std::copy_n(cc.data() + j * q, q, c + q);
+      std::copy_n(rs.data() + i * q, q, s), std::copy_n(cs.data() + j * q, q, s + q);
+    }
 }
 
 struct VisionTower::Weights {
@@ -76,7 +90,7 @@ struct VisionTower::Weights {
   };
   struct Block {
     Array norm1, norm2;
-    Linear q, k, v, o, gate, up, down;
+    Linear qkv, o, w1, w2;  // qkv: the fused [q; k; v] rows, w1: [gate; up]
   };
   Linear patch, align1, align2;
   std::vector<Block> blocks;
@@ -92,31 +106,16 @@ VisionTower::VisionTower(const io::Checkpoint& ck, const VisionConfig& c, ops::B
     return Weights::Linear{PlainWeight(be, ck.read_f32(n + ".weight", {out, in}), out, in),
                            bias ? vec(n + ".bias", out) : Array(), out, in};
   };
-  // The fused projections split by output rows: [q; k; v] and [gate; up] (same dot products).
-  auto split = [&](const std::string& n, int64_t parts, int64_t out, int64_t in, bool bias) {
-    const std::vector<float> w = ck.read_f32(n + ".weight", {parts * out, in});
-    const std::vector<float> b = bias ? ck.read_f32(n + ".bias", {parts * out}) : std::vector<float>();
-    std::vector<Weights::Linear> ls;
-    for (int64_t p = 0; p < parts; ++p)
-      ls.push_back({PlainWeight(be, rows_of(w, in, p * out, out), out, in),
-                    bias ? Array(be, rows_of(b, 1, p * out, out)) : Array(), out, in});
-    return ls;
-  };
   w_->patch = linear("vision.patch_embed.proj", d, pix, true);
   for (int64_t b = 0; b < c.n_layers; ++b) {
     const std::string p = "vision.blocks." + std::to_string(b) + ".";
     Weights::Block blk;
     blk.norm1 = vec(p + "norm1.weight", d);
     blk.norm2 = vec(p + "norm2.weight", d);
-    auto qkv = split(p + "attn.wqkv", 3, d, d, true);
-    blk.q = std::move(qkv[0]);
-    blk.k = std::move(qkv[1]);
-    blk.v = std::move(qkv[2]);
+    blk.qkv = linear(p + "attn.wqkv", 3 * d, d, true);
     blk.o = linear(p + "attn.wo", d, d, true);
-    auto gu = split(p + "mlp.w1", 2, I, d, false);
-    blk.gate = std::move(gu[0]);
-    blk.up = std::move(gu[1]);
-    blk.down = linear(p + "mlp.w2", d, I, false);
+    blk.w1 = linear(p + "mlp.w1", 2 * I, d, false);
+    blk.w2 = linear(p + "mlp.w2", d, I, false);
     w_->blocks.push_back(std::move(blk));
   }
   w_->norm = vec("vision.norm.weight", d);
@@ -142,7 +141,7 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
   const int64_t pix = 3 * c_.patch_size * c_.patch_size;
   // The batch: every image's patches in order, its rows [seq_begin[i], seq_begin[i+1]).
   std::vector<int32_t> seq_begin{0};
-  std::vector<float> pixels, cos, sin;
+  std::vector<float> cos, sin;
   std::vector<int32_t> gather;  // aligner input rows: 3x3 cells of each image, -1 = zero padding
   std::vector<int64_t> cells;
   int64_t max_len = 0;
@@ -150,7 +149,6 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
     const int64_t nh = im->n_vit_h, nw = im->n_vit_w, n = nh * nw, b = seq_begin.back();
     check(static_cast<int64_t>(im->pixels.size()) == n * pix, "vision: image pixels do not match its ", nh, "x", nw,
           " patch grid");
-    pixels.insert(pixels.end(), im->pixels.begin(), im->pixels.end());
     seq_begin.push_back(static_cast<int32_t>(b + n));
     max_len = std::max(max_len, n);
     rope_tables(nh, nw, hd, c_.rope_theta, cos, sin);
@@ -167,68 +165,76 @@ std::vector<std::vector<float>> VisionTower::encode(std::span<const ProcessedIma
   const int64_t N = seq_begin.back(), L = static_cast<int64_t>(gather.size()) / (r * r);
   if (N == 0) return std::vector<std::vector<float>>(images.size());
   ops::Backend& be = be_;
-  // y = bf16(x W^T + b), then act.
-  auto linear = [&](const Array& x, int64_t m, const Weights::Linear& l, Array& y,
-                    Activation act = Activation::kNone) {
-    be.linear_plain(x.get(), m, l.w.q, y.get());
-    be.bias_act(y.get(), m, l.out, l.b.size() ? l.b.get() : nullptr, act, true);
+  // The ViT's activations are bf16 (x the residual stream, h the normed input of each linear); a linear's
+  // fp32 output y goes to bf16 through the epilogue op after it (w1, without bias, is rounded by the GEMM).
+  using Bf16 = DeviceArray<uint16_t>;
+  auto widened = [&](const Bf16& a) {
+    std::vector<float> f(a.size());
+    const std::vector<uint16_t> bits = a.download();
+    for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_float(bits[i]);
+    return f;
   };
-  auto norm = [&](const Array& x, const Array& w, Array& y) {
-    be.rms_norm(x.get(), w.get(), N, d, kNormEps, y.get());
-    be.round_bf16(y.get(), N * d);
-  };
-  auto residual = [&](Array& x, const Array& y) {
-    be.add(x.get(), y.get(), N * d);
-    be.round_bf16(x.get(), N * d);
-  };
-  const Array px(be, pixels), cs(be, cos), sn(be, sin);
+  Array px(be, N * pix);  // each image's pixels uploaded in place (no host copy of the batch)
+  for (size_t i = 0; i < images.size(); ++i)
+    if (const size_t n = images[i]->pixels.size())
+      be.upload(px.get() + seq_begin[i] * pix, images[i]->pixels.data(), n * sizeof(float));
+  const Array cs(be, cos), sn(be, sin);
   const DeviceArray<int32_t> seqs(be, seq_begin);
-  Array x(be, N * d), h(be, N * d), q(be, N * d), k(be, N * d), v(be, N * d), o(be, N * d), a(be, N * d);
-  Array g(be, N * c_.inter_dim), u(be, N * c_.inter_dim);
-  linear(px, N, w_->patch, x);
+  Bf16 x(be, N * d), h(be, N * d), qkv(be, N * 3 * d), o(be, N * d), gu(be, N * 2 * c_.inter_dim),
+      g(be, N * c_.inter_dim);
+  Array y(be, N * 3 * d);
+  const std::vector<Weights::Block>& blocks = w_->blocks;
+  auto bias = [](const Weights::Linear& l) { return l.b.size() ? l.b.get() : nullptr; };
+  auto norm1 = [&](size_t b) { return b < blocks.size() ? blocks[b].norm1.get() : w_->norm.get(); };
+  be.linear_plain(px.get(), N, w_->patch.w.q, y.get());
+  be.residual_rms_norm_bf16(y.get(), bias(w_->patch), false, x.get(), norm1(0), N, d, kNormEps, h.get());
   if (trace) {
     *trace = VisionTrace{};
-    trace->patch_embed = x.download();
+    trace->patch_embed = widened(x);
   }
-  for (const Weights::Block& blk : w_->blocks) {
-    norm(x, blk.norm1, h);
-    linear(h, N, blk.q, q);
-    linear(h, N, blk.k, k);
-    linear(h, N, blk.v, v);
-    be.rope_halves(q.get(), N, H, hd, cs.get(), sn.get(), true);
-    be.rope_halves(k.get(), N, H, hd, cs.get(), sn.get(), true);
-    be.attention_full(q.get(), k.get(), v.get(), N, H, hd, seqs.get(), static_cast<int64_t>(images.size()),
-                      max_len, 1.0f / std::sqrt(static_cast<float>(hd)), o.get());
-    be.round_bf16(o.get(), N * d);
-    linear(o, N, blk.o, a);
-    if (trace) trace->attn_out.push_back(a.download());
-    residual(x, a);
-    norm(x, blk.norm2, h);
-    linear(h, N, blk.gate, g);
-    linear(h, N, blk.up, u);
-    be.swiglu(g.get(), u.get(), N, c_.inter_dim, 0.0f, nullptr, g.get());
-    be.round_bf16(g.get(), N * c_.inter_dim);
-    linear(g, N, blk.down, a);
-    residual(x, a);
-    if (trace) trace->block_out.push_back(x.download());
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const Weights::Block& blk = blocks[bi];
+    be.linear_plain_bf16(h.get(), N, blk.qkv.w.q, y.get(), nullptr);
+    be.qkv_rope_bf16(y.get(), bias(blk.qkv), N, H, hd, cs.get(), sn.get(), qkv.get());
+    be.attention_full(qkv.get(), qkv.get() + d, qkv.get() + 2 * d, 3 * d, N, H, hd, seqs.get(),
+                      static_cast<int64_t>(images.size()), max_len, 1.0f / std::sqrt(static_cast<float>(hd)), o.get());
+    be.linear_plain_bf16(o.get(), N, blk.o.w.q, y.get(), nullptr);
+    be.residual_rms_norm_bf16(y.get(), bias(blk.o), true, x.get(), blk.norm2.get(), N, d, kNormEps, h.get());
+    if (trace) {  // the attention branch's output bf16(y + b), from y (still there)
+      be.bias_act(y.get(), N, d, bias(blk.o), Activation::kNone, true);
+      std::vector<float> a(N * d);
+      be.download(a.data(), y.get(), a.size() * sizeof(float));
+      trace->attn_out.push_back(std::move(a));
+    }
+    be.linear_plain_bf16(h.get(), N, blk.w1.w.q, nullptr, gu.get());  // no bias: bf16 straight from the GEMM
+    be.swiglu_bf16(gu.get(), N, c_.inter_dim, g.get());
+    be.linear_plain_bf16(g.get(), N, blk.w2.w.q, y.get(), nullptr);
+    be.residual_rms_norm_bf16(y.get(), nullptr, true, x.get(), norm1(bi + 1), N, d, kNormEps, h.get());
+    if (trace) trace->block_out.push_back(widened(x));
   }
-  norm(x, w_->norm, h);
-  // Aligner: each 3x3 cell's ViT rows side by side (zero rows past the grid), then w2(gelu(w1 .)).
+  // Aligner (fp32, 1/9 of the rows): each 3x3 cell's ViT rows side by side (zero rows past the grid),
+  // then w2(gelu(w1 .)).
+  Array hf(be, N * d);
+  be.widen_bf16(h.get(), N * d, hf.get());
   const DeviceArray<int32_t> rows(be, gather);
   Array ain(be, L * r * r * d), y1(be, L * D), y2(be, L * D);
   be.fill(ain.get(), L * r * r * d, 0.0f);
-  be.copy_rows(h.get(), rows.get(), L * r * r, d, ain.get(), nullptr);
+  be.copy_rows(hf.get(), rows.get(), L * r * r, d, ain.get(), nullptr);
+  auto linear = [&](const Array& in, int64_t m, const Weights::Linear& l, Array& out, Activation act) {
+    be.linear_plain(in.get(), m, l.w.q, out.get());
+    be.bias_act(out.get(), m, l.out, bias(l), act, true);
+  };
   linear(ain, L, w_->align1, y1, Activation::kGeluErf);
-  linear(y1, L, w_->align2, y2);
+  linear(y1, L, w_->align2, y2, Activation::kNone);
   if (trace) {
-    trace->vit_out = h.download();
+    trace->vit_out = hf.download();
     trace->aligner_in = ain.download();
   }
-  const std::vector<float> all = y2.download();
-  std::vector<std::vector<float>> out;
+  std::vector<std::vector<float>> out;  // each image's rows downloaded into its own vector
   int64_t at = 0;
   for (int64_t n : cells) {
-    out.emplace_back(all.begin() + at * D, all.begin() + (at + n) * D);
+    out.emplace_back(n * D);
+    if (n) be.download(out.back().data(), y2.get() + at * D, n * D * sizeof(float));
     at += n;
   }
   return out;

@@ -32,6 +32,8 @@ class OpRun {
   // Host data: uniform in [lo, hi), never 0; or bf16 values on `distinct` levels of `step` (many exact ties).
   std::vector<float> uniform(size_t n, float lo = -1.0f, float hi = 1.0f);
   std::vector<float> levels(size_t n, int distinct, float step = 0.125f);
+  // h rounded to bf16, as bits (the vision tower's activations).
+  static std::vector<uint16_t> bf16_bits(const std::vector<float>& h);
   int32_t below(int64_t n) { return static_cast<int32_t>(rng_() % static_cast<uint64_t>(n > 0 ? n : 1)); }
   bool chance(int one_in) { return rng_() % static_cast<unsigned>(one_in) == 0; }
 
@@ -58,6 +60,17 @@ class OpRun {
     record<T>(name, p, h.size());
     return p;
   }
+  // bf16 bits (uint16_t) compared as the values they hold (within the case's tolerance; 0: bit for bit).
+  uint16_t* out_bf16(const std::string& name, size_t n) {
+    uint16_t* p = out<uint16_t>(name, n);
+    pending_.back().is_bf16 = true;
+    return p;
+  }
+  uint16_t* inout_bf16(const std::string& name, const std::vector<uint16_t>& h) {
+    uint16_t* p = inout(name, h);
+    pending_.back().is_bf16 = true;
+    return p;
+  }
   // Host memory an op reads directly (embedding_fp8's table); kept alive for the run.
   template <typename T>
   const T* host(std::vector<T> h) {
@@ -72,6 +85,7 @@ class OpRun {
     bool is_float;
     size_t elem_bytes;
     std::vector<uint8_t> bytes;
+    bool is_bf16 = false;
   };
   std::vector<Output> collect();
 
@@ -87,6 +101,7 @@ class OpRun {
     size_t elem_bytes;
     const void* p;
     size_t bytes;
+    bool is_bf16 = false;
   };
   ops::Backend& b_;
   std::mt19937 rng_;

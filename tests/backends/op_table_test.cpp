@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #ifdef DEEPINFER_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -46,10 +47,16 @@ std::vector<float> OpRun::levels(size_t n, int distinct, float step) {
   return v;  // small multiples of a power of two: exact in bf16
 }
 
+std::vector<uint16_t> OpRun::bf16_bits(const std::vector<float>& h) {
+  std::vector<uint16_t> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b[i] = float_to_bf16(h[i]);
+  return b;
+}
+
 std::vector<OpRun::Output> OpRun::collect() {
   std::vector<Output> outs;
   for (const Pending& p : pending_) {
-    Output o{p.name, p.is_float, p.elem_bytes, std::vector<uint8_t>(p.bytes)};
+    Output o{p.name, p.is_float, p.elem_bytes, std::vector<uint8_t>(p.bytes), p.is_bf16};
     b_.download(o.bytes.data(), p.p, p.bytes);
     outs.push_back(std::move(o));
   }
@@ -74,9 +81,18 @@ std::vector<Device> tested_devices() {
   return d;
 }
 
-float as_float(const std::vector<uint8_t>& b, size_t i) {
+// Element i of a float output: fp32, or bf16 bits widened.
+float as_float(const OpRun::Output& o, size_t i) {
+  if (o.is_bf16) {
+    uint16_t h;
+    std::memcpy(&h, o.bytes.data() + i * 2, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
   float f;
-  std::memcpy(&f, b.data() + i * 4, 4);
+  std::memcpy(&f, o.bytes.data() + i * 4, 4);
   return f;
 }
 
@@ -84,7 +100,7 @@ float as_float(const std::vector<uint8_t>& b, size_t i) {
 void compare(const OpRun::Output& got, const OpRun::Output& ref, double tol, const std::string& what) {
   ASSERT_EQ(got.bytes.size(), ref.bytes.size()) << what;
   const size_t n = ref.bytes.size() / ref.elem_bytes;
-  if (!ref.is_float || tol == 0) {
+  if ((!ref.is_float && !ref.is_bf16) || tol == 0) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; ++i)
       if (std::memcmp(&got.bytes[i * ref.elem_bytes], &ref.bytes[i * ref.elem_bytes], ref.elem_bytes) != 0 &&
@@ -94,11 +110,11 @@ void compare(const OpRun::Output& got, const OpRun::Output& ref, double tol, con
     EXPECT_EQ(bad, 0u) << what << ": first at element " << first;
     return;
   }
-  ASSERT_EQ(ref.elem_bytes, 4u) << what << ": float outputs are fp32";
+  ASSERT_EQ(ref.elem_bytes, ref.is_bf16 ? 2u : 4u) << what << ": float outputs are fp32 or bf16";
   double num = 0, den = 0, max_abs = 0;
   size_t nonfinite = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float g = as_float(got.bytes, i), r = as_float(ref.bytes, i);
+    const float g = as_float(got, i), r = as_float(ref, i);
     if (!std::isfinite(r) || !std::isfinite(g)) {
       nonfinite += std::isnan(r) ? !std::isnan(g) : !(g == r);
       continue;

@@ -119,11 +119,16 @@ class CudaBackend final : public ops::Backend {
                    int64_t dim, float eps) override;
   // Vision tower (vision_ops.cu)
   void bias_act(float* x, int64_t rows, int64_t dim, const float* bias, ops::Activation act, bool bf16_out) override;
-  void rope_halves(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin,
-                   bool bf16_out) override;
-  void attention_full(const float* q, const float* k, const float* v, int64_t tokens, int64_t heads, int64_t dim,
-                      const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale, float* out) override;
-
+  void linear_plain_bf16(const uint16_t* x, int64_t m, const ops::QWeight& w, float* y, uint16_t* y_bf16) override;
+  void qkv_rope_bf16(const float* y, const float* bias, int64_t rows, int64_t heads, int64_t dim, const float* cos,
+                     const float* sin, uint16_t* qkv) override;
+  void residual_rms_norm_bf16(const float* y, const float* bias, bool accumulate, uint16_t* x, const float* weight,
+                              int64_t rows, int64_t dim, float eps, uint16_t* h) override;
+  void swiglu_bf16(const uint16_t* gu, int64_t rows, int64_t dim, uint16_t* h) override;
+  void attention_full(const uint16_t* q, const uint16_t* k, const uint16_t* v, int64_t ld, int64_t tokens,
+                      int64_t heads, int64_t dim, const int32_t* seq_begin, int64_t seqs, int64_t max_len, float scale,
+                      uint16_t* out) override;
+  void widen_bf16(const uint16_t* x, int64_t n, float* y) override;
   // bf16 GEMM (the fast path for later): x, w bf16 (uint16 bits), y fp32, fp32 accumulation; m <= 4
   // (k % 8 == 0, aligned) takes the GEMV of gemv.h, larger m cuBLAS.
   static constexpr int64_t kLinearBf16GemvMaxM = 4;

@@ -5,11 +5,16 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels/mma_bf16.cuh"
 #include "backends/cuda/kernels/sparse_attention.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
 namespace {
+
+using mma::ldsm_x4;
+using mma::ldsm_x4_t;
+using mma::pack_bf16;
 
 constexpr int kD = 512, kHeads = 64, kRows = 64, kThreads = 256;
 constexpr int kRowBytes = kD * 2;                            // one bf16 row: 64 chunks of 16 bytes
@@ -30,29 +35,7 @@ struct Gather {
 // rows an ldmatrix reads over all banks.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// d[16 x 8] += a[16 x 16] b[16 x 8], bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // One piece from global memory (zeros when !valid): 8 fp32 values or 8 bf16 ones, issued as volatile asm
 // so the compiler keeps the loads where they are written, ahead of the math they hide behind.
@@ -198,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         for (int np = 0; np < 4; ++np) {
           uint32_t kb[4];
           ldsm_x4(kb, s_rows + swz(np * 16 + lane % 8 + (lane / 16) * 8, dh * 32 + ks * 2 + (lane / 8) % 2));
-          mma(s[2 * np], qa, kb[0], kb[1]);
-          mma(s[2 * np + 1], qa, kb[2], kb[3]);
+          mma::mma(s[2 * np], qa, kb[0], kb[1]);
+          mma::mma(s[2 * np + 1], qa, kb[2], kb[3]);
         }
       }
       if (next) store_batch<kF32>(s_next, pre, part);
@@ -275,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
         for (int ntp = 0; ntp < 16; ++ntp) {
           uint32_t vb[4];
           ldsm_x4_t(vb, s_rows + swz(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8, dh * 32 + ntp * 2 + lane / 16));
-          mma(o[2 * ntp], pa[kk], vb[0], vb[1]);
-          mma(o[2 * ntp + 1], pa[kk], vb[2], vb[3]);
+          mma::mma(o[2 * ntp], pa[kk], vb[0], vb[1]);
+          mma::mma(o[2 * ntp + 1], pa[kk], vb[2], vb[3]);
         }
       if (next) store_batch<kF32>(s_next, pre, G::kParts + part);
     }
