@@ -31,7 +31,8 @@ struct SampleOutput {
 
 SampleOutput sample(const SampleInput& in, std::vector<float>& scratch);
 
-// log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked).
+// log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked). NaN in the row
+// is an error, as in sample().
 PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
 }  // namespace deepinfer::sampling
