@@ -413,8 +413,12 @@ void Engine::run_job(Job& job) {
     const Sequence& seq = *job.chunks[row.chunk].seq;
     if (!row.sample) {
       int top = *seq.request->params.prompt_logprobs;
-      job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(row_logits(job, r), seq.tokens[row.position + 1], top));
-      job.prompt_lp_positions.push_back(row.position + 1);
+      try {
+        job.prompt_lps.emplace_back(row.chunk, sampling::position_logprobs(row_logits(job, r), seq.tokens[row.position + 1], top));
+        job.prompt_lp_positions.push_back(row.position + 1);
+      } catch (const std::exception& e) {  // fails its sequence in process(), even in a chunk that samples nothing
+        job.sample_errors[row.chunk] = "prompt logprobs of position " + std::to_string(row.position + 1) + ": " + e.what();
+      }
       continue;
     }
     if (row.draft > 0) continue;  // verified with the chunk's first sample row
@@ -508,13 +512,14 @@ void Engine::process(Job& job) {
   for (size_t c = 0; c < job.chunks.size(); ++c) {
     Sequence& seq = *job.chunks[c].seq;
     Request& req = *seq.request;
-    if (!job.chunks[c].sample || seq.finished()) continue;
-    req.changed = true;
+    if (seq.finished()) continue;
     if (!job.sample_errors[c].empty()) {
       req.error = "sampling failed: " + job.sample_errors[c];
       finish(seq, "error");
       continue;
     }
+    if (!job.chunks[c].sample) continue;
+    req.changed = true;
     // Each landed token in order: a stop inside accepted drafts drops the tokens after it.
     const int n = job.landed[c];
     const size_t first = seq.tokens.size() - n;

@@ -71,6 +71,10 @@ size_t nucleus_size(int32_t* idx, size_t n, const float* x, float best, float to
   return hi;
 }
 
+void check_no_nan(std::span<const float> row) {
+  for (float v : row) check(!std::isnan(v), "the model produced NaN logits");
+}
+
 int32_t argmax(const std::vector<float>& x) {
   return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());  // first max wins
 }
@@ -78,6 +82,7 @@ int32_t argmax(const std::vector<float>& x) {
 }  // namespace
 
 PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  check_no_nan(logits);  // prompt logprobs read rows that are never sampled
   double z = log_normalizer(logits);
   auto lp = [&](int32_t t) { return static_cast<float>(logits[t] - z); };
   std::vector<int32_t> idx(logits.size());
@@ -104,7 +109,7 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
   const SamplingParams& p = *in.params;
   const int64_t vocab = static_cast<int64_t>(in.logits.size());
   x.assign(in.logits.begin(), in.logits.end());
-  for (float v : x) check(!std::isnan(v), "the model produced NaN logits");
+  check_no_nan(x);
 
   for (auto [t, b] : p.logit_bias)
     if (t >= 0 && t < vocab) x[t] += b;

@@ -37,7 +37,8 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& scratch);
 // on the model's device, so that only their token crosses to the host instead of their logits.
 bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab);
 
-// log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked).
+// log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked). NaN in the row
+// is an error, as in sample().
 PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
 }  // namespace deepinfer::sampling

@@ -373,6 +373,34 @@ TEST(Engine, ASamplingFailureFailsOnlyItsSequence) {
   }
 }
 
+// A NaN row read only for prompt logprobs (in a prefill chunk that samples nothing) fails its request, as a
+// NaN sampled row does; it used to come back as a NaN logprob.
+TEST(Engine, NaNPromptLogprobsFailOnlyTheirRequest) {
+  for (bool async : {false, true}) {
+    EngineOptions o = opts(async);
+    o.max_num_batched_tokens = 4;  // the 12-token prompts prefill in chunks
+    auto e = std::make_unique<Engine>(std::make_unique<HashLM>(97, -1, /*nan_after=*/87), nullptr, o);
+    SamplingParams p = greedy(6);
+    p.prompt_logprobs = 1;
+    std::vector<int32_t> bad = prompt_of(1, 12);
+    bad[1] = 87;  // the logits after it (position 2's prompt logprob) are NaN
+    e->add_request(Prompt::from_ids(bad), p, "nan");
+    for (int i = 0; i < 3; ++i) e->add_request(Prompt::from_ids(prompt_of(i, 12)), p, "ok" + std::to_string(i));
+    auto out = run(*e);
+    EXPECT_EQ(out.at("nan").outputs[0].finish_reason, "error");
+    EXPECT_NE(out.at("nan").error.find("prompt logprobs of position 2: the model produced NaN logits"), std::string::npos)
+        << out.at("nan").error;
+    auto clean = make(o);
+    for (int i = 0; i < 3; ++i) clean->add_request(Prompt::from_ids(prompt_of(i, 12)), p, "ok" + std::to_string(i));
+    auto ref = run(*clean);
+    for (int i = 0; i < 3; ++i) {
+      const auto id = "ok" + std::to_string(i);
+      EXPECT_EQ(out.at(id).outputs[0].token_ids, ref.at(id).outputs[0].token_ids);
+      EXPECT_EQ(out.at(id).prompt_logprobs.size(), 12u);
+    }
+  }
+}
+
 TEST(Engine, LogprobsAndPromptLogprobsMatchTheModel) {
   HashLM ref;
   EngineOptions o = opts();

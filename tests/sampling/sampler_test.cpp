@@ -157,6 +157,8 @@ TEST(Sampler, LogprobsAreOfTheRawDistributionWithRanks) {
   EXPECT_NEAR(lp[0].logprob, 2.0 - z, 1e-6);
   EXPECT_EQ(lp[1].token_id, 1);
   EXPECT_EQ(lp[1].rank, 1);
+  std::vector<float> nan_row = {1.0f, NAN, 2.0f};
+  EXPECT_THROW(position_logprobs(nan_row, 0, 1), Error);  // never a NaN logprob
   Fixture f{logits};
   f.params.temperature = 0;
   f.params.logprobs = 0;
