@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/job.h"
-#include "ops/token_draw.h"
 #include "spec/acceptance.h"
 #include "spec/verify_scheduler.h"
 
@@ -134,11 +133,8 @@ void Engine::verify(const Job& job, size_t first_row, std::vector<sampling::Samp
       }
     }
     if (const int32_t slot = job.slot[first_row + j]; slot < 0) {  // drawn on the device
-      const int32_t token = job.draws.token[-1 - slot];
-      check(token != ops::kDrawNaN, "the model produced NaN logits");
-      check(token >= 0, "no token is allowed at position ", row.position + 1 + j);
-      out.push_back({token, job.draws.logprob[-1 - slot], {}});
-      return token;
+      out.push_back(sampling::drawn_sample(job.draws.token[-1 - slot], job.draws.logprob[-1 - slot], row.position + 1 + j));
+      return out.back().token;
     }
     sampling::SampleInput in;
     in.logits = row_logits(job, first_row + j);

@@ -13,6 +13,8 @@ namespace deepinfer::sampling {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr const char* kNanLogits = "the model produced NaN logits";
+constexpr const char* kNoToken = "no token is allowed at position ";
 
 double log_normalizer(std::span<const float> row) { return ops::log_normalizer(row.data(), static_cast<int64_t>(row.size())); }
 
@@ -72,7 +74,7 @@ size_t nucleus_size(int32_t* idx, size_t n, const float* x, float best, float to
 }
 
 void check_no_nan(std::span<const float> row) {
-  for (float v : row) check(!std::isnan(v), "the model produced NaN logits");
+  for (float v : row) check(!std::isnan(v), kNanLogits);
 }
 
 int32_t argmax(const std::vector<float>& x) {
@@ -96,6 +98,12 @@ PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token,
   for (int i = 0; i < k; ++i)
     if (idx[i] != token) out.push_back({idx[i], lp(idx[i]), i + 1});
   return out;
+}
+
+SampleOutput drawn_sample(int32_t token, float logprob, int64_t position) {
+  check(token != ops::kDrawNaN, kNanLogits);
+  check(token >= 0, kNoToken, position);
+  return {token, logprob, {}};
 }
 
 bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab) {
@@ -124,7 +132,7 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
 
   SampleOutput out;
   float best = *std::max_element(x.begin(), x.end());
-  check(best > kNegInf, "no token is allowed at position ", in.position);
+  check(best > kNegInf, kNoToken, in.position);
   if (p.temperature <= 0.0f) {
     out.token = argmax(x);
   } else {

@@ -31,6 +31,10 @@ struct SampleOutput {
 
 SampleOutput sample(const SampleInput& in, std::vector<float>& scratch);
 
+// The SampleOutput of a row draw_tokens drew at `position`, or sample()'s error for the same row (its
+// kDrawNaN / kDrawNone answers).
+SampleOutput drawn_sample(int32_t token, float logprob, int64_t position);
+
 // Whether sample() of a row under `p`, `generated` tokens into its output, is exactly the backends'
 // draw_tokens (greedy, or Gumbel-max at p.temperature): nothing biases, penalizes or truncates the row
 // and no logprobs are asked for. (A grammar mask is the caller's to exclude.) Such rows can be drawn

@@ -55,11 +55,12 @@ void CpuBackend::draw_tokens(const float* x, int64_t vocab, const int32_t* rows,
       logprob[i] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
-    const float best = vocab ? *std::max_element(row, row + vocab) : -std::numeric_limits<float>::infinity();
+    const float* top = std::max_element(row, row + vocab);  // the first maximum (row + vocab when empty)
+    const float best = vocab ? *top : -std::numeric_limits<float>::infinity();
     int32_t tok = ops::kDrawNone;
     if (best > -std::numeric_limits<float>::infinity()) {
       if (t <= 0.0f) {
-        tok = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        tok = static_cast<int32_t>(top - row);
       } else {
         const float shift = ops::temperature_shift(best, t);
         scaled.resize(vocab);
