@@ -279,9 +279,9 @@ int main(int argc, char** argv) {
         char shape[96];
         std::snprintf(shape, sizeof shape, "%s m%lld top6 E384 k%lld n%lld", mo.name, static_cast<long long>(m),
                       static_cast<long long>(mo.k), static_cast<long long>(mo.n));
-        // Past 96 rows an expert on average the kernel multiplies in bf16 (mxfp4_prefill.cu): report.py
+        // Past 24 rows an expert on average the kernel multiplies in bf16 (mxfp4_prefill.cu): report.py
         // takes the bf16 rate for the FLOP floor of rows named so.
-        const char* mma = rows > 96 * E ? "grouped mxfp4 bf16-mma (" : "grouped mxfp4 (";
+        const char* mma = rows > 24 * E ? "grouped mxfp4 bf16-mma (" : "grouped mxfp4 (";
         row(mma + std::to_string(static_cast<int>(active)) + " experts)", shape, s, call,
             m >= 8192 ? 5 : reps, bytes, 2.0 * rows * mo.n * mo.k);  // 5: calls of 10+ ms
         cudaFree(offs);

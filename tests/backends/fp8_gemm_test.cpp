@@ -235,11 +235,12 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 // expert kernels (mxfp4_gemm.h; k % 256 == 0): the register-widening one at decode sizes (groups of
 // 9..40 rows in batches of 8 tokens, 70 groups for the active-group list, one token a group, ungrouped m
 // 5, weight scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and small prefill sizes
-// (mean rows a group about 13, 25, 38, 64 and 87: batches of 32 tokens, groups of up to 128 rows taking
-// up to four; ungrouped m 24 and 64; weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88); the bf16 tiles
-// past 96 rows a group (103, 132 and 192: groups of 17..600 rows, so every batch
-// width 16..256 and up to three batches a group; ungrouped m 300); empty groups between; and widened in
-// shared memory (k 384); FP8 block weights at decode sizes (swapped, N = 16/32/64) and prefill sizes.
+// (mean rows a group about 13 and 24: batches of 32 tokens; ungrouped m 24; weight scales of 2^-27 ..
+// 2^-17 and 2^73 .. 2^88); the bf16 kernel past 24 rows a group (mean 25, 30, 38: batches of 64 tokens;
+// 64, 87: 128; 103, 132, 192: 256; groups of 17..600 rows, so every batch width 16..256 and up to four
+// batches a group; ungrouped m 64 and 300; weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88 at mean 30);
+// empty groups between; and widened in shared memory (k 384); FP8 block weights at decode sizes
+// (swapped, N = 16/32/64) and prefill sizes.
 TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
   struct Case {
     bool w4;
@@ -270,6 +271,7 @@ TEST_F(Fp8GemmTest, GroupedMatchesFloat64Reference) {
                         {true, 32, {600, 0, 257, 1, 256, 33}, 128, 256},
                         {true, 32, {300}, 256, 512, false},
                         {true, 32, {40, 0, 30}, 128, 512, true, 100, 110}, {true, 32, {40, 0, 30}, 128, 512, true, 200, 215},
+                        {true, 32, {40, 0, 50}, 128, 512, true, 100, 110}, {true, 32, {40, 0, 50}, 128, 512, true, 200, 215},
                         {true, 32, {5}, 256, 512, false},              {true, 32, {64}, 128, 256, false},
                         {true, 32, {24}, 128, 512, false},
                         {true, 32, {2, 1, 0, 9}, 128, 512, true, 0, 2}, {true, 32, {1, 3, 8}, 128, 512, true, 200, 215},

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/kernels/mxfp4_gemm.h"
 #include "backends/cuda/kernels/mxfp4_internal.cuh"
@@ -297,11 +299,25 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
   return (a.m + g - 1) / g;
 }
 
-// The prefill kernel past 96 rows a group on average (measured, kernels8: at 64 rows, 4,096 tokens, it and
-// the 32-token batches here take the same time, within 3%; at 128 and 256 rows it is 1.43-1.63x faster than
-// the 64-token batches this file had) or past
-// 64 rows ungrouped.
-bool use_prefill(const Fp8GemmArgs& a) { return a.groups > 0 ? mean_rows(a) > 96 : a.m > 64; }
+// Measurement only (kernels9, deleted once measured): DEEPINFER_MXFP4_PREFILL = e4m3 / 64 / 128 / 256
+// forces the kernel past 8 rows a group.
+int forced_kernel() {
+  static const int v = [] {
+    const char* e = std::getenv("DEEPINFER_MXFP4_PREFILL");
+    if (!e) return -1;
+    return std::strcmp(e, "e4m3") == 0 ? 0 : std::atoi(e);
+  }();
+  return v;
+}
+
+// The bf16 kernel's token batch (0: this file's 32-token batches).
+int prefill_batch(const Fp8GemmArgs& a) {
+  const int64_t mean = a.groups > 0 ? mean_rows(a) : a.m;
+  if (mean <= 8) return 0;
+  if (const int f = forced_kernel(); f >= 0) return f;
+  return mean <= 24 ? 0 : mean <= 40 ? 64 : mean <= 96 ? 128 : 256;
+}
+bool use_prefill(const Fp8GemmArgs& a) { return prefill_batch(a) > 0; }
 
 }  // namespace
 
@@ -328,7 +344,7 @@ void mxfp4_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   if (use_prefill(a)) {
     check(workspace != nullptr, "mxfp4_gemm: this shape needs a workspace of ", mxfp4_gemm_workspace_bytes(a), " bytes");
     p.ab = static_cast<uint16_t*>(workspace);
-    mxfp4_prefill_launch(p, active_bound, s);
+    mxfp4_prefill_launch(p, active_bound, prefill_batch(a), s);
   } else if (mean <= 8) {
     launch<8>(p, active_bound, s);  // decode: about one token an active expert
   } else {

@@ -28,9 +28,10 @@ struct Mxfp4Params {
   uint16_t* ab;              // the prefill kernel's workspace: the activations as bf16 [m, k]
 };
 
-// The prefill kernel (mxfp4_prefill.cu): its workspace, and the launch (p.ab set).
+// The prefill kernel (mxfp4_prefill.cu): its workspace, and the launch (p.ab set) for token batches of up
+// to 64, 128 or 256 rows (the smallest of them holding `batch`).
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k);
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s);
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch, cudaStream_t s);
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");

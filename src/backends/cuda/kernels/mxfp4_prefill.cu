@@ -11,14 +11,17 @@
 // over K instead of per-32 partials added in order), well inside fp8_gemm's tolerance.
 //
 // Kernel: a pre-pass writes a' once for all weight slices into the workspace (bf16 [m, k]); then a CTA
-// (two warpgroups, 256 threads, 1 an SM) owns 128 weight rows of one active group and a batch of up to
-// NT = 256 of its tokens, and a persistent grid walks (128-row slice, token batch, K stage of 64) items.
-// A cp.async ring brings each stage's bf16 activations straight into the 128-byte-swizzled tile wgmma
-// reads, and the packed codes with their scales; the CTA widens one stage's codes into a bf16 weight
-// tile while the tensor cores multiply the previous one (double buffer: wgmma m64nNk16, A = 64 weight
-// rows a warpgroup, B = the tokens). N is
-// picked per batch from its rows (16 .. 256), so a short batch costs what its rows need. Each 8 K inside
-// a row are stored in the order 0 4 1 5 2 6 3 7, in both operands (what the widening's shifts give).
+// (two warpgroups, 256 threads) owns 128 weight rows of one active group and a batch of up to NT = 64,
+// 128 or 256 of its tokens (the smallest holding the mean rows a group: one pass over the weights for
+// most groups), and a persistent grid walks (128-row slice, token batch, K stage of 64) items. A cp.async
+// ring brings each stage's bf16 activations straight into the 128-byte-swizzled tile wgmma reads (B),
+// and the packed codes with their scales; each warp widens its own 16 rows' codes straight into wgmma's
+// A registers (m64nNk16 with A from registers: no widened tile in shared memory, no barrier between the
+// widening and the MMA), one A buffer filling while the other's wgmmas run. N is picked per batch from
+// its rows (16 .. 256 in steps of 16 up to 128), so a short batch costs what its rows need. K order: the
+// A registers of lane t4 for a stage's 4 k16 chunks hold K 16 t4 .. 16 t4 + 15 (8 code bytes a row, one
+// load), so each 64 K of a row are in the order the pre-pass writes the activations in (position
+// 16 c + 8 h + 2 t4 + e holds K 16 t4 + 8 h + c + 4 e).
 // Results depend on a row's own inputs (no split K); the N picked follows the batch's rows, so not
 // batch-invariant (fp8_gemm's WGMMA path keeps that). Limits of the exactness: scale bytes <= 252 and
 // products above fp32's subnormals (weight scale bytes >= 2 with activations of scale >= 2^-20 or so;
@@ -27,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/kernels/mxfp4_internal.cuh"
 #include "backends/cuda/kernels/sm90.cuh"
@@ -38,20 +42,20 @@ namespace {
 
 using sm90::smem_addr;
 
-constexpr int kThreads = 256, kSlice = 128, kStageK = 64, NT = 256;
+constexpr int kThreads = 256, kSlice = 128, kStageK = 64;
 constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 rows][32 B], scales [2][128]
 
-// Shared memory: a ring of 5 stages (the batch's bf16 activations [NT][128 B] as wgmma reads them,
-// 128-byte swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]), two bf16
-// weight tiles ([128][128 B], swizzled), the group list: 222 KB, 1 CTA an SM.
+// Shared memory: a ring of stages (the batch's bf16 activations [NT][128 B] as wgmma reads them,
+// 128-byte swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]) and the group
+// list. NT 64 / 128: 8 / 5 stages, 2 CTAs an SM (registers <= 128 a thread); NT 256: 5 stages, 1 CTA.
+template <int NT>
 struct Layout {
-  static constexpr int kStages = 5;
+  static constexpr int kStages = NT == 64 ? 8 : 5, kPerSm = NT == 256 ? 1 : 2;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
                        kStageBytes = (kWsOff + kRawWs + 1023) / 1024 * 1024;
-  static constexpr int kTileW = kSlice * 128;
-  static constexpr int kTileOff = kStages * kStageBytes, kHeadOff = kTileOff + 2 * kTileW;
+  static constexpr int kHeadOff = kStages * kStageBytes;
   static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;  // + 1024: aligned by hand for the swizzle
-  static_assert(kStageBytes % 1024 == 0 && kSmem <= 227 * 1024, "shared memory");
+  static_assert(kStageBytes % 1024 == 0 && kPerSm * (kSmem + 1024) <= 228 * 1024, "shared memory");
 };
 
 // 2^e (e in [-126, 254]) as one or two bf16x2 factors (a bf16 exponent stops at 127).
@@ -94,42 +98,58 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16(uint32_t x0, uint32_t x1, const 
   return make_uint4(scale(lo(y0), s), scale(hi(y0), s), scale(lo(y1), s), scale(hi(y1), s));
 }
 
-// One stage's wgmmas (4 x k16) with N = the smallest width holding `rows` tokens.
-template <int N>
-__device__ __forceinline__ void mma4(float (&d)[NT / 2], uint64_t da, uint64_t db, bool first) {
+// One stage's wgmmas (4 x k16, A = the 4 chunks' registers) with N = the smallest width holding `rows`.
+template <int N, int R>
+__device__ __forceinline__ void mma4(float (&d)[R], const uint32_t (&a)[4][4], uint64_t db, bool first) {
 #pragma unroll
-  for (int s = 0; s < 4; ++s) sm90::WgmmaBf16<N>::mma(d, da + 2 * s, db + 2 * s, first && s == 0 ? 0 : 1);
+  for (int s = 0; s < 4; ++s) sm90::WgmmaBf16Rs<N>::mma(d, a[s], db + 2 * s, first && s == 0 ? 0 : 1);
 }
-__device__ __forceinline__ void mma_stage(float (&d)[NT / 2], uint64_t da, uint64_t db, bool first, int rows) {
-  if (rows <= 16) return mma4<16>(d, da, db, first);
-  if (rows <= 32) return mma4<32>(d, da, db, first);
-  if (rows <= 64) return mma4<64>(d, da, db, first);
-  if (rows <= 96) return mma4<96>(d, da, db, first);
-  if (rows <= 128) return mma4<128>(d, da, db, first);
-  if (rows <= 160) return mma4<160>(d, da, db, first);
-  if (rows <= 192) return mma4<192>(d, da, db, first);
-  if (rows <= 224) return mma4<224>(d, da, db, first);
-  return mma4<256>(d, da, db, first);
+template <int NT>
+__device__ __forceinline__ void mma_stage(float (&d)[NT / 2], const uint32_t (&a)[4][4], uint64_t db, bool first, int rows) {
+  if (rows <= 16) return mma4<16>(d, a, db, first);
+  if (rows <= 32) return mma4<32>(d, a, db, first);
+  if (rows <= 48) return mma4<48>(d, a, db, first);
+  if (NT == 64 || rows <= 64) return mma4<64>(d, a, db, first);
+  if constexpr (NT >= 128) {
+    if (rows <= 80) return mma4<80>(d, a, db, first);
+    if (rows <= 96) return mma4<96>(d, a, db, first);
+    if (rows <= 112) return mma4<112>(d, a, db, first);
+    if (NT == 128 || rows <= 128) return mma4<128>(d, a, db, first);
+  }
+  if constexpr (NT >= 256) {
+    if (rows <= 160) return mma4<160>(d, a, db, first);
+    if (rows <= 192) return mma4<192>(d, a, db, first);
+    if (rows <= 224) return mma4<224>(d, a, db, first);
+    return mma4<256>(d, a, db, first);
+  }
 }
 
-// The activations once for all weight slices: ab[i, k] = bf16(e4m3 a[i, k] x 2^(a_s - 127)), each 8 K
-// in the tiles' order. Thread = (row, 64 K); consecutive threads take consecutive rows (their scale
-// bytes are adjacent).
+// The activations once for all weight slices: ab[i, k] = bf16(e4m3 a[i, k] x 2^(a_s - 127)), each 64 K
+// in the order the A registers take them (see the file comment): 16-byte word q = 2c + h holds, for
+// t4 = 0..3, the pair (k 16 t4 + 8 h + c, + 4). Thread = (row, 64 K); consecutive threads take
+// consecutive rows (their scale bytes are adjacent).
 __global__ void act_to_bf16_kernel(const Mxfp4Params p) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<int64_t>(p.m) * (p.k / 64)) return;
   const int i = static_cast<int>(idx % p.m), c = static_cast<int>(idx / p.m);
-  const uint8_t* src = p.a + static_cast<int64_t>(i) * p.lda + c * 64;
+  const uint4* src = reinterpret_cast<const uint4*>(p.a + static_cast<int64_t>(i) * p.lda + c * 64);
   uint4* dst = reinterpret_cast<uint4*>(p.ab + static_cast<int64_t>(i) * p.k + c * 64);
+  uint4 v[8];  // v[g]: the pairs (k 8 g + j, + 4), j = 0..3, of the 8 codes of group g
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const Pow2 s = pow2_bf16x2(static_cast<int>(__ldg(p.a_scale + (2 * c + h) * p.ld_as + i)) - 7);
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(src + 32 * h + 16 * q));
-      dst[4 * h + 2 * q] = e4m3x8_to_bf16(x.x, x.y, s);
-      dst[4 * h + 2 * q + 1] = e4m3x8_to_bf16(x.z, x.w, s);
+      const uint4 x = __ldg(src + 2 * h + q);
+      v[4 * h + 2 * q] = e4m3x8_to_bf16(x.x, x.y, s);
+      v[4 * h + 2 * q + 1] = e4m3x8_to_bf16(x.z, x.w, s);
     }
+  }
+  auto pick = [](const uint4& u, int j) { return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w; };
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {  // word q = 2 j + h: groups h, 2 + h, 4 + h, 6 + h, pair j
+    const int j = q >> 1, h = q & 1;
+    dst[q] = make_uint4(pick(v[h], j), pick(v[2 + h], j), pick(v[4 + h], j), pick(v[6 + h], j));
   }
 }
 
@@ -139,8 +159,9 @@ struct Item {
   int tile, batch, st, g, row0, rows, col0;
 };
 
-__global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4Params p) {
-  using L = Layout;
+template <int NT>
+__global__ void __launch_bounds__(kThreads, Layout<NT>::kPerSm) mxfp4_prefill_kernel(const Mxfp4Params p) {
+  using L = Layout<NT>;
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -199,60 +220,51 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
     pslot = pslot + 1 == S ? 0 : pslot + 1;
   };
 
-  // Widening of stage q's codes (landed) into weight tile `tile`: thread t the 32 codes it copied (row
-  // t / 2, K block t % 2: 4 chunks of 8 K). Chunk c of a tile row holds K 8c .. 8c + 7 at 16-byte slot
-  // c ^ (row % 8) (the 128-byte swizzle).
-  auto widen = [&](int q, uint8_t* tile) {
-    const int r = tid >> 1, j = tid & 1, sw = r & 7;
-    const uint8_t* const st = ring + (q % S) * L::kStageBytes;
-    const uint4 c = *reinterpret_cast<const uint4*>(st + L::kWOff + tid * 16);
-    const Pow2 s = pow2_bf16x2(static_cast<int>(st[L::kWsOff + j * kSlice + r]) - 1);
-    uint8_t* const row = tile + r * 128;
-    *reinterpret_cast<uint4*>(row + (((4 * j + 0) ^ sw) * 16)) = e2m1x8_to_bf16(c.x, s);
-    *reinterpret_cast<uint4*>(row + (((4 * j + 1) ^ sw) * 16)) = e2m1x8_to_bf16(c.y, s);
-    *reinterpret_cast<uint4*>(row + (((4 * j + 2) ^ sw) * 16)) = e2m1x8_to_bf16(c.z, s);
-    *reinterpret_cast<uint4*>(row + (((4 * j + 3) ^ sw) * 16)) = e2m1x8_to_bf16(c.w, s);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes -> wgmma reads
+  // Warp w of warpgroup cw: weight rows r0 = 64 cw + 16 w + g8 and r0 + 8 of the slice. Lane t4 widens
+  // K 16 t4 .. 16 t4 + 15 of the stage (8 code bytes a row, one weight scale: block t4 / 2) into the A
+  // registers of the stage's 4 k16 chunks: chunk c gets the pairs j = c of its two words (a0 / a1: the
+  // first word of rows r0 / r0 + 8, a2 / a3: the second word).
+  const int cw = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int r0 = cw * 64 + warp * 16 + g8;
+  auto widen = [&](const uint8_t* st, uint32_t (&a)[4][4]) {
+    const uint2 c0 = *reinterpret_cast<const uint2*>(st + L::kWOff + r0 * 32 + t4 * 8);
+    const uint2 c1 = *reinterpret_cast<const uint2*>(st + L::kWOff + (r0 + 8) * 32 + t4 * 8);
+    const Pow2 s0 = pow2_bf16x2(static_cast<int>(st[L::kWsOff + (t4 >> 1) * kSlice + r0]) - 1);
+    const Pow2 s1 = pow2_bf16x2(static_cast<int>(st[L::kWsOff + (t4 >> 1) * kSlice + r0 + 8]) - 1);
+    const uint4 v00 = e2m1x8_to_bf16(c0.x, s0), v01 = e2m1x8_to_bf16(c0.y, s0);
+    const uint4 v10 = e2m1x8_to_bf16(c1.x, s1), v11 = e2m1x8_to_bf16(c1.y, s1);
+    a[0][0] = v00.x, a[0][1] = v10.x, a[0][2] = v01.x, a[0][3] = v11.x;
+    a[1][0] = v00.y, a[1][1] = v10.y, a[1][2] = v01.y, a[1][3] = v11.y;
+    a[2][0] = v00.z, a[2][1] = v10.z, a[2][2] = v01.z, a[2][3] = v11.z;
+    a[3][0] = v00.w, a[3][1] = v10.w, a[3][2] = v01.w, a[3][3] = v11.w;
   };
-  auto stage_at = [&](int slot) { return ring + slot * L::kStageBytes; };
-  auto tile_at = [&](int b) { return ring + L::kTileOff + b * L::kTileW; };
 
 #pragma unroll 1
-  for (int s = 0; s < S - 1; ++s) produce();
-  if (first.tile < tiles) {
-    cp_async_wait<S - 2>();  // stage 0 landed (this thread's copies)
-    __syncthreads();         // ... and every thread's
-    widen(0, tile_at(0));
-    __syncthreads();
-  }
+  for (int s = 0; s < S - 2; ++s) produce();
 
-  const int cw = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   float acc[NT / 2];
 #pragma unroll
   for (int i = 0; i < NT / 2; ++i) acc[i] = 0.0f;
+  uint32_t a[2][4][4];
   Item mc = first;
   int mslot = 0;
-  for (int q = 0; mc.tile < tiles; ++q) {
-    // The tensor cores take stage q (activations in its ring slot, weights in tile q % 2) while the CTA
-    // widens stage q + 1's codes into the other tile.
+  // Stage q: its copies landed (every thread's), the copies of stage q + S - 2 go out into stage q - 2's
+  // slot (its wgmmas done: each thread waited for them in stage q - 1), its codes are widened into the A
+  // registers stage q - 2 used, and its wgmmas stay in flight over stage q + 1's copies and widening.
+  auto step = [&](auto buf) {
+    constexpr int b = decltype(buf)::value;
+    cp_async_wait<S - 3>();
+    __syncthreads();
+    produce();
+    uint8_t* const st = ring + mslot * L::kStageBytes;
+    widen(st, a[b]);
     sm90::wgmma_fence();
-    mma_stage(acc, sm90::desc_k_sw128(smem_addr(tile_at(q & 1)) + cw * 64 * 128),
-              sm90::desc_k_sw128(smem_addr(stage_at(mslot) + L::kBOff)), mc.st == 0, mc.rows);
+    mma_stage<NT>(acc, a[b], sm90::desc_k_sw128(smem_addr(st + L::kBOff)), mc.st == 0, mc.rows);
     sm90::wgmma_commit();
-    const int nslot = mslot + 1 == S ? 0 : mslot + 1;
-    Item nx = mc;  // stage q + 1
-    advance(nx);
-    if (nx.tile < tiles) {
-      cp_async_wait<S - 3>();  // stage q + 1 landed
-      __syncthreads();         // for every thread
-      produce();               // stage q + S - 1 into stage q - 1's slot (free since the last barrier)
-      widen(q + 1, tile_at((q + 1) & 1));
-    }
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(acc);
-    if (mc.st == stages - 1) {  // token 8 jn + 2 (lane % 4) + c gets weight rows g8, g8 + 8 of the warp
-      const int g8 = lane >> 2, t4 = lane & 3;
-      uint16_t* const y = p.y + static_cast<int64_t>(mc.row0) * p.ldy + mc.col0 + cw * 64 + warp * 16 + g8;
+    if (mc.st == stages - 1) {  // token 8 jn + 2 t4 + c gets weight rows r0, r0 + 8
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(acc);
+      uint16_t* const y = p.y + static_cast<int64_t>(mc.row0) * p.ldy + mc.col0 + r0;
 #pragma unroll
       for (int jn = 0; jn < NT / 8; ++jn)
 #pragma unroll
@@ -262,31 +274,46 @@ __global__ void __launch_bounds__(kThreads, 1) mxfp4_prefill_kernel(const Mxfp4P
           y[tok * p.ldy] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + c]));
           y[tok * p.ldy + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + 2 + c]));
         }
+    } else {
+      sm90::wgmma_wait<1>();  // stage q - 1's wgmmas: its A registers and ring slot are free
     }
-    mc = nx;
-    __syncthreads();  // the widened tile complete; every warpgroup done with stage q (its slot refills)
-    mslot = nslot;
+    advance(mc);
+    mslot = mslot + 1 == S ? 0 : mslot + 1;
+  };
+  while (mc.tile < tiles) {  // two stages an iteration: the A register buffer is a compile-time index
+    step(std::integral_constant<int, 0>{});
+    if (mc.tile >= tiles) break;
+    step(std::integral_constant<int, 1>{});
   }
+  sm90::wgmma_wait<0>();
 }
 
+template <int NT>
 void launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout::kSmem;
-  static const bool attr_set =
-      cudaFuncSetAttribute(mxfp4_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
-  check(attr_set, "mxfp4_prefill: cannot reserve ", smem, " bytes of shared memory");
-  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), sm90::sm_count());
-  mxfp4_prefill_kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  constexpr int smem = Layout<NT>::kSmem;
+  static const int per_sm = [] {
+    int b = 0;
+    if (cudaFuncSetAttribute(mxfp4_prefill_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_prefill_kernel<NT>, kThreads, smem) != cudaSuccess)
+      return 0;
+    return b;
+  }();
+  check(per_sm > 0, "mxfp4_prefill: cannot launch with ", smem, " bytes of shared memory");
+  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), int64_t{per_sm} * sm90::sm_count());
+  mxfp4_prefill_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
 }
 
 }  // namespace
 
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k * 2 + 255) / 256 * 256; }
 
-void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
+void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch, cudaStream_t s) {
   check(p.n % kSlice == 0 && p.k % kStageK == 0 && p.ab, "mxfp4_prefill: need n % 128 == 0, k % 64 == 0, a workspace");
   const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
-  launch(p, active_bound, s);
+  if (batch <= 64) return launch<64>(p, active_bound, s);
+  if (batch <= 128) return launch<128>(p, active_bound, s);
+  launch<256>(p, active_bound, s);
 }
 
 }  // namespace deepinfer::cuda
