@@ -73,18 +73,6 @@ struct WgmmaRs<8> {
   }
 };
 template <>
-struct WgmmaRs<16> {  // the first 8 of a 32-token batch's accumulators (batches of up to 16 rows)
-  template <int R>
-  static __device__ __forceinline__ void mma(float (&d)[R], const uint32_t (&a)[4], uint64_t db) {
-    static_assert(R >= 8, "accumulators");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
-  }
-};
-template <>
 struct WgmmaRs<32> {
   static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
     asm volatile(
@@ -232,8 +220,6 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
     const uint32_t bdesc = smem_addr(ring + L::kBOff);
     const float* asf = reinterpret_cast<const float*>(ring + L::kAsfOff) + 2 * t4;
     const float* wsf = reinterpret_cast<const float*>(ring + L::kWsfOff) + warp * 16 + g8 * 2;
-    // A batch of up to 16 rows at NT 32 multiplies and promotes 16 tokens only (half the promotion).
-    const bool narrow = NT == 32 && rows <= 16;
     float d[2][KB][NT / 2];
     uint32_t a[2][KB][4];
     auto promote = [&](int h) {
@@ -245,7 +231,6 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
         const float2 ws = *reinterpret_cast<const float2*>(wsf + j * kRows);
 #pragma unroll
         for (int jn = 0; jn < NT / 8; ++jn) {  // tokens 8 jn + 2 t4, + 1
-          if (narrow && jn >= 2) break;
           const float2 as = *reinterpret_cast<const float2*>(asf + j * NT + 8 * jn);
           acc[4 * jn + 0] += d[h & 1][q][4 * jn + 0] * (ws.x * as.x);
           acc[4 * jn + 1] += d[h & 1][q][4 * jn + 1] * (ws.x * as.y);
@@ -266,15 +251,7 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
 #pragma unroll
       for (int q = 0; q < KB; ++q) {
         const int j = KB * h + q;
-        const uint64_t db = sm90::desc_k_sw128(bdesc + (j >> 2) * L::kAtom + (j & 3) * 32);
-        if constexpr (NT == 32) {
-          if (narrow)
-            WgmmaRs<16>::mma(d[h & 1][q], a[h & 1][q], db);
-          else
-            WgmmaRs<32>::mma(d[h & 1][q], a[h & 1][q], db);
-        } else {
-          WgmmaRs<NT>::mma(d[h & 1][q], a[h & 1][q], db);
-        }
+        WgmmaRs<NT>::mma(d[h & 1][q], a[h & 1][q], sm90::desc_k_sw128(bdesc + (j >> 2) * L::kAtom + (j & 3) * 32));
       }
       sm90::wgmma_commit();
       if (h > 0) {
