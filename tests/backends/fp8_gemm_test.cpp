@@ -237,7 +237,7 @@ TEST_F(Fp8GemmTest, BatchInvariantRowsIgnoreM) {
 // 5, weight scales of 2^-127 .. 2^-125 (byte 0 included) and of 2^73 .. 2^88) and small prefill sizes
 // (mean rows a group about 13 and 24: batches of 32 tokens; ungrouped m 24; weight scales of 2^-27 ..
 // 2^-17 and 2^73 .. 2^88); the bf16 kernel past 24 rows a group (mean 25, 30, 38: batches of 64 tokens;
-// 64, 87: 128; 103, 132, 192: 256; groups of 17..600 rows, so every batch width 16..256 and up to four
+// 64, 87, 103, 132, 192: 128; groups of 17..600 rows, so every batch width 16..128 and up to five
 // batches a group; ungrouped m 64 and 300; weight scales of 2^-27 .. 2^-17 and 2^73 .. 2^88 at mean 30);
 // empty groups between; and widened in shared memory (k 384); FP8 block weights at decode sizes
 // (swapped, N = 16/32/64) and prefill sizes.

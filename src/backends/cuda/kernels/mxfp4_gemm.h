@@ -1,7 +1,7 @@
 // The MXFP4 expert GEMMs of fp8_gemm (the routed experts, grouped or not): fp8_gemm (fp8_gemm.h) calls
 // them itself; the arguments and the result are fp8_gemm's, up to the fp32 summation order.
 //
-// Decode and small prefill (mxfp4_gemm.cu; up to 96 rows a group on average, 64 ungrouped): one CTA (a
+// Decode and small prefill (mxfp4_gemm.cu; up to 24 rows a group on average, 24 ungrouped): one CTA (a
 // warpgroup) streams 64 rows of one active expert's weights once over the whole K, with the activations
 // of a batch of up to NT of the group's tokens (NT = 8 up to 8 rows a group on average, else 32) and both
 // scale sets, through a cp.async ring; a persistent grid walks (64-row slice, token batch, K stage) items
@@ -13,8 +13,9 @@
 // scales (times 2^6) into fp32 accumulators, in K order. A group of more than NT rows takes them in
 // batches of NT, each streaming the slice again. Scale bytes above 251 (2^124 and up) are read as 251.
 //
-// Larger prefill (mxfp4_prefill.cu): both scales folded into exact bf16 values (the activations once, by
-// a pre-pass into the workspace), bf16 wgmma over 128 weight rows x up to 256 tokens a CTA, no promotion.
+// Prefill past 24 rows a group (mxfp4_prefill.cu): both scales folded into exact bf16 values (the
+// activations once, by a pre-pass into the workspace), each warp widening its weight rows straight into
+// the A registers of bf16 wgmma, 128 weight rows x up to 64 / 128 tokens a CTA, no promotion.
 //
 // Results depend on a row's own inputs only (no split K), not on m or the other groups; but the kernel
 // and batch width follow the rows, so not batch-invariant (fp8_gemm's WGMMA path keeps that).

@@ -29,7 +29,7 @@ struct Mxfp4Params {
 };
 
 // The prefill kernel (mxfp4_prefill.cu): its workspace, and the launch (p.ab set) for token batches of up
-// to 64, 128 or 256 rows (the smallest of them holding `batch`).
+// to 64 rows (batch <= 64) or 128.
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k);
 void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch, cudaStream_t s);
 

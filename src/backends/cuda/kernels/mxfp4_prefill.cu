@@ -1,27 +1,27 @@
-// The MXFP4 expert GEMM at prefill sizes (see mxfp4_gemm.h): y[i, n] = bf16(sum_k a'[i, k] w'[n, k]) with
-// a' = e4m3 x 2^(a_s - 127) and w' = e2m1 x 2^(w_s - 127) written exactly as bf16 (their 1 x 32 UE8M0
-// scales folded into the values, so no K block needs a promotion) and summed by bf16 wgmma into fp32.
+// The MXFP4 expert GEMM past 24 rows a group (see mxfp4_gemm.h): y[i, n] = bf16(sum_k a'[i, k] w'[n, k])
+// with a' = e4m3 x 2^(a_s - 127) and w' = e2m1 x 2^(w_s - 127) written exactly as bf16 (their 1 x 32
+// UE8M0 scales folded into the values, so no K block needs a promotion) and summed by bf16 wgmma into fp32.
 //
 // Why bf16 and not FP8: both scales change every 32 K, so an FP8 partial must be scaled into the fp32
-// accumulator once per 32 K per output (an FFMA an output per 32 K: as many issue slots as the FP8
-// tensor work itself, the ~0.3 of peak the blk-32 FP8 GEMM reaches); the folded bf16 values need none
-// and the tensor cores run the whole K in one accumulator at half the FP8 rate. Exactness: e2m1 and
-// e4m3 values have at most 2 and 4 significant bits, so a' and w' are bf16 values, and their products
-// are exact in fp32; what differs from the reference is the fp32 summation order (the tensor cores' sum
-// over K instead of per-32 partials added in order), well inside fp8_gemm's tolerance.
+// accumulator once per 32 K per output (an FMUL + FFMA an output per 32 K, per token: what bounds the
+// e4m3 kernel of mxfp4_gemm.cu past 16 rows); the folded bf16 values need none and the tensor cores run
+// the whole K in one accumulator at half the FP8 rate. Exactness: e2m1 and e4m3 values have at most 2
+// and 4 significant bits, so a' and w' are bf16 values, and their products are exact in fp32; what
+// differs from the reference is the fp32 summation order (the tensor cores' sum over K instead of per-32
+// partials added in order), well inside fp8_gemm's tolerance.
 //
 // Kernel: a pre-pass writes a' once for all weight slices into the workspace (bf16 [m, k]); then a CTA
-// (two warpgroups, 256 threads) owns 128 weight rows of one active group and a batch of up to NT = 64,
-// 128 or 256 of its tokens (the smallest holding the mean rows a group: one pass over the weights for
-// most groups), and a persistent grid walks (128-row slice, token batch, K stage of 64) items. A cp.async
-// ring brings each stage's bf16 activations straight into the 128-byte-swizzled tile wgmma reads (B),
-// and the packed codes with their scales; each warp widens its own 16 rows' codes straight into wgmma's
-// A registers (m64nNk16 with A from registers: no widened tile in shared memory, no barrier between the
-// widening and the MMA), one A buffer filling while the other's wgmmas run. N is picked per batch from
-// its rows (16 .. 256 in steps of 16 up to 128), so a short batch costs what its rows need. K order: the
-// A registers of lane t4 for a stage's 4 k16 chunks hold K 16 t4 .. 16 t4 + 15 (8 code bytes a row, one
-// load), so each 64 K of a row are in the order the pre-pass writes the activations in (position
-// 16 c + 8 h + 2 t4 + e holds K 16 t4 + 8 h + c + 4 e).
+// (two warpgroups, 256 threads, 2 an SM) owns 128 weight rows of one active group and a batch of up to
+// NT = 64 or 128 of its tokens (past 40 rows a group on average, 128: one pass over the weights for most
+// groups), and a persistent grid walks (128-row slice, token batch, K stage of 64) items. A cp.async ring
+// brings each stage's bf16 activations straight into the 128-byte-swizzled tile wgmma reads (B), and the
+// packed codes with their scales; each warp widens its own 16 rows' codes straight into wgmma's A
+// registers (m64nNk16 with A from registers: no widened tile in shared memory, one barrier a stage), one
+// A buffer filling while the other's wgmmas run. N is picked per batch from its rows (16 .. 128 in steps
+// of 16), so a short batch costs what its rows need. K order: the A registers of lane t4 for a stage's
+// 4 k16 chunks hold K 16 t4 .. 16 t4 + 15 (8 code bytes a row, one load), so each 64 K of a row are in
+// the order the pre-pass writes the activations in (position 16 c + 8 h + 2 t4 + e holds K
+// 16 t4 + 8 h + c + 4 e).
 // Results depend on a row's own inputs (no split K); the N picked follows the batch's rows, so not
 // batch-invariant (fp8_gemm's WGMMA path keeps that). Limits of the exactness: scale bytes <= 252 and
 // products above fp32's subnormals (weight scale bytes >= 2 with activations of scale >= 2^-20 or so;
@@ -47,10 +47,10 @@ constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 
 
 // Shared memory: a ring of stages (the batch's bf16 activations [NT][128 B] as wgmma reads them,
 // 128-byte swizzle; the stage's packed codes [128][32 B]; their scales [2 blocks][128 rows]) and the group
-// list. NT 64 / 128: 8 / 5 stages, 2 CTAs an SM (registers <= 128 a thread); NT 256: 5 stages, 1 CTA.
+// list. NT 64 / 128: 8 / 5 stages; 2 CTAs an SM (registers <= 128 a thread: 108 / 127).
 template <int NT>
 struct Layout {
-  static constexpr int kStages = NT == 64 ? 8 : 5, kPerSm = NT == 256 ? 1 : 2;
+  static constexpr int kStages = NT == 64 ? 8 : 5, kPerSm = 2;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
                        kStageBytes = (kWsOff + kRawWs + 1023) / 1024 * 1024;
   static constexpr int kHeadOff = kStages * kStageBytes;
@@ -110,17 +110,11 @@ __device__ __forceinline__ void mma_stage(float (&d)[NT / 2], const uint32_t (&a
   if (rows <= 32) return mma4<32>(d, a, db, first);
   if (rows <= 48) return mma4<48>(d, a, db, first);
   if (NT == 64 || rows <= 64) return mma4<64>(d, a, db, first);
-  if constexpr (NT >= 128) {
+  if constexpr (NT == 128) {
     if (rows <= 80) return mma4<80>(d, a, db, first);
     if (rows <= 96) return mma4<96>(d, a, db, first);
     if (rows <= 112) return mma4<112>(d, a, db, first);
-    if (NT == 128 || rows <= 128) return mma4<128>(d, a, db, first);
-  }
-  if constexpr (NT >= 256) {
-    if (rows <= 160) return mma4<160>(d, a, db, first);
-    if (rows <= 192) return mma4<192>(d, a, db, first);
-    if (rows <= 224) return mma4<224>(d, a, db, first);
-    return mma4<256>(d, a, db, first);
+    return mma4<128>(d, a, db, first);
   }
 }
 
@@ -312,8 +306,7 @@ void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch,
   const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
   if (batch <= 64) return launch<64>(p, active_bound, s);
-  if (batch <= 128) return launch<128>(p, active_bound, s);
-  launch<256>(p, active_bound, s);
+  launch<128>(p, active_bound, s);
 }
 
 }  // namespace deepinfer::cuda
