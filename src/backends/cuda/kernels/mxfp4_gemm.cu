@@ -278,17 +278,7 @@ __global__ void __launch_bounds__(kThreads) mxfp4_gemm_kernel(const Params p) {
 
 template <int NT>
 void launch(const Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<NT>::kSmem;
-  static const int per_sm = [] {
-    int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_gemm_kernel<NT>, kThreads, smem) != cudaSuccess)
-      return 0;
-    return b;
-  }();
-  check(per_sm > 0, "mxfp4_gemm: cannot launch with ", smem, " bytes of shared memory");
-  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kRows), int64_t{per_sm} * sm90::sm_count());
-  mxfp4_gemm_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
+  launch_persistent<mxfp4_gemm_kernel<NT>>(p, active_bound * (p.n / kRows), kThreads, Layout<NT>::kSmem, s);
 }
 
 // Mean rows a group (the routing stays on the device; empty groups count too).

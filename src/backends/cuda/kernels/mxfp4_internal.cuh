@@ -1,13 +1,20 @@
 // What the two MXFP4 expert GEMM kernels share (mxfp4_gemm.cu: decode, token batches widened in
-// registers; mxfp4_prefill.cu: prefill, bf16 tiles in shared memory): the raw-pointer parameters, the
-// cp.async helpers and the active-group list each CTA builds in shared memory.
+// registers; mxfp4_prefill.cu: prefill, bf16 in registers): the raw-pointer parameters, the persistent
+// launch and the active-group list each CTA builds in shared memory.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/kernels/mma_bf16.cuh"
+#include "backends/cuda/kernels/sm90.cuh"
+#include "core/error.h"
+
 namespace deepinfer::cuda {
+
+using mma::cp_async16, mma::cp_async_commit, mma::cp_async_wait;
 
 constexpr int kMxfp4MaxGroups = 512;
 constexpr int kMxfp4HeadBytes = (4 * (2 * kMxfp4MaxGroups + 2) + 127) / 128 * 128;  // offsets, active list
@@ -33,13 +40,20 @@ struct Mxfp4Params {
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k);
 void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch, cudaStream_t s);
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {  // all but the newest N commit groups have landed
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+// Launches a persistent kernel of theirs: one CTA a tile, at most as many as fit on the GPU at once
+// (CTAs an SM asked of the occupancy calculator once per kernel, with `smem` bytes of shared memory).
+template <auto Kernel>
+void launch_persistent(const Mxfp4Params& p, int64_t tiles, int threads, int smem, cudaStream_t s) {
+  static const int per_sm = [&] {
+    int b = 0;
+    if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, threads, smem) != cudaSuccess)
+      return 0;
+    return b;
+  }();
+  check(per_sm > 0, "mxfp4 expert GEMM: cannot launch with ", smem, " bytes of shared memory");
+  const int64_t grid = std::min<int64_t>(tiles, int64_t{per_sm} * sm90::sm_count());
+  Kernel<<<static_cast<unsigned>(grid), threads, smem, s>>>(p);
 }
 
 // Warp 0 fills the head of shared memory: off[g] (row offsets, [groups + 1]) and active[] (the non-empty

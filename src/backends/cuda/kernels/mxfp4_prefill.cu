@@ -282,21 +282,6 @@ __global__ void __launch_bounds__(kThreads, Layout<NT>::kPerSm) mxfp4_prefill_ke
   sm90::wgmma_wait<0>();
 }
 
-template <int NT>
-void launch(const Mxfp4Params& p, int64_t active_bound, cudaStream_t s) {
-  constexpr int smem = Layout<NT>::kSmem;
-  static const int per_sm = [] {
-    int b = 0;
-    if (cudaFuncSetAttribute(mxfp4_prefill_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_prefill_kernel<NT>, kThreads, smem) != cudaSuccess)
-      return 0;
-    return b;
-  }();
-  check(per_sm > 0, "mxfp4_prefill: cannot launch with ", smem, " bytes of shared memory");
-  const int64_t grid = std::min<int64_t>(active_bound * (p.n / kSlice), int64_t{per_sm} * sm90::sm_count());
-  mxfp4_prefill_kernel<NT><<<static_cast<unsigned>(grid), kThreads, smem, s>>>(p);
-}
-
 }  // namespace
 
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k * 2 + 255) / 256 * 256; }
@@ -305,8 +290,9 @@ void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch,
   check(p.n % kSlice == 0 && p.k % kStageK == 0 && p.ab, "mxfp4_prefill: need n % 128 == 0, k % 64 == 0, a workspace");
   const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
-  if (batch <= 64) return launch<64>(p, active_bound, s);
-  launch<128>(p, active_bound, s);
+  const int64_t tiles = active_bound * (p.n / kSlice);
+  if (batch <= 64) return launch_persistent<mxfp4_prefill_kernel<64>>(p, tiles, kThreads, Layout<64>::kSmem, s);
+  launch_persistent<mxfp4_prefill_kernel<128>>(p, tiles, kThreads, Layout<128>::kSmem, s);
 }
 
 }  // namespace deepinfer::cuda
