@@ -64,7 +64,7 @@ struct Fp8GemmArgs {
 // Bytes of device workspace fp8_gemm needs for this shape (0 when it runs unsplit; grouped never splits).
 size_t fp8_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int blk, bool batch_invariant = false);
 // ... for this call (the split-K partials above, or the MXFP4 prefill kernel's bf16 activations, m x k x 2
-// bytes, for MXFP4 weights past 96 rows a group on average); 16-byte aligned.
+// bytes, for MXFP4 weights past 24 rows a group on average); 16-byte aligned.
 size_t fp8_gemm_workspace_bytes(const Fp8GemmArgs& args);
 // Enqueues the GEMM on `stream` (a cudaStream_t); `workspace` holds fp8_gemm_workspace_bytes bytes.
 void fp8_gemm(const Fp8GemmArgs& args, void* workspace, void* stream);
