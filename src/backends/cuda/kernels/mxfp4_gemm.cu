@@ -292,7 +292,7 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
 // 1.2x; at 64 rows batches of 128 are 1.6x faster than this file's, at 128-256 rows 1.04-1.10x faster
 // than the bf16 kernel's former 256-token tiles).
 int prefill_batch(const Fp8GemmArgs& a) {
-  const int64_t mean = a.groups > 0 ? mean_rows(a) : a.m;
+  const int64_t mean = mean_rows(a);  // m when ungrouped
   return mean <= 24 ? 0 : mean <= 40 ? 64 : 128;
 }
 bool use_prefill(const Fp8GemmArgs& a) { return prefill_batch(a) > 0; }

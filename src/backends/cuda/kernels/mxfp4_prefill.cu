@@ -50,12 +50,12 @@ constexpr int kRawW = kSlice * kStageK / 2, kRawWs = 2 * kSlice;  // codes [128 
 // list. NT 64 / 128: 8 / 5 stages; 2 CTAs an SM (registers <= 128 a thread: 108 / 127).
 template <int NT>
 struct Layout {
-  static constexpr int kStages = NT == 64 ? 8 : 5, kPerSm = 2;
+  static constexpr int kStages = NT == 64 ? 8 : 5;
   static constexpr int kBOff = 0, kWOff = NT * 128, kWsOff = kWOff + kRawW,
                        kStageBytes = (kWsOff + kRawWs + 1023) / 1024 * 1024;
   static constexpr int kHeadOff = kStages * kStageBytes;
   static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;  // + 1024: aligned by hand for the swizzle
-  static_assert(kStageBytes % 1024 == 0 && kPerSm * (kSmem + 1024) <= 228 * 1024, "shared memory");
+  static_assert(kStageBytes % 1024 == 0 && 2 * (kSmem + 1024) <= 228 * 1024, "shared memory: 2 CTAs an SM");
 };
 
 // 2^e (e in [-126, 254]) as one or two bf16x2 factors (a bf16 exponent stops at 127).
@@ -154,7 +154,7 @@ struct Item {
 };
 
 template <int NT>
-__global__ void __launch_bounds__(kThreads, Layout<NT>::kPerSm) mxfp4_prefill_kernel(const Mxfp4Params p) {
+__global__ void __launch_bounds__(kThreads, 2) mxfp4_prefill_kernel(const Mxfp4Params p) {
   using L = Layout<NT>;
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
