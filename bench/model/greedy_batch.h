@@ -36,8 +36,7 @@ inline void draw_all_rows(model::ForwardBatch& b, model::RowDraws& draws, bool o
   const size_t n = b.logit_rows.size();
   draws.rows.resize(n);
   for (size_t i = 0; i < n; ++i) draws.rows[i] = static_cast<int32_t>(i);
-  draws.temperature.assign(n, 0.0f);
-  draws.key.assign(n, 0);
+  draws.param.assign(n, ops::DrawRow{});  // temperature 0: the first maximum
   b.draws = &draws;
 }
 

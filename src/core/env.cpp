@@ -18,7 +18,7 @@ const std::vector<EnvVar>& env_vars() {
       // Runtime: engine.
       {"DEEPINFER_CPU_THREADS", "", "worker threads of the CPU backend (default: hardware concurrency)"},
       {"DEEPINFER_ASYNC_SCHEDULING", "1", "1: prepare step N+1 while step N's forward runs; 0: one step at a time"},
-      {"DEEPINFER_DEVICE_SAMPLING", "1", "1: rows sampled greedily or with temperature alone (no bias, penalty, top-k/p, min-p, grammar or logprobs) are drawn on the model's device and only their tokens cross to the host; 0: every row's logits come back and the host samples"},
+      {"DEEPINFER_DEVICE_SAMPLING", "1", "1: sample rows (greedy, temperature, top-k/p, min-p, penalties, bias, min_tokens, grammar masks; not rows asking for logprobs) are drawn on the model's device and only their tokens cross to the host; 0: every row's logits come back and the host samples"},
       {"DEEPINFER_BATCH_INVARIANT", "0", "1: a request's logits are bitwise identical whatever else is in the batch"},
       {"DEEPINFER_MAX_NUM_SEQS", "256", "default for max_num_seqs: sequences in one step"},
       {"DEEPINFER_MAX_NUM_BATCHED_TOKENS", "2048", "default for max_num_batched_tokens: tokens in one step"},
@@ -26,6 +26,7 @@ const std::vector<EnvVar>& env_vars() {
       {"DEEPINFER_ATTENTION", "tensor", "tensor: V4.1's sparse attention (64 heads x 512) on the GPU's BF16 tensor cores (q and rows read as bf16, exact for the model's bf16 values; their own sum order); exact: the fp32 kernel, the CPU's block structure (slow; for verification)"},
       {"DEEPINFER_LOAD_FORMAT", "auto", "auto: read the checkpoint; dummy: random V4.1 weights in the released formats (benchmarks; config.json only)"},
       {"DEEPINFER_DEVICE", "cpu", "where models run: cpu, cuda or cuda:N (V4.1; V4 runs on the CPU)"},
+      {"DEEPINFER_ENGRAM_DEVICE", "auto", "where V4.1's Engram tables live on a GPU: host (memory-mapped; each step's rows gathered and uploaded), device (uploaded at load; an error if they do not fit), auto (device when they take at most half of the memory free after the other weights)"},
       {"DEEPINFER_PROGRESS", "auto", "progress bar on stderr while a model loads: auto (when stderr is a terminal), 1 (always; one line per update in logs), 0 (never)"},
       {"DEEPINFER_STATE_MEMORY_MB", "0", "memory budget of per-sequence model state in MiB (0: no limit)"},
       {"DEEPINFER_DATA_PARALLEL_SIZE", "1", "default for data_parallel_size: attention-DP engine ranks stepping in lock-step (CPU threads)"},

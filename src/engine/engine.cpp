@@ -299,33 +299,52 @@ std::unique_ptr<Engine::Job> Engine::plan(std::vector<ScheduledChunk> chunks) {
   update_stats([&](EngineStats& st) {
     st.max_seqs_in_step = std::max<int>(st.max_seqs_in_step, static_cast<int>(job->chunks.size()));
   });
-  plan_draws(*job);
   return job;
 }
 
-// A sample row whose sampling is a plain draw (sampler.h: greedy or temperature alone, no grammar) is
-// drawn by the model on its device with the noise the host sampler would use: the same token, and only
-// the token crosses. Everything the row's draw depends on is known now, before its step's forward.
+// Sample rows are drawn by the model on its device with the noise and truncation the host sampler
+// would use (sampler.h: draw_params), so that only their token crosses: every row but those asking for
+// logprobs (the host ranks the whole row) and grammar rows verifying drafts (their mask needs the drafts
+// fed to the matcher). Built at launch: the penalties and the grammar's mask need the tokens the
+// previous step sampled.
 void Engine::plan_draws(Job& job) const {
   job.draws = {};
   job.slot.assign(job.rows.size(), 0);
   job.batch.draws = nullptr;
   const int64_t vocab = model_->vocab_size();
   const bool on = options_.device_sampling && model_->draws_on_device();
+  std::vector<int32_t> output;
+  std::vector<uint32_t> mask;
   int32_t full = 0;
   for (size_t r = 0; r < job.rows.size(); ++r) {
     const Job::Row& row = job.rows[r];
-    const Sequence& seq = *job.chunks[row.chunk].seq;
+    const ScheduledChunk& ch = job.chunks[row.chunk];
+    const Sequence& seq = *ch.seq;
     const Request& req = *seq.request;
-    const int64_t generated = row.position + 1 - seq.prompt_len();  // before the drawn token
-    if (!on || !row.sample || seq.grammar || !sampling::sample_is_plain_draw(req.params, generated, vocab)) {
+    if (!on || !row.sample || req.params.logprobs || (seq.grammar && !ch.drafts.empty())) {
       job.slot[r] = full++;
       continue;
     }
+    // the row's context: what the sequence generated before the chunk's last token, then drafts before row j
+    output.assign(seq.tokens.begin() + seq.prompt_len(), seq.tokens.begin() + (row.position + 1 - row.draft));
+    output.insert(output.end(), ch.drafts.begin(), ch.drafts.begin() + row.draft);
+    sampling::SampleInput in;
+    in.params = &req.params;
+    in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
+    in.output = output;
+    if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
+    in.seed = req.seed;
+    in.stream = static_cast<uint64_t>(seq.index);
+    in.position = row.position + 1;
+    ops::DrawRow p = sampling::draw_params(in, vocab, job.draws.adjust);
+    if (seq.grammar) {
+      seq.grammar->fill_bitmask(mask, vocab);
+      p.mask = static_cast<int32_t>(job.draws.masks.size() / mask.size());
+      job.draws.masks.insert(job.draws.masks.end(), mask.begin(), mask.end());
+    }
     job.slot[r] = -1 - static_cast<int32_t>(job.draws.rows.size());
     job.draws.rows.push_back(static_cast<int32_t>(r));
-    job.draws.temperature.push_back(req.params.temperature);
-    job.draws.key.push_back(draw_key(req.seed, static_cast<uint64_t>(seq.index), static_cast<uint64_t>(row.position + 1)));
+    job.draws.param.push_back(p);
   }
   if (!job.draws.rows.empty()) job.batch.draws = &job.draws;
 }
@@ -377,6 +396,7 @@ void Engine::launch(std::unique_ptr<Job> job) {
   // Fill the token ids now: tokens sampled by the step that just finished are known at last.
   auto& b = job->batch;
   runner_.fill(job->chunks, b);
+  plan_draws(*job);
   update_stats([&](EngineStats& st) {
     ++st.steps;
     st.forward_tokens += static_cast<int64_t>(b.token_ids.size());

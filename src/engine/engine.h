@@ -146,7 +146,7 @@ class Engine {
   std::vector<ScheduledChunk> schedule();
   std::unique_ptr<Job> plan(std::vector<ScheduledChunk> chunks);
   std::unique_ptr<Job> drop_unresolvable(std::unique_ptr<Job> job);
-  void plan_draws(Job& job) const;  // which sample rows the model draws on its device
+  void plan_draws(Job& job) const;  // which sample rows the model draws on its device, and how (at launch)
   void launch(std::unique_ptr<Job> job);
   void run_job(Job& job);                 // forward + sampling (worker thread)
   void resolve(Job& job);                 // lands sampled tokens (no job in flight)

@@ -10,6 +10,7 @@
 #include "core/block_pool.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "ops/token_draw.h"
 
 namespace deepinfer::model {
 
@@ -35,15 +36,17 @@ class SequenceState {
 };
 
 // Logit rows drawn on the model's device instead of returned (CausalLM::draws_on_device): logit row
-// rows[i] (an index into ForwardBatch::logit_rows) gets a token as ops' draw_tokens draws it (greedy
-// when temperature[i] <= 0, else Gumbel-max with the noise of key[i]) and its log-probability; the
-// forward's logits then hold only the other rows, in order.
+// rows[i] (an index into ForwardBatch::logit_rows) gets a token as ops' draw_tokens draws it, under
+// param[i] (sampling::draw_params: temperature, min-p, top-k, top-p, noise key, its entries of `adjust`
+// and its row of `masks`), and its log-probability; the forward's logits then hold only the other rows,
+// in order.
 struct RowDraws {
   std::vector<int32_t> rows;
-  std::vector<float> temperature;
-  std::vector<uint64_t> key;
-  std::vector<int32_t> token;   // out: a token, or ops::kDrawNaN / kDrawNone
-  std::vector<float> logprob;   // out
+  std::vector<ops::DrawRow> param;
+  std::vector<ops::DrawAdjust> adjust;  // bias / min_tokens / penalty entries of every row
+  std::vector<uint32_t> masks;          // allowed-token bitmasks, (vocab + 31) / 32 words a row
+  std::vector<int32_t> token;           // out: a token, or ops::kDrawNaN / kDrawNone
+  std::vector<float> logprob;           // out
 };
 
 // One flat forward: sequence s contributes tokens token_ids[seq_start[s] .. seq_start[s+1]) at

@@ -3,6 +3,18 @@
 #include "core/error.h"
 
 namespace deepinfer::model {
+namespace {
+
+// A host array of plain structs in the workspace (an empty one: no data).
+template <class T>
+Tensor upload_bytes(Workspace& ws, const std::vector<T>& v) {
+  if (v.empty()) return {};
+  Tensor t = ws.take(DType::U8, {static_cast<int64_t>(v.size() * sizeof(T))});
+  ws.memory().upload(t.data, v.data(), t.bytes());
+  return t;
+}
+
+}  // namespace
 
 void return_logits(ops::Backend& be, Workspace& ws, const float* logits_d, int64_t R, int64_t vocab, RowDraws* draws,
                    std::vector<float>& logits) {
@@ -13,8 +25,13 @@ void return_logits(ops::Backend& be, Workspace& ws, const float* logits_d, int64
     if (draws) draws->token.clear(), draws->logprob.clear();
     return;
   }
-  check(static_cast<int64_t>(draws->temperature.size()) == n && static_cast<int64_t>(draws->key.size()) == n,
-        "forward: draws need one temperature and one key per row");
+  const int64_t words = (vocab + 31) / 32, masks = static_cast<int64_t>(draws->masks.size()) / words;
+  check(static_cast<int64_t>(draws->param.size()) == n && static_cast<int64_t>(draws->masks.size()) % words == 0,
+        "forward: draws need one parameter row per drawn row and whole mask rows");
+  for (const ops::DrawRow& p : draws->param)
+    check(p.adjust_begin >= 0 && p.adjust_begin <= p.adjust_end &&
+              p.adjust_end <= static_cast<int64_t>(draws->adjust.size()) && p.mask >= -1 && p.mask < masks,
+          "forward: a drawn row names adjustments or a mask the draws do not hold");
   std::vector<char> drawn(R, 0);
   for (int32_t r : draws->rows) {
     check(r >= 0 && r < R && !drawn[r], "forward: drawn rows must be distinct logit rows below ", R, ", got ", r);
@@ -24,10 +41,12 @@ void return_logits(ops::Backend& be, Workspace& ws, const float* logits_d, int64
   for (int32_t r = 0; r < R; ++r)
     if (!drawn[r]) full.push_back(r);
   Workspace::Scope scope(ws);
-  Tensor rows = ws.upload(draws->rows, DType::I32), temp = ws.upload(draws->temperature, DType::F32);
-  Tensor key = ws.upload(draws->key, DType::I64), token = ws.i32({n}), lp = ws.f32({n});
-  be.draw_tokens(logits_d, vocab, rows.i32(), n, temp.f32(), reinterpret_cast<const uint64_t*>(key.data), token.i32(),
-                 lp.f32());
+  Tensor rows = ws.upload(draws->rows, DType::I32), token = ws.i32({n}), lp = ws.f32({n}), work = ws.f32({n, vocab});
+  const Tensor param = upload_bytes(ws, draws->param), adjust = upload_bytes(ws, draws->adjust);
+  const Tensor mask = upload_bytes(ws, draws->masks);
+  be.draw_tokens(logits_d, vocab, rows.i32(), n, static_cast<const ops::DrawRow*>(param.data),
+                 static_cast<const ops::DrawAdjust*>(adjust.data), static_cast<const uint32_t*>(mask.data), work.f32(),
+                 token.i32(), lp.f32());
   const int64_t F = static_cast<int64_t>(full.size());
   logits.resize(F * vocab);
   if (F) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "ops/token_draw.h"
 
 namespace deepinfer::ops {
 
@@ -168,13 +169,16 @@ class Backend : public DeviceMemory {
   // out[r] = index of the first maximum of row r of x [rows, n].
   virtual void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
   // Draws a token from each of n rows of logits (row rows[i] of x [*, vocab]) as the host sampler does
-  // for a row nothing biases, penalizes or truncates (ops/token_draw.h): temperature[i] <= 0 takes the
-  // first maximum, else Gumbel-max of x / T with the counter noise of key[i]. logprob[i] = the token's
-  // log-softmax in the raw row (the normalizer summed in double). A row with a NaN gives kDrawNaN, one
-  // with no finite logit kDrawNone. On the CPU the bits are the sampler's; elsewhere the same noise,
-  // with the normalizer and the double logs in the device's order and rounding (ties within an ulp).
-  virtual void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
-                           const uint64_t* key, int32_t* token, float* logprob) = 0;
+  // (ops/token_draw.h's draw_row): row i's sampling is param[i], its bias / penalty entries
+  // adjust[param[i].adjust_begin, adjust_end), its allowed-token bitmask row mask + param[i].mask * words
+  // (words = (vocab + 31) / 32) when param[i].mask >= 0. logprob[i] = the token's log-softmax in the raw
+  // row (the normalizer summed in double). A row with a NaN gives kDrawNaN, one where nothing can be
+  // drawn kDrawNone. work: n * vocab floats of scratch. On the CPU the bits are the sampler's; elsewhere
+  // the same noise and truncation sets, with the normalizer, exp and the double logs in the device's
+  // order and rounding (ties within an ulp).
+  virtual void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const DrawRow* param,
+                           const DrawAdjust* adjust, const uint32_t* mask, float* work, int32_t* token,
+                           float* logprob) = 0;
 
   // --- model pieces (DeepSeek V4 / V4.1) ---
   // Mean of the hc streams: out[r * out_ld + d] = bf16((sum_k x[r, k, d] in k order) / hc).
@@ -258,6 +262,9 @@ class Backend : public DeviceMemory {
   // model hashes them on the host); out is backend memory.
   virtual void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
                              float* out) = 0;
+  // embedding_fp8 with table, scale and ids in backend memory (Engram tables placed on the device).
+  virtual void embedding_fp8_on_device(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids,
+                                       int64_t n, float* out) = 0;
   // V4.1 Engram gate (spec §5.3) on the streams x [n, hc, dim] with kv [n, hc + 1, dim] (keys, value)
   // and qk [hc, dim] (q_weight * k_weight): for each token not marked in image and stream k,
   //   dot = <x_k * qk_k, key_k> * rsqrt(mean(x_k^2) + eps) * rsqrt(mean(key_k^2) + eps) / sqrt(dim)

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
+#include <map>
 
 #include "core/error.h"
 #include "ops/token_draw.h"
@@ -12,7 +12,6 @@
 namespace deepinfer::sampling {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr const char* kNanLogits = "the model produced NaN logits";
 constexpr const char* kNoToken = "no token is allowed at position ";
 
@@ -24,61 +23,8 @@ struct ByValueDesc {
   bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
 };
 
-void apply_penalties(const SampleInput& in, std::vector<float>& x) {
-  const SamplingParams& p = *in.params;
-  if (p.repetition_penalty != 1.0f) {
-    auto penalize = [&](int32_t t) {
-      float& v = x[t];
-      v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
-    };
-    std::vector<bool> seen(x.size(), false);
-    for (auto span : {in.prompt, in.output})
-      for (int32_t t : span)
-        if (!seen[t]) seen[t] = true, penalize(t);
-  }
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : in.output) ++counts[t];
-    for (auto [t, c] : counts) x[t] -= p.frequency_penalty * c + p.presence_penalty;
-  }
-}
-
-// Top-p: reorders idx[0, n) so that idx[0, k) is the smallest set of the highest-ranked tokens
-// (ByValueDesc order) whose probability mass reaches top_p; returns k. Quickselect on the mass,
-// O(n) expected instead of a full sort, and a pure function of the row (so deterministic).
-size_t nucleus_size(int32_t* idx, size_t n, const float* x, float best, float top_p) {
-  auto weight = [&](int32_t t) { return std::exp(static_cast<double>(x[t]) - best); };
-  double z = 0;
-  for (size_t i = 0; i < n; ++i) z += weight(idx[i]);
-  const double target = top_p * z;
-  double kept = 0;  // mass of idx[0, lo), all ranked above idx[lo, hi)
-  size_t lo = 0, hi = n;
-  while (hi - lo > 64) {
-    size_t mid = lo + (hi - lo) / 2;
-    std::nth_element(idx + lo, idx + mid, idx + hi, ByValueDesc{x});
-    double m = 0;
-    for (size_t i = lo; i < mid; ++i) m += weight(idx[i]);
-    if (kept + m >= target) {
-      hi = mid;
-    } else {
-      kept += m;
-      lo = mid;
-    }
-  }
-  std::sort(idx + lo, idx + hi, ByValueDesc{x});
-  for (size_t i = lo; i < hi; ++i) {
-    kept += weight(idx[i]);
-    if (kept >= target) return i + 1;  // the token that crosses top_p stays
-  }
-  return hi;
-}
-
 void check_no_nan(std::span<const float> row) {
   for (float v : row) check(!std::isnan(v), kNanLogits);
-}
-
-int32_t argmax(const std::vector<float>& x) {
-  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());  // first max wins
 }
 
 }  // namespace
@@ -106,61 +52,51 @@ SampleOutput drawn_sample(int32_t token, float logprob, int64_t position) {
   return {token, logprob, {}};
 }
 
-bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab) {
-  if (!p.logit_bias.empty() || p.logprobs || generated < p.min_tokens) return false;
-  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) return false;
-  if (p.temperature <= 0.0f) return true;  // greedy ignores min-p, top-k and top-p
-  return p.min_p <= 0.0f && !(p.top_k > 0 && p.top_k < vocab) && p.top_p >= 1.0f;
+ops::DrawRow draw_params(const SampleInput& in, int64_t vocab, std::vector<ops::DrawAdjust>& adjust) {
+  const SamplingParams& p = *in.params;
+  ops::DrawRow r;
+  r.key = draw_key(in.seed, in.stream, static_cast<uint64_t>(in.position));
+  r.temperature = p.temperature;
+  if (p.min_p > 0.0f) r.log_min_p = std::log(p.min_p);
+  r.top_p = p.top_p;
+  r.top_k = p.top_k > 0 && p.top_k < vocab ? p.top_k : 0;
+  r.repetition_penalty = p.repetition_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  // One entry per touched token (sorted by token, so the list is a pure function of the request).
+  std::map<int32_t, ops::DrawAdjust> touched;
+  auto entry = [&](int32_t t) -> ops::DrawAdjust& {
+    ops::DrawAdjust& a = touched[t];
+    a.token = t;
+    return a;
+  };
+  for (auto [t, b] : p.logit_bias)
+    if (t >= 0 && t < vocab) entry(t).bias = b, entry(t).flags |= ops::DrawAdjust::kBias;
+  if (static_cast<int64_t>(in.output.size()) < p.min_tokens) {
+    for (int32_t t : in.eos_token_ids) if (t >= 0 && t < vocab) entry(t).flags |= ops::DrawAdjust::kForbid;
+    for (int32_t t : p.stop_token_ids) if (t >= 0 && t < vocab) entry(t).flags |= ops::DrawAdjust::kForbid;
+  }
+  if (p.repetition_penalty != 1.0f)
+    for (auto span : {in.prompt, in.output})
+      for (int32_t t : span) if (t >= 0 && t < vocab) entry(t).flags |= ops::DrawAdjust::kSeen;
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    for (int32_t t : in.output) if (t >= 0 && t < vocab) ++entry(t).count;
+  r.adjust_begin = static_cast<int32_t>(adjust.size());
+  for (const auto& [t, a] : touched) adjust.push_back(a);
+  r.adjust_end = static_cast<int32_t>(adjust.size());
+  return r;
 }
 
 SampleOutput sample(const SampleInput& in, std::vector<float>& x) {
   const SamplingParams& p = *in.params;
   const int64_t vocab = static_cast<int64_t>(in.logits.size());
-  x.assign(in.logits.begin(), in.logits.end());
-  check_no_nan(x);
-
-  for (auto [t, b] : p.logit_bias)
-    if (t >= 0 && t < vocab) x[t] += b;
-  if (static_cast<int>(in.output.size()) < p.min_tokens) {
-    for (int32_t t : in.eos_token_ids) if (t >= 0 && t < vocab) x[t] = kNegInf;
-    for (int32_t t : p.stop_token_ids) if (t >= 0 && t < vocab) x[t] = kNegInf;
-  }
-  apply_penalties(in, x);
-  if (in.allowed_bitmask)
-    for (int64_t t = 0; t < vocab; ++t)
-      if (!(((*in.allowed_bitmask)[t >> 5] >> (t & 31)) & 1u)) x[t] = kNegInf;
-
+  std::vector<ops::DrawAdjust> adjust;
+  const ops::DrawRow r = draw_params(in, vocab, adjust);
+  const uint32_t* mask = in.allowed_bitmask ? in.allowed_bitmask->data() : nullptr;
   SampleOutput out;
-  float best = *std::max_element(x.begin(), x.end());
-  check(best > kNegInf, kNoToken, in.position);
-  if (p.temperature <= 0.0f) {
-    out.token = argmax(x);
-  } else {
-    // Where best / T overflows (a tiny T, a bias near -FLT_MAX) the logits are shifted by best first,
-    // which keeps the distribution: dividing gave ties of +inf (the first won) or no finite token
-    // (token 0 came back). Elsewhere the shift is 0 and the values are x / T, as they always were.
-    const float shift = ops::temperature_shift(best, p.temperature);
-    for (float& v : x) v = (v - shift) / p.temperature;
-    best = (best - shift) / p.temperature;
-    if (p.min_p > 0.0f) {  // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p)
-      float cut = best + std::log(p.min_p);
-      for (float& v : x) if (v < cut) v = kNegInf;
-    }
-    if ((p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f) {
-      std::vector<int32_t> idx;
-      for (int32_t t = 0; t < vocab; ++t) if (x[t] > kNegInf) idx.push_back(t);
-      size_t keep = idx.size();
-      if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
-        keep = p.top_k;
-        std::nth_element(idx.begin(), idx.begin() + keep, idx.end(), ByValueDesc{x.data()});
-      }
-      if (p.top_p < 1.0f) keep = nucleus_size(idx.data(), keep, x.data(), best, p.top_p);
-      for (size_t i = keep; i < idx.size(); ++i) x[idx[i]] = kNegInf;
-    }
-    // Gumbel-max: argmax(l_i + G_i), G_i = -log(-log U_i), U_i keyed by (seed, stream, position, i).
-    out.token = ops::gumbel_argmax(x.data(), vocab, draw_key(in.seed, in.stream, static_cast<uint64_t>(in.position)));
-    check(out.token >= 0, "no token could be drawn at position ", in.position, " (infinite logits)");
-  }
+  out.token = ops::draw_row(in.logits.data(), vocab, r, adjust.data(), mask, x);
+  check(out.token != ops::kDrawNaN, kNanLogits);
+  check(out.token >= 0, kNoToken, in.position);
   if (p.logprobs) {
     out.logprobs = position_logprobs(in.logits, out.token, *p.logprobs);
     out.logprob = out.logprobs[0].logprob;

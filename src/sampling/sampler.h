@@ -8,6 +8,7 @@
 
 #include "deepinfer/outputs.h"
 #include "deepinfer/sampling_params.h"
+#include "ops/token_draw.h"
 
 namespace deepinfer::sampling {
 
@@ -35,11 +36,11 @@ SampleOutput sample(const SampleInput& in, std::vector<float>& scratch);
 // kDrawNaN / kDrawNone answers).
 SampleOutput drawn_sample(int32_t token, float logprob, int64_t position);
 
-// Whether sample() of a row under `p`, `generated` tokens into its output, is exactly the backends'
-// draw_tokens (greedy, or Gumbel-max at p.temperature): nothing biases, penalizes or truncates the row
-// and no logprobs are asked for. (A grammar mask is the caller's to exclude.) Such rows can be drawn
-// on the model's device, so that only their token crosses to the host instead of their logits.
-bool sample_is_plain_draw(const SamplingParams& p, int64_t generated, int64_t vocab);
+// The row's sampling as the backends' draw_tokens takes it (ops/token_draw.h): its parameters, noise key,
+// and the entries of the tokens the bias, min_tokens and the penalties touch (appended to `adjust`; the
+// row's adjust_begin / adjust_end name them). The caller sets the row's mask. sample() is ops::draw_row
+// of these, so a row drawn on the device from them is the row the host would draw.
+ops::DrawRow draw_params(const SampleInput& in, int64_t vocab, std::vector<ops::DrawAdjust>& adjust);
 
 // log-softmax of a raw row at `token`, plus the top-n entries (token first, then ranked). NaN in the row
 // is an error, as in sample().

@@ -81,23 +81,52 @@ std::vector<OpCase> deepseek_op_cases() {
                    r.backend().argmax(r.in(x), rows, n, r.out<int32_t>(label("n ", n), rows));
                  }
                }});
-  // Tokens exact (the same counter noise; scores tie only within a double ulp); logprobs within 1e-6: the
-  // normalizer's double sum in the device's order may move the float by an ulp.
+  // Tokens exact (the same counter noise and truncation sets; scores tie only within a double ulp, and an
+  // exp in the device's rounding moves a top-p mass by one unit in 2^32); logprobs within 1e-6: the
+  // normalizer's double sum in the device's order may move the float by an ulp. Rows of every kind:
+  // greedy, temperature, top-k, top-p, min-p, penalties, bias, forbidden tokens, a grammar mask.
   c.push_back({"draw_tokens", "draw_tokens", 1e-6, [](OpRun& r) {
                  for (int64_t vocab : {1, 7, 300, 129280}) {
-                   const int64_t rows = 9;
+                   const int64_t rows = 12, words = (vocab + 31) / 32;
                    auto x = vocab > 300 ? r.uniform(rows * vocab, -8, 8) : r.levels(rows * vocab, 5, 0.5f);
                    if (vocab > 1) {
                      x[2 * vocab + vocab / 2] = std::numeric_limits<float>::quiet_NaN();  // a NaN row
                      std::fill_n(x.begin() + 3 * vocab, vocab, -kInf);                  // no finite logit
                      for (int64_t v = 0; v < vocab; v += 2) x[4 * vocab + v] = -kInf;    // holes
                    }
-                   const std::vector<int32_t> pick = {8, 0, 4, 2, 3, 6, 1, 5};  // not in order, row 7 not drawn
-                   const std::vector<float> temp = {0.0f, 0.8f, 1.0f, 0.0f, 1.0f, 1e-40f, 1.3f, 0.0f};
-                   std::vector<uint64_t> key;
-                   for (int32_t p : pick) key.push_back(draw_key(5 + vocab, 1, p));
+                   const std::vector<int32_t> pick = {8, 0, 4, 2, 3, 6, 1, 5, 9, 10, 11};  // not in order, 7 not drawn
+                   std::vector<ops::DrawRow> param(pick.size());
+                   std::vector<ops::DrawAdjust> adjust;
+                   const std::vector<float> temp = {0.0f, 0.8f, 1.0f, 0.0f, 1.0f, 1e-40f, 1.3f, 0.0f, 0.7f, 1.0f, 0.9f};
+                   for (size_t i = 0; i < pick.size(); ++i) {
+                     param[i].temperature = temp[i];
+                     param[i].key = draw_key(5 + vocab, 1, pick[i]);
+                   }
+                   param[1].top_k = static_cast<int32_t>(std::max<int64_t>(1, vocab / 3));
+                   param[4].top_p = 0.9f;
+                   param[6].top_k = 40, param[6].top_p = 0.5f, param[6].log_min_p = std::log(0.05f);
+                   param[8].top_p = 0.3f;
+                   param[9].log_min_p = std::log(0.2f);
+                   param[10].repetition_penalty = 1.4f, param[10].presence_penalty = 0.5f, param[10].frequency_penalty = 0.3f;
+                   param[10].top_k = 5;
+                   param[10].adjust_begin = 0;
+                   for (int32_t t = 0; t < std::min<int64_t>(vocab, 12); ++t) {
+                     ops::DrawAdjust a;
+                     a.token = t * 3 % static_cast<int32_t>(vocab);
+                     if (std::any_of(adjust.begin(), adjust.end(), [&](const ops::DrawAdjust& e) { return e.token == a.token; })) continue;
+                     a.flags = (t % 2 ? ops::DrawAdjust::kSeen : 0) | (t % 3 == 0 ? ops::DrawAdjust::kBias : 0) |
+                               (t == 5 ? ops::DrawAdjust::kForbid : 0);
+                     a.bias = t % 3 == 0 ? 1.5f : 0.0f;
+                     a.count = t % 4;
+                     adjust.push_back(a);
+                   }
+                   param[10].adjust_end = static_cast<int32_t>(adjust.size());
+                   std::vector<uint32_t> mask(2 * words, 0);  // row 0: every third token; row 1: none
+                   for (int64_t t = 0; t < vocab; t += 3) mask[t >> 5] |= 1u << (t & 31);
+                   param[7].mask = 0, param[0].mask = 0, param[9].mask = 1;
                    const int64_t n = static_cast<int64_t>(pick.size());
-                   r.backend().draw_tokens(r.in(x), vocab, r.in(pick), n, r.in(temp), r.in(key),
+                   r.backend().draw_tokens(r.in(x), vocab, r.in(pick), n, r.in(param), adjust.empty() ? nullptr : r.in(adjust),
+                                           r.in(mask), r.in(std::vector<float>(n * vocab)),
                                            r.out<int32_t>(label("token ", vocab), n), r.out<float>(label("logprob ", vocab), n));
                  }
                }});
@@ -261,7 +290,8 @@ std::vector<OpCase> deepseek_op_cases() {
                  r.backend().lookup_rows(r.in(in), tokens, k, r.in(table), r.in(begin),
                                          r.inout("out", std::vector<int32_t>(tokens * out_ld, 7)), out_ld);
                }});
-  c.push_back({"embedding_fp8", "embedding_fp8", 0, [](OpRun& r) {
+  // Both placements of the table: host memory (the host gathers the rows) and backend memory (ids uploaded).
+  c.push_back({"embedding_fp8,embedding_fp8_on_device", "embedding_fp8", 0, [](OpRun& r) {
                  const int64_t rows = 1000, dim = 96, n = 57;
                  std::vector<uint8_t> table(rows * dim), scale(rows * dim / 32);
                  for (auto& b : table) b = static_cast<uint8_t>(r.rng()());  // NaN bytes included
@@ -273,6 +303,8 @@ std::vector<OpCase> deepseek_op_cases() {
                  ids[0] = 0, ids[1] = 0;  // row 0 (whose scales are the edges), twice
                  r.backend().embedding_fp8(r.host(table), r.host(scale), dim, r.host(ids), n,
                                            r.out<float>("rows", n * dim));
+                 r.backend().embedding_fp8_on_device(r.in(table), r.in(scale), dim, r.in(ids), n,
+                                                     r.out<float>("rows on device", n * dim));
                }});
   // bf16 outputs (x + gate * value): a one-ulp difference in the gate can flip a rounding.
   // dim 5120 (V4.1-Flash): the staged rows need more than 48 KB of shared memory.

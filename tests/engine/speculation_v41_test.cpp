@@ -109,14 +109,15 @@ TEST(SpeculationV41, MixedBatchIsUnchanged) {
   print("tiny-b batch, confidence", conf);
 }
 
-// Rows drawn on the model's device (device_sampling: greedy and temperature-only rows, through the
-// backend's draw_tokens) give the host sampler's tokens, beside rows that still come back as logits
-// (top-k, logprobs), with and without speculation. On the CPU backend the logprobs are bit for bit too;
-// on CUDA (DEEPINFER_DEVICE=cuda) the device's double normalizer may move a logprob by a float ulp.
+// Rows drawn on the model's device (device_sampling: every sample row but those asking for logprobs,
+// through the backend's draw_tokens: greedy, temperature, top-k / top-p / min-p, penalties, bias,
+// min_tokens) give the host sampler's tokens, beside rows that still come back as logits (logprobs), with
+// and without speculation. On the CPU backend the logprobs are bit for bit too; on CUDA
+// (DEEPINFER_DEVICE=cuda) the device's double normalizer may move a logprob by a float ulp.
 TEST(SpeculationV41, DeviceDrawsAreTheHostSamplersTokens) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<SamplingParams> params;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     std::vector<int32_t> pr;
     for (int j = 0; j < 4 + 13 * i; ++j) pr.push_back((i * 71 + j * 29 + 5) % 384);
     prompts.push_back(pr);
@@ -125,9 +126,12 @@ TEST(SpeculationV41, DeviceDrawsAreTheHostSamplersTokens) {
     p.ignore_eos = true;
     p.temperature = i % 3 == 0 ? 0.0f : 0.9f;
     p.seed = 40 + i;
-    if (i == 4) p.top_k = 20;            // on the host
-    if (i == 5) p.logprobs = 2;          // on the host
     if (i == 2) p.n = 2;
+    if (i == 3) p.repetition_penalty = 1.3f;
+    if (i == 4) p.top_k = 20, p.top_p = 0.9f;
+    if (i == 5) p.logprobs = 2;          // on the host
+    if (i == 6) p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f, p.min_p = 0.05f, p.logit_bias = {{5, 3.0f}};
+    if (i == 7) p.min_tokens = 6, p.ignore_eos = false, p.stop_token_ids = {pr[1]};
     params.push_back(p);
   }
   const double rel_tol = model::V41Options::from_env().device.is_cpu() ? 0 : 1e-5;
@@ -141,7 +145,7 @@ TEST(SpeculationV41, DeviceDrawsAreTheHostSamplersTokens) {
     }
     expect_same(out[0], out[1], rel_tol);
     EXPECT_EQ(stats[0].device_drawn_rows, 0);
-    EXPECT_GT(stats[1].device_drawn_rows, 40) << "speculative " << speculative;
+    EXPECT_GT(stats[1].device_drawn_rows, 80) << "speculative " << speculative;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -65,8 +66,8 @@ TEST(DummyWeights, GeneratedInPlaceEqualsHostBytes) {
   EXPECT_FALSE(loader.stored_spec("layers.0.attn.compressor.wkv", 8, 256).generated_later);  // BF16 floats: values
 }
 
-std::vector<float> dummy_logits(const std::string& dir) {
-  auto lm = load_causal_lm(dir, "cpu", "dummy");
+std::vector<float> dummy_logits(const std::string& dir, const std::string& device = "cpu") {
+  auto lm = load_causal_lm(dir, device, "dummy");
   auto* v41 = dynamic_cast<V41Model*>(lm.get());
   EXPECT_NE(v41, nullptr);
   auto strings = read_json_file("tests/data/goldens/v41/tiny-b/goldens.json")
@@ -92,6 +93,31 @@ TEST(DummyWeights, ModelFromConfigAloneRuns) {
   // Without load_format=dummy the folder has no checkpoint: a clear error, not a crash.
   EXPECT_THROW(load_causal_lm(dir.string(), "cpu", "auto"), Error);
   EXPECT_THROW(load_causal_lm(dir.string(), "cpu", "random"), Error);
+  fs::remove_all(dir);
+}
+
+// DEEPINFER_ENGRAM_DEVICE: on a GPU (DEEPINFER_DEVICE=cuda) the tables copied to the device give the
+// bits of the host-gathered rows; on the CPU both are host memory. A value other than auto / host /
+// device is an error naming the variable.
+TEST(DummyWeights, EngramTablesOnTheDeviceGiveTheHostsLogits) {
+  const fs::path dir = fs::temp_directory_path() / ("deepinfer-engram-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file("tests/data/goldens/v41/tiny-b/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  const std::string device = Device::resolve("").str();
+  ::setenv("DEEPINFER_ENGRAM_DEVICE", "host", 1);
+  const std::vector<float> host = dummy_logits(dir.string(), device);
+  ::setenv("DEEPINFER_ENGRAM_DEVICE", "device", 1);
+  const std::vector<float> on_device = dummy_logits(dir.string(), device);
+  ::setenv("DEEPINFER_ENGRAM_DEVICE", "gpu", 1);
+  try {
+    load_causal_lm(dir.string(), device, "dummy");
+    ADD_FAILURE() << "DEEPINFER_ENGRAM_DEVICE=gpu was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DEEPINFER_ENGRAM_DEVICE"), std::string::npos) << e.what();
+  }
+  ::unsetenv("DEEPINFER_ENGRAM_DEVICE");
+  ASSERT_FALSE(host.empty());
+  EXPECT_EQ(host, on_device);
   fs::remove_all(dir);
 }
 

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -183,78 +185,105 @@ TEST(Sampler, NanLogitsAndFullyMaskedRowsAreErrors) {
   EXPECT_THROW(sample(in, g.scratch), Error);
 }
 
-// The rows sample_is_plain_draw admits are drawn by the backends' draw_tokens; on the CPU backend that
-// gives the sampler's token and logprob bit for bit (the same shared math), for greedy rows with ties,
-// temperatures whose division overflows, -inf entries, and the error rows.
-TEST(Sampler, PlainRowsAreTheCpuBackendsDrawTokens) {
+// Every row is drawn by the backends' draw_tokens from sample()'s draw_params; on the CPU backend that
+// gives the sampler's token and logprob bit for bit (the same shared math): greedy ties, temperatures
+// whose division overflows, -inf entries, top-k / top-p / min-p, penalties, bias, min_tokens, a grammar
+// mask, and the error rows.
+TEST(Sampler, EveryRowIsTheCpuBackendsDrawTokens) {
   cpu::CpuBackend be;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 3.0f);
-  const int64_t vocab = 1000;
-  const std::vector<float> temps = {0.0f, 0.7f, 1.0f, 1.5f, 1e-40f, 0.0f, 2.0f, 0.3f};
-  const int64_t R = static_cast<int64_t>(temps.size());
+  const int64_t vocab = 1000, words = (vocab + 31) / 32;
+  std::vector<SamplingParams> ps(14);
+  ps[0].temperature = 0, ps[1].temperature = 0.7f, ps[2].temperature = 1.5f, ps[3].temperature = 1e-40f;
+  ps[4].temperature = 0, ps[5].temperature = 2.0f;
+  ps[6].top_k = 20, ps[7].top_p = 0.8f, ps[8].top_k = 50, ps[8].top_p = 0.5f, ps[8].min_p = 0.01f;
+  ps[9].repetition_penalty = 1.3f, ps[9].presence_penalty = 0.4f, ps[9].frequency_penalty = 0.25f;
+  ps[10].logit_bias = {{5, 30.0f}, {6, -2.0f}, {5000, 1.0f}}, ps[10].temperature = 0.5f;
+  ps[11].min_tokens = 10, ps[11].stop_token_ids = {7}, ps[11].temperature = 0;
+  ps[12].top_p = 0.95f, ps[12].temperature = 0.6f;  // + a grammar mask
+  ps[13].temperature = 0.9f, ps[13].top_k = 3;      // all equal values: the ranks are the token ids
+  const int64_t R = static_cast<int64_t>(ps.size());
   std::vector<float> x(R * vocab);
   for (float& v : x) v = nd(rng);
   x[0 * vocab + 3] = x[0 * vocab + 900] = 50.0f;  // a greedy tie: the lower index
   for (int64_t v = 0; v < vocab; v += 3) x[3 * vocab + v] = -INFINITY;
-  std::fill_n(x.begin() + 5 * vocab, vocab, 0.25f);  // all equal
+  std::fill_n(x.begin() + 4 * vocab, vocab, 0.25f);  // all equal
+  std::fill_n(x.begin() + 13 * vocab, vocab, -0.0f);
+  x[13 * vocab + 500] = 0.0f;  // -0 and +0 rank alike
+  const std::vector<int32_t> prompt = {1, 2, 3, 900}, output = {2, 2, 10, 11, 7};
+  const std::vector<int32_t> eos = {8};
+  x[11 * vocab + 8] = x[11 * vocab + 7] = 40.0f;  // eos and the stop token lead, forbidden before min_tokens
+  std::vector<uint32_t> allowed(words, 0);
+  for (int64_t t = 100; t < 400; t += 7) allowed[t >> 5] |= 1u << (t & 31);
   std::vector<int32_t> rows;
-  std::vector<uint64_t> keys;
-  for (int32_t r = R - 1; r >= 0; --r) rows.push_back(r), keys.push_back(draw_key(11, 2, 100 + r));
-  std::vector<float> temp;
-  for (int32_t r : rows) temp.push_back(temps[r]);
+  std::vector<ops::DrawRow> param;
+  std::vector<ops::DrawAdjust> adjust;
+  std::vector<SampleInput> ins;
+  for (int32_t r = static_cast<int32_t>(R) - 1; r >= 0; --r) {  // not in row order
+    SampleInput in;
+    in.logits = std::span<const float>(x.data() + r * vocab, vocab);
+    in.params = &ps[r];
+    in.prompt = prompt;
+    in.output = output;
+    in.eos_token_ids = eos;
+    in.seed = 11;
+    in.stream = 2;
+    in.position = 100 + r;
+    if (r == 12) in.allowed_bitmask = &allowed;
+    ops::DrawRow p = draw_params(in, vocab, adjust);
+    if (r == 12) p.mask = 0;
+    rows.push_back(r), param.push_back(p), ins.push_back(in);
+  }
   std::vector<int32_t> token(R);
   std::vector<float> logprob(R);
-  be.draw_tokens(x.data(), vocab, rows.data(), R, temp.data(), keys.data(), token.data(), logprob.data());
+  be.draw_tokens(x.data(), vocab, rows.data(), R, param.data(), adjust.data(), allowed.data(), nullptr, token.data(),
+                 logprob.data());
   std::vector<float> scratch;
   std::set<int32_t> seen;
   for (int64_t i = 0; i < R; ++i) {
-    SamplingParams p;
-    p.temperature = temp[i];
-    ASSERT_TRUE(sample_is_plain_draw(p, 0, vocab));
-    SampleInput in;
-    in.logits = std::span<const float>(x.data() + rows[i] * vocab, vocab);
-    in.params = &p;
-    in.seed = 11;
-    in.stream = 2;
-    in.position = 100 + rows[i];
-    const SampleOutput want = sample(in, scratch);
+    const SampleOutput want = sample(ins[i], scratch);
     EXPECT_EQ(token[i], want.token) << "row " << rows[i];
     EXPECT_EQ(std::bit_cast<uint32_t>(logprob[i]), std::bit_cast<uint32_t>(want.logprob)) << "row " << rows[i];
     seen.insert(want.token);
   }
   EXPECT_EQ(token[R - 1], 3);  // row 0, greedy
-  EXPECT_GT(seen.size(), 4u);  // the rows drew different tokens (not one constant)
+  EXPECT_EQ(token[R - 1 - 10], 5);  // the +30 bias
+  EXPECT_NE(token[R - 1 - 11], 8);  // eos and stop forbidden
+  EXPECT_NE(token[R - 1 - 11], 7);
+  EXPECT_TRUE(token[R - 1 - 12] >= 100 && token[R - 1 - 12] < 400 && (token[R - 1 - 12] - 100) % 7 == 0);
+  EXPECT_LT(token[0], 3);      // row 13: the three lowest ids
+  EXPECT_GT(seen.size(), 6u);  // the rows drew different tokens (not one constant)
 
   std::vector<float> bad = {0.0f, NAN, 1.0f, -INFINITY, -INFINITY, -INFINITY};
   const std::vector<int32_t> two = {0, 1};
-  const std::vector<float> t2 = {0.0f, 1.0f};
-  const std::vector<uint64_t> k2 = {1, 2};
-  be.draw_tokens(bad.data(), 3, two.data(), 2, t2.data(), k2.data(), token.data(), logprob.data());
+  const std::vector<ops::DrawRow> p2(2);
+  be.draw_tokens(bad.data(), 3, two.data(), 2, p2.data(), nullptr, nullptr, nullptr, token.data(), logprob.data());
   EXPECT_EQ(token[0], ops::kDrawNaN);
   EXPECT_EQ(token[1], ops::kDrawNone);
 }
 
-TEST(Sampler, PlainDrawsExcludeWhatChangesTheRow) {
-  const int64_t vocab = 100;
-  auto plain = [&](auto edit, int64_t generated = 5) {
-    SamplingParams p;
-    edit(p);
-    return sample_is_plain_draw(p, generated, vocab);
-  };
-  EXPECT_TRUE(plain([](SamplingParams&) {}));
-  EXPECT_TRUE(plain([](SamplingParams& p) { p.temperature = 0, p.top_k = 5, p.top_p = 0.5f; }));  // greedy ignores them
-  EXPECT_TRUE(plain([](SamplingParams& p) { p.top_k = 100; }));  // keeps the whole vocabulary
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.top_k = 5; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.top_p = 0.9f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.min_p = 0.1f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.logit_bias[3] = 1.0f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.repetition_penalty = 1.1f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.presence_penalty = 0.5f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.frequency_penalty = 0.5f; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.logprobs = 0; }));
-  EXPECT_FALSE(plain([](SamplingParams& p) { p.min_tokens = 6; }));
-  EXPECT_TRUE(plain([](SamplingParams& p) { p.min_tokens = 5; }));
+// The truncation's order: draw_rank_key sorts as the sampler ranks (value, then lower id; -0 = +0), and
+// top-p's integer masses keep the same nucleus whatever order they are summed in.
+TEST(Sampler, RankKeysAndMassesAreOrderFree) {
+  std::mt19937 rng(3);
+  std::vector<float> v(3000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>(rng() % 40) - 20) * 0.5f;
+  v[7] = -0.0f, v[8] = 0.0f;
+  std::vector<int32_t> by_key(v.size()), by_value(v.size());
+  std::iota(by_key.begin(), by_key.end(), 0);
+  by_value = by_key;
+  std::sort(by_key.begin(), by_key.end(), [&](int32_t a, int32_t b) {
+    return ops::draw_rank_key(v[a], a) > ops::draw_rank_key(v[b], b);
+  });
+  std::sort(by_value.begin(), by_value.end(), [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  EXPECT_EQ(by_key, by_value);
+  uint64_t forward = 0, backward = 0;
+  for (size_t i = 0; i < v.size(); ++i) forward += ops::draw_mass(v[i], 10.0f), backward += ops::draw_mass(v[v.size() - 1 - i], 10.0f);
+  EXPECT_EQ(forward, backward);
+  EXPECT_EQ(ops::draw_mass(10.0f, 10.0f), uint64_t{1} << 32);
+  EXPECT_TRUE(ops::draw_mass_reaches(50, 100, 0.5f));
+  EXPECT_FALSE(ops::draw_mass_reaches(49, 100, 0.5f));
 }
 
 TEST(SamplingParams, ValidateNamesTheField) {

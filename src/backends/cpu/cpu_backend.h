@@ -56,8 +56,9 @@ class CpuBackend final : public ops::Backend {
   void scale(float* x, int64_t n, float s) override;
   void add(float* x, const float* y, int64_t n) override;
   void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
-  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
-                   const uint64_t* key, int32_t* token, float* logprob) override;
+  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const ops::DrawRow* param,
+                   const ops::DrawAdjust* adjust, const uint32_t* mask, float* work, int32_t* token,
+                   float* logprob) override;
 
   // DeepSeek pieces (cpu_deepseek_ops.cpp)
   void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;
@@ -85,6 +86,8 @@ class CpuBackend final : public ops::Backend {
                    int32_t* out, int64_t out_ld) override;
   void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
                      float* out) override;
+  void embedding_fp8_on_device(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
+                               float* out) override;
   void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
                    int64_t dim, float eps) override;
 

@@ -44,33 +44,19 @@ void CpuBackend::argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
     out[r] = static_cast<int32_t>(std::max_element(x + r * n, x + (r + 1) * n) - (x + r * n));
 }
 
-void CpuBackend::draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
-                             const uint64_t* key, int32_t* token, float* logprob) {
-  std::vector<float> scaled;
+void CpuBackend::draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const ops::DrawRow* param,
+                             const ops::DrawAdjust* adjust, const uint32_t* mask, float* work, int32_t* token,
+                             float* logprob) {
+  const int64_t words = (vocab + 31) / 32;
+  std::vector<float> scratch;
   for (int64_t i = 0; i < n; ++i) {
     const float* row = x + static_cast<int64_t>(rows[i]) * vocab;
-    const float t = temperature[i];
-    if (std::any_of(row, row + vocab, [](float v) { return std::isnan(v); })) {
-      token[i] = ops::kDrawNaN;
-      logprob[i] = std::numeric_limits<float>::quiet_NaN();
-      continue;
-    }
-    const float* top = std::max_element(row, row + vocab);  // the first maximum (row + vocab when empty)
-    const float best = vocab ? *top : -std::numeric_limits<float>::infinity();
-    int32_t tok = ops::kDrawNone;
-    if (best > -std::numeric_limits<float>::infinity()) {
-      if (t <= 0.0f) {
-        tok = static_cast<int32_t>(top - row);
-      } else {
-        const float shift = ops::temperature_shift(best, t);
-        scaled.resize(vocab);
-        for (int64_t v = 0; v < vocab; ++v) scaled[v] = (row[v] - shift) / t;
-        tok = ops::gumbel_argmax(scaled.data(), vocab, key[i]);
-      }
-    }
+    const ops::DrawRow& r = param[i];
+    const int32_t tok = ops::draw_row(row, vocab, r, adjust, r.mask >= 0 ? mask + r.mask * words : nullptr, scratch);
     token[i] = tok;
-    logprob[i] = tok >= 0 ? static_cast<float>(row[tok] - ops::log_normalizer(row, vocab))
-                          : -std::numeric_limits<float>::infinity();
+    logprob[i] = tok >= 0                ? static_cast<float>(row[tok] - ops::log_normalizer(row, vocab))
+                 : tok == ops::kDrawNaN ? std::numeric_limits<float>::quiet_NaN()
+                                         : -std::numeric_limits<float>::infinity();
   }
 }
 

@@ -245,6 +245,11 @@ void CpuBackend::embedding_fp8(const uint8_t* table, const uint8_t* scale, int64
   }
 }
 
+void CpuBackend::embedding_fp8_on_device(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids,
+                                         int64_t n, float* out) {
+  embedding_fp8(table, scale, dim, ids, n, out);  // the CPU's device memory is host memory
+}
+
 void CpuBackend::engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
                              int64_t D, float eps) {
   const float dscale = static_cast<float>(std::pow(static_cast<double>(D), -0.5));

@@ -86,8 +86,9 @@ class CudaBackend final : public ops::Backend {
   void scale(float* x, int64_t n, float s) override;
   void add(float* x, const float* y, int64_t n) override;
   void argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
-  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const float* temperature,
-                   const uint64_t* key, int32_t* token, float* logprob) override;
+  void draw_tokens(const float* x, int64_t vocab, const int32_t* rows, int64_t n, const ops::DrawRow* param,
+                   const ops::DrawAdjust* adjust, const uint32_t* mask, float* work, int32_t* token,
+                   float* logprob) override;
   void hc_mean(const float* x, int64_t rows, int64_t hc, int64_t dim, float* out, int64_t out_ld) override;
   void softmax_pool_v41(const float* kv, const float* score, int64_t windows, int64_t slots, int64_t channels,
                         float* z) override;
@@ -115,6 +116,8 @@ class CudaBackend final : public ops::Backend {
   // the host as the CPU does, and uploaded.
   void embedding_fp8(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
                      float* out) override;
+  void embedding_fp8_on_device(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids, int64_t n,
+                               float* out) override;
   void engram_gate(float* x, const float* kv, const float* qk, const uint8_t* image, int64_t n, int64_t hc,
                    int64_t dim, float eps) override;
   // Vision tower (vision_ops.cu)

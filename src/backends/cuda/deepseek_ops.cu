@@ -19,11 +19,13 @@ namespace {
 // out[e] = e4m3(q[e]) * e8m0(s[e / 32]) as the CPU's dtype.cpp decoders give them, the product rounded
 // once; NaN as the CPU's bits (0x7fc00000, where
 // the GPU's multiply would give its canonical 0x7fffffff).
-__global__ void dequant_rows_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int total, int dim,
-                                    float* __restrict__ out) {
+// out[i, d] of row ids[i] of (q, s) (ids null: row i).
+__global__ void dequant_rows_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s,
+                                    const int64_t* __restrict__ ids, int total, int dim, float* __restrict__ out) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= total) return;
-  const float v = __fmul_rn(e4m3_to_float_d(q[e]), e8m0_to_float_d(s[(e / dim) * (dim / 32) + (e % dim) / 32]));
+  const int64_t row = ids ? ids[e / dim] : e / dim, d = e % dim;
+  const float v = __fmul_rn(e4m3_to_float_d(q[row * dim + d]), e8m0_to_float_d(s[row * (dim / 32) + d / 32]));
   out[e] = isnan(v) ? __int_as_float(0x7fc00000) : v;  // the CPU's product keeps its operand's quiet NaN
 }
 
@@ -266,7 +268,17 @@ void CudaBackend::embedding_fp8(const uint8_t* table, const uint8_t* scale, int6
   upload(qd, q.data(), q.size());
   upload(sd, s.data(), s.size());
   dequant_rows_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, impl_->stream>>>(
-      qd, sd, static_cast<int>(n * dim), static_cast<int>(dim), out);
+      qd, sd, nullptr, static_cast<int>(n * dim), static_cast<int>(dim), out);
+  check_launch("dequant_rows_kernel");
+}
+
+void CudaBackend::embedding_fp8_on_device(const uint8_t* table, const uint8_t* scale, int64_t dim, const int64_t* ids,
+                                          int64_t n, float* out) {
+  check_sizes(n >= 0 && dim >= 0 && dim % 32 == 0 && n * dim <= INT32_MAX, "embedding_fp8_on_device");
+  if (n == 0 || dim == 0) return;
+  impl_->bind();
+  dequant_rows_kernel<<<static_cast<unsigned>((n * dim + 255) / 256), 256, 0, impl_->stream>>>(
+      table, scale, ids, static_cast<int>(n * dim), static_cast<int>(dim), out);
   check_launch("dequant_rows_kernel");
 }
 

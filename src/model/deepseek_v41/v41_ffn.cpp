@@ -77,7 +77,12 @@ void V41Model::engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids,
     check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
   Workspace::Scope scope(ws_);
   Tensor e = ws_.f32({n * C, ehd}), kv = ws_.f32({n, hc + 1, D});
-  be_.embedding_fp8(B.e_table, B.e_scale, ehd, ids.data(), n * C, e.f32());  // table and ids on the host
+  if (B.e_device.data()) {  // the table on the device: the ids go up, the rows are gathered there
+    const Tensor ids_d = ws_.upload(ids, DType::I64);
+    be_.embedding_fp8_on_device(B.e_table, B.e_scale, ehd, ids_d.i64(), n * C, e.f32());
+  } else {
+    be_.embedding_fp8(B.e_table, B.e_scale, ehd, ids.data(), n * C, e.f32());  // table and ids on the host
+  }
   lin(e.f32(), n, B.e_wkv, kv.f32());
   be_.engram_gate(X, kv.f32(), B.e_qk.data(), s.image_d.u8(), n, hc, D, static_cast<float>(c_.norm_eps));
 }

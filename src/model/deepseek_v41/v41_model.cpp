@@ -26,6 +26,7 @@ V41Options V41Options::from_env() {
   o.replay_compact = mode.empty() || mode == "compact";
   o.replay_keep = env_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
   o.device = Device::resolve("");
+  o.engram_device = env_string("DEEPINFER_ENGRAM_DEVICE");
   return o;
 }
 
@@ -231,6 +232,7 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
     progress.update(l + 1);
   }
   if (ep) m->load_held_experts();
+  m->place_engram_tables();
   // Engram's compressed token map comes from the tokenizer: every id decoded alone (special tokens
   // kept) and its vocabulary string. Without tokenizer.json, set_engram_tokens() must be called.
   const std::string tok_path = dir + "/tokenizer.json";
@@ -239,6 +241,37 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
     m->set_engram_tokens(strings.decoded, strings.raw);
   }
   return m;
+}
+
+// The Engram tables stay where the loader put them (host memory, memory-mapped) unless the model runs on
+// a GPU and DEEPINFER_ENGRAM_DEVICE asks for the device (device), or they take at most half of the
+// memory left free by the other weights (auto): then each step's rows are gathered on the device.
+void V41Model::place_engram_tables() {
+  const std::string& where = o_.engram_device;
+  check(where == "auto" || where == "host" || where == "device", "DEEPINFER_ENGRAM_DEVICE = '", where,
+        "': not auto, host or device");
+  if (be_.device().is_cpu() || where == "host") return;
+  size_t bytes = 0;
+  for (const V41Block& B : blocks_)
+    if (B.e_table) bytes += static_cast<size_t>(B.e_rows * c_.engram_head_dim * 33 / 32);  // codes + scales
+  if (bytes == 0) return;
+  size_t free = 0, total = 0;
+  const bool known = be_.memory_info(&free, &total);
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  if (where == "auto" && (!known || bytes > free / 2)) return;
+  check(!known || bytes <= free, "DEEPINFER_ENGRAM_DEVICE = device: the Engram tables need ",
+        static_cast<int64_t>(bytes / kGiB * 10) / 10.0, " GiB on ", be_.device().str(), ", which has ",
+        static_cast<int64_t>(free / kGiB * 10) / 10.0, " GiB free (host keeps them in host memory)");
+  for (V41Block& B : blocks_) {
+    if (!B.e_table) continue;
+    const size_t codes = static_cast<size_t>(B.e_rows * c_.engram_head_dim), scales = codes / 32;
+    B.e_device = Buffer(be_, codes + scales);
+    auto* d = static_cast<uint8_t*>(B.e_device.data());
+    be_.upload(d, B.e_table, codes);
+    be_.upload(d + codes, B.e_scale, scales);
+    B.e_table = d;
+    B.e_scale = d + codes;
+  }
 }
 
 void V41Model::load_held_experts() {

@@ -54,12 +54,14 @@ struct V41Block {
   std::vector<V41Expert> experts;  // without expert parallelism: views into `routed`
   V41Expert routed;                // the routed experts stacked (q.groups = experts); empty with expert parallelism
   V41Expert shared;
-  // Engram (engram layers): wkv, q_weight*k_weight, and the memory-mapped table read row by row
+  // Engram (engram layers): wkv, q_weight*k_weight, and the table: memory-mapped on the host and read row
+  // by row, or copied to the device (DEEPINFER_ENGRAM_DEVICE; e_device holds it, e_table points there)
   V41Linear e_wkv;
   Param e_qk;
   const uint8_t* e_table = nullptr;  // F8_E4M3 [rows, head_dim]
   const uint8_t* e_scale = nullptr;  // F8_E8M0 [rows, head_dim / 32]
   int64_t e_rows = 0;
+  Buffer e_device;                   // the table then its scales, on the model's device (empty: on the host)
   // DSpark stage extras
   V41Linear main_proj;
   Param main_norm, final_norm, markov_embed;
@@ -95,6 +97,8 @@ struct V41Options {
   Device device;
   // load_format="dummy": random weights in the released formats (DummyWeights), no checkpoint read.
   bool dummy_weights = false;
+  // Where the Engram tables live on a GPU (DEEPINFER_ENGRAM_DEVICE): host, device or auto.
+  std::string engram_device = "auto";
   // MoE expert parallelism (v41_expert_parallel.cpp): this rank loads only its routed experts of the
   // main layers and every forward exchanges tokens with the other ranks; null: all experts local.
   std::shared_ptr<parallel::ExpertParallel> expert_parallel;
@@ -104,7 +108,7 @@ struct V41Options {
   // a CP rank's rows go through the EP exchange at every MoE layer (its EP group spans the CP ranks).
   std::shared_ptr<parallel::ContextParallel> context_parallel;
 
-  static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE
+  static V41Options from_env();  // DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / _KEEP_TOKENS, DEEPINFER_DEVICE, _ENGRAM_DEVICE
 };
 
 struct V41Draft {  // one DSpark draft block
@@ -185,6 +189,7 @@ class V41Model final : public CausalLM {
   void moe_expert_parallel(int64_t l, const float* x, int64_t n, const std::vector<int32_t>& sel,
                            const std::vector<float>& weights, float* out);
   void load_held_experts();
+  void place_engram_tables();  // DEEPINFER_ENGRAM_DEVICE: the tables onto the device when asked / when they fit
   // Context parallelism (v41_context_parallel.cpp): this rank's part of the whole step w (the rows of
   // w it computes: `mine`), and the gather of rows computed on several ranks.
   Step local_step(Step& w, std::vector<int32_t>& mine) const;
