@@ -114,8 +114,9 @@ std::vector<OpCase> deepseek_op_cases() {
                      ops::DrawAdjust a;
                      a.token = t * 3 % static_cast<int32_t>(vocab);
                      if (std::any_of(adjust.begin(), adjust.end(), [&](const ops::DrawAdjust& e) { return e.token == a.token; })) continue;
-                     a.flags = (t % 2 ? ops::DrawAdjust::kSeen : 0) | (t % 3 == 0 ? ops::DrawAdjust::kBias : 0) |
-                               (t == 5 ? ops::DrawAdjust::kForbid : 0);
+                     using A = ops::DrawAdjust;
+                     a.flags = (t % 2 ? uint32_t{A::kSeen} : 0u) | (t % 3 == 0 ? uint32_t{A::kBias} : 0u) |
+                               (t == 5 ? uint32_t{A::kForbid} : 0u);
                      a.bias = t % 3 == 0 ? 1.5f : 0.0f;
                      a.count = t % 4;
                      adjust.push_back(a);
