@@ -199,6 +199,7 @@ class V41Model final : public CausalLM {
   // each sequence's ring tail; the rest zero (window 0: the ring tails only).
   Tensor window_rows(const Step& s, const Tensor& mine, int64_t width, int64_t window);
   void cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed);
+  void check_engram_rows(int64_t l, const std::vector<int64_t>& ids) const;
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
