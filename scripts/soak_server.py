@@ -152,7 +152,7 @@ MALFORMED = [
     ("top_p above 1", CMPL, {"prompt": "hi", "top_p": 2}, None, KEY, 400),
     ("logprobs above max_logprobs", CMPL, {"prompt": "hi", "logprobs": 500}, None, KEY, 400),
     ("n above max_num_seqs", CMPL, {"prompt": "hi", "n": 10 ** 5}, None, KEY, 400),
-    ("a negative seed", CMPL, {"prompt": "hi", "seed": -1}, None, KEY, 400),
+    ("a seed past int64", CMPL, {"prompt": "hi", "seed": -(2 ** 70)}, None, KEY, 400),
     ("echo", CMPL, {"prompt": "hi", "echo": True}, None, KEY, 400),
     ("a $ref cycle", CMPL, {"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {
         "name": "c", "schema": {"$ref": "#"}}}}, None, KEY, 400),
