@@ -322,7 +322,6 @@ def main():
     t_soak = time.time() - t1
     m = settle()
     rss_end = rss_mib(proc.pid)
-    block = None
     for key, want in (("deepinfer_num_requests_running", 0), ("deepinfer_num_requests_waiting", 0),
                       ("deepinfer_engine_live_states", 0), ("deepinfer_state_memory_reserved_bytes", 0),
                       ("deepinfer_engine_waiting_seqs", 0), ("deepinfer_engine_running_seqs", 0)):
@@ -358,7 +357,8 @@ def main():
                   preemptions=m.get("deepinfer_engine_preemptions_total"), steps=m.get("deepinfer_engine_steps_total"),
                   prefix_hits=m.get("deepinfer_engine_prefix_hits_total"),
                   rss_start_mib=round(rss_start, 1), rss_end_mib=round(rss_end, 1),
-                  state_used_end_bytes=used, prefix_cache_blocks=m.get("deepinfer_prefix_cache_blocks"),
+                  state_budget_bytes=budget, state_used_end_bytes=used,
+                  prefix_cache_blocks=m.get("deepinfer_prefix_cache_blocks"),
                   solo_s=round(t_solo, 1), soak_s=round(t_soak, 1))
     print("soak_server:", json.dumps(report))
     if a.report:

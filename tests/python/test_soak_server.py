@@ -19,3 +19,4 @@ def test_soak_120_http_requests_on_the_demo_model(demo_model, tmp_path):
     r = json.loads(report.read_text())
     assert r["failures"] == 0 and r["mismatched"] == 0
     assert r["good"] > 50 and r["bad"] > 10 and r["leave"] > 0
+    assert r["state_budget_bytes"] > 0  # --num-state-blocks reached the engine
