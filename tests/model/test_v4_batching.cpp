@@ -1,5 +1,6 @@
 // Flat batches: a sequence's logits are bitwise the same alone or batched with other sequences at
-// other positions, and a batch advances every sequence's state independently.
+// other positions, and a batch advances every sequence's state independently; and a token's logits are
+// the same bits whether its sequence was fed in one prefill, in chunks of any size or by decode.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -62,6 +63,28 @@ TEST(V4Batching, LogitsDoNotDependOnTheRestOfTheBatch) {
   EXPECT_EQ(sc->length(), 5);
   ASSERT_EQ(batched_rows.size(), alone_rows.size());
   EXPECT_TRUE(batched_rows == alone_rows) << "batched logits differ from the sequence alone";
+}
+
+// One prefill, chunks of 1, 2, 3, 7 and 64 tokens (boundaries inside the CSA / HCA compression groups and the
+// sliding window) and a prefix then decode steps give every position the same logit bits: what makes
+// preemption by recompute exact. The CPU backend sums in one order in either mode; on CUDA this holds with
+// DEEPINFER_BATCH_INVARIANT=1 (scripts/gpu_model_check.sh runs this test so).
+TEST(V4Batching, PrefillChunksAndDecodeGiveTheSameBits) {
+  for (const char* name : {"tiny-a", "tiny-b"}) {
+    auto m = model::V4Model::load(std::string("tests/data/goldens/v4/") + name);
+    const std::vector<int32_t> a = ids(75, 4);
+    const std::vector<float> once = model::logits_in_steps(*m, a, {0, 75});
+    ASSERT_EQ(once.size(), 75u * m->vocab_size());
+    for (int64_t chunk : {1, 2, 3, 7, 64}) {
+      std::vector<int64_t> cuts;
+      for (int64_t t = 0; t < 75; t += chunk) cuts.push_back(t);
+      cuts.push_back(75);
+      EXPECT_TRUE(model::logits_in_steps(*m, a, cuts) == once) << name << ": chunks of " << chunk;
+    }
+    std::vector<int64_t> decode = {0, 11};  // a prefill of 11, then 64 decode steps
+    for (int64_t t = 12; t <= 75; ++t) decode.push_back(t);
+    EXPECT_TRUE(model::logits_in_steps(*m, a, decode) == once) << name << ": prefill then decode";
+  }
 }
 
 TEST(V4Batching, RejectsMalformedBatches) {

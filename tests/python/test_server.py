@@ -281,6 +281,8 @@ def test_disconnect_frees_unstreamed_request(server):
     ({"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, "structural_tag not supported"),
     ({"prompt": [1, 2, 10**9]}, "outside the vocabulary"),
     ({"prompt": "x", "vllm_xargs": {"my_arg": 67}}, "'vllm_xargs' has 'my_arg'"),
+    ({"prompt": "x", "seed": -(2**63) - 1}, "'seed'"),  # used to wrap silently to another seed
+    ({"prompt": "x", "seed": 2**64}, "'seed'"),
 ])
 def test_bad_completion_requests(server, client, body, message):
     if "prompt" in body:

@@ -30,6 +30,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--state-memory-mb", type=int, help="state budget in MiB (default DEEPINFER_STATE_MEMORY_MB)")
+    p.add_argument("--num-state-blocks", type=int,
+                   help="state budget in blocks of the model's state block size (instead of --state-memory-mb)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default DEEPINFER_DEVICE, else cpu)")
     p.add_argument("--speculative", nargs="?", type=_draft_count, const=True, metavar="K",
@@ -46,6 +48,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if bool(args.model) == bool(args.model_pos):
         p.error("give the model once: deepinfer serve MODEL or --model MODEL")
     args.model = args.model or args.model_pos
+    if args.num_state_blocks is not None and args.state_memory_mb is not None:
+        p.error("give the state budget once: --state-memory-mb or --num-state-blocks")
     if args.speculative_schedule and args.speculative is None:
         p.error("--speculative-schedule needs --speculative")
     if args.allowed_local_media_path is not None and not os.path.isdir(args.allowed_local_media_path):
@@ -89,6 +93,7 @@ def main(argv: Sequence[str]) -> int:
                   max_model_len=args.max_model_len, speculative=speculative(args),
                   max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                   state_memory_bytes=None if args.state_memory_mb is None else args.state_memory_mb << 20,
+                  num_state_blocks=args.num_state_blocks,
                   enable_prefix_caching=args.prefix_caching)
     except (ValueError, OSError) as e:
         print(f"deepinfer serve: error: {e}", file=sys.stderr)

@@ -103,6 +103,8 @@ def sampling_params(body: dict, *, max_tokens_default: Optional[int], logprobs: 
     if max_tokens is None:
         max_tokens = get(body, "max_tokens", (int,), max_tokens_default)
     seed = get(body, "seed", (int,))
+    if seed is not None and not -(1 << 63) <= seed < (1 << 64):  # OpenAI's seeds are int64: negatives wrap
+        raise bad(f"'seed' = {seed} is outside [-2^63, 2^64)", "seed")
     kw = dict(
         n=get(body, "n", (int,), 1),
         temperature=float(get(body, "temperature", NUM, 1.0)),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/deepseek_v41/v41_model.h"
 #include "model/deepseek_v41/v41_step.h"
@@ -70,16 +71,33 @@ void V41Model::expert_ffn(const V41Expert& ex, const float* x, int64_t m, const 
 // ---------------------------------------------------------------------------------------------------
 // Engram (spec §5.3)
 
+// The tables stay memory-mapped and are not scanned at load (the release's are ~92 GiB each): each gathered
+// row is checked here instead, with the product the gather computes, so a NaN code, a NaN scale or a scale
+// that overflows a value fails the requests that reach that row (the engine isolates them), never silently.
+void V41Model::check_engram_rows(int64_t l, const std::vector<int64_t>& ids) const {
+  const V41Block& B = blocks_[l];
+  const int64_t ehd = c_.engram_head_dim;
+  for (int64_t row : ids) {
+    check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
+    const uint8_t *w = B.e_table + row * ehd, *sc = B.e_scale + row * (ehd / 32);
+    for (int64_t d = 0; d < ehd; ++d)
+      if (!std::isfinite(e4m3_to_float(w[d]) * e8m0_to_float(sc[d / 32])))
+        fail("engram: layer ", l, "'s table (engram.embed.weight / .scale) holds a non-finite value at row ", row,
+             ", element ", d, " (code 0x", std::hex, int{w[d]}, ", scale 0x", int{sc[d / 32]}, std::dec,
+             "): the checkpoint is corrupt");
+  }
+}
+
 void V41Model::engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X) {
   const V41Block& B = blocks_[l];
   const int64_t n = s.rows(), D = c_.dim, hc = c_.hc_mult, ehd = c_.engram_head_dim, C = B.e_wkv.k / ehd;
-  for (int64_t row : ids)
-    check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
+  check_engram_rows(l, ids);
   Workspace::Scope scope(ws_);
   Tensor e = ws_.f32({n * C, ehd}), kv = ws_.f32({n, hc + 1, D});
-  if (B.e_device.data()) {  // the table on the device: the ids go up, the rows are gathered there
+  if (B.e_device.data()) {  // the table on the device (codes, then scales): the ids go up, the rows are gathered there
+    const auto* table = static_cast<const uint8_t*>(B.e_device.data());
     const Tensor ids_d = ws_.upload(ids, DType::I64);
-    be_.embedding_fp8_on_device(B.e_table, B.e_scale, ehd, ids_d.i64(), n * C, e.f32());
+    be_.embedding_fp8_on_device(table, table + B.e_rows * ehd, ehd, ids_d.i64(), n * C, e.f32());
   } else {
     be_.embedding_fp8(B.e_table, B.e_scale, ehd, ids.data(), n * C, e.f32());  // table and ids on the host
   }

@@ -265,12 +265,10 @@ void V41Model::place_engram_tables() {
   for (V41Block& B : blocks_) {
     if (!B.e_table) continue;
     const size_t codes = static_cast<size_t>(B.e_rows * c_.engram_head_dim), scales = codes / 32;
-    B.e_device = Buffer(be_, codes + scales);
+    B.e_device = Buffer(be_, codes + scales);  // the host copy stays: check_engram_rows reads it
     auto* d = static_cast<uint8_t*>(B.e_device.data());
     be_.upload(d, B.e_table, codes);
     be_.upload(d + codes, B.e_scale, scales);
-    B.e_table = d;
-    B.e_scale = d + codes;
   }
 }
 

@@ -55,7 +55,7 @@ struct V41Block {
   V41Expert routed;                // the routed experts stacked (q.groups = experts); empty with expert parallelism
   V41Expert shared;
   // Engram (engram layers): wkv, q_weight*k_weight, and the table: memory-mapped on the host and read row
-  // by row, or copied to the device (DEEPINFER_ENGRAM_DEVICE; e_device holds it, e_table points there)
+  // by row, and with DEEPINFER_ENGRAM_DEVICE also copied to the device (e_device), where it is gathered
   V41Linear e_wkv;
   Param e_qk;
   const uint8_t* e_table = nullptr;  // F8_E4M3 [rows, head_dim]
@@ -204,6 +204,7 @@ class V41Model final : public CausalLM {
   // each sequence's ring tail; the rest zero (window 0: the ring tails only).
   Tensor window_rows(const Step& s, const Tensor& mine, int64_t width, int64_t window);
   void cp_logits_rows(const Step& s, const std::vector<int32_t>& pick, const float* yn, Tensor& normed);
+  void check_engram_rows(int64_t l, const std::vector<int64_t>& ids) const;
   void engram_apply(int64_t l, Step& s, const std::vector<int64_t>& ids, float* X);
   void dspark_rings(Step& s, const float* main_hidden);
   void lin(const float* x, int64_t m, const V41Linear& W, float* y, bool to_bf16 = true);
