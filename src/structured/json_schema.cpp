@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "structured/json_one_of.h"
+#include "structured/json_refs.h"
+#include "structured/json_unevaluated.h"
 #include "structured/number_range.h"
 #include "structured/string_dfa.h"
 #include "structured/structured.h"
@@ -33,7 +35,7 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains", "\x01levelAps"};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -65,6 +67,10 @@ const std::string kAlsoContains = "\x01alsoContains";
 const std::string kSomeKey = "\x01someKey";
 // Internal keyword for numbers ('not' of multipleOf): the moduli the number is no multiple of.
 const std::string kNotMultipleOf = "\x01notMultipleOf";
+// Internal keyword for objects (allOf levels mixing additionalProperties and patterns): a list
+// of {"names": [keys], "patterns": [regexes], "value": S}, each a level's additionalProperties:
+// a key none of its names and matching none of its patterns has a value matching S.
+const std::string kLevelAps = "\x01levelAps";
 constexpr size_t kMaxDfaStates = 4096;
 constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key DFA (1 KiB a state)
 // Work units (a subschema converted or merged: 1, a product of patterns: kProductWork): in all,
@@ -72,9 +78,7 @@ constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key 
 constexpr long kMaxWork = 100000, kOneOfWork = 5000, kProductWork = 2000;
 
 // A (sub)schema that matches no instance: an error at the top, a dropped branch in anyOf/oneOf.
-struct NothingMatches : Error {
-  using Error::Error;
-};
+using NothingMatches = SchemaMatchesNothing;
 
 class Converter {
  public:
@@ -92,7 +96,7 @@ class Converter {
     for (auto& [ref, rule] : refs_)
       if (!productive[rule])
         fail("json schema: $ref '", ref, "' recurses into itself with no way to end (no finite JSON value matches)");
-    if (!productive[r]) fail("json schema: the schema matches no finite JSON value");
+    if (!productive[r]) throw NothingMatches("json schema: no instance matches: the schema matches no finite JSON value");
     return std::move(g_);
   }
 
@@ -115,6 +119,15 @@ class Converter {
     return g_.ref(g_.find_rule("object"));
   }
   Grammar& grammar() { return g_; }
+
+  // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
+  static int draft_of(const Json& root) {
+    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return 2020;
+    const std::string u = root["$schema"].get<std::string>();
+    for (auto [name, d] : {std::pair{"draft-03", 3}, {"draft-04", 4}, {"draft-06", 6}, {"draft-07", 7}, {"2019-09", 2019}})
+      if (u.find(name) != std::string::npos) return d;
+    return 2020;
+  }
 
  private:
   int ws() {
@@ -159,21 +172,13 @@ class Converter {
   // written so (draft 04 only refuses it as an `integer`).
   int zero_fraction(bool integer = true) { return integer && draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
 
-  // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
-  static int draft_of(const Json& root) {
-    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return 2020;
-    const std::string u = root["$schema"].get<std::string>();
-    for (auto [name, d] : {std::pair{"draft-03", 3}, {"draft-04", 4}, {"draft-06", 6}, {"draft-07", 7}, {"2019-09", 2019}})
-      if (u.find(name) != std::string::npos) return d;
-    return 2020;
-  }
-
   // One level of a schema in draft 2020-12 terms: keywords that do not constrain dropped (and
   // formats we do not enforce), older drafts' spellings rewritten: `items` arrays and
   // `additionalItems`, boolean `exclusiveMinimum`/`exclusiveMaximum`, `dependencies`, draft-03
   // `required: true`, and `$ref` siblings (ignored before 2019-09). Subschemas are normalized
-  // when they are converted.
-  Json normalize(const Json& s) const {
+  // when they are converted. keep_lone_if: an `if` without then/else stays (unevaluated* sees
+  // its annotations).
+  Json normalize(const Json& s, bool keep_lone_if = false) const {
     if (!s.is_object()) return s;
     Json out = Json::object();
     for (auto& [k, v] : s.items())
@@ -209,8 +214,12 @@ class Converter {
     if (!out.contains("if")) {
       out.erase("then");
       out.erase("else");
-    } else if (!out.contains("then") && !out.contains("else")) {
+    } else if (!out.contains("then") && !out.contains("else") && !keep_lone_if) {
       out.erase("if");
+    }
+    if (draft_ < 2019) {  // keywords of 2019-09 on: unknown (ignored) before
+      out.erase("unevaluatedProperties");
+      out.erase("unevaluatedItems");
     }
     if (!out.contains("contains")) {
       out.erase("minContains");
@@ -219,11 +228,23 @@ class Converter {
     return out;
   }
 
+  // unevaluated* of this level rewritten by cases (json_unevaluated.cpp), normalized.
+  static bool has_unevaluated(const Json& s) {
+    return s.is_object() && (s.contains("unevaluatedProperties") || s.contains("unevaluatedItems"));
+  }
+  Json lower(const Json& s, const std::string& path) {
+    const SchemaMap norm = [this](const Json& x) { return normalize(x, true); };
+    const SchemaMap resolve = [&](const Json& ref) { return resolve_normalized(ref.get<std::string>(), path); };
+    Json out = lower_unevaluated(normalize(s, true), norm, resolve, path);
+    while (has_unevaluated(out)) out = lower_unevaluated(out, norm, resolve, path);  // the other one
+    return normalize(out);
+  }
+
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
   }
   [[noreturn]] void nothing(const std::string& path, const std::string& what) {
-    throw NothingMatches("json schema: unsupported " + what + " at " + path);
+    throw NothingMatches("json schema: no instance matches: " + what + " at " + path);
   }
 
   // Undoing a branch whose conversion threw: the rules it declared, and the caches naming them.
@@ -309,7 +330,7 @@ class Converter {
     std::vector<Json> levels{Json::object()};
     for (auto& [k, v] : schema.items()) if (k != "allOf") levels[0][k] = v;
     for (const Json& part0 : schema["allOf"]) {
-      Json part = normalize(part0);
+      Json part = has_unevaluated(normalize(part0)) ? lower(part0, path) : normalize(part0);  // before it meets cousins
       if (part.is_boolean()) {
         if (!part.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
         continue;
@@ -320,6 +341,7 @@ class Converter {
         part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
         if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
         if (part.empty()) continue;
+        if (has_unevaluated(part)) part = lower(part, path);  // the target's own
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
       levels.push_back(part);
@@ -327,30 +349,35 @@ class Converter {
     // additionalProperties only sees its own level's properties (and patterns): a key declared at
     // another level gets it too, so each declared key collects the additionalProperties of the
     // levels that do not declare it; the merged one is their allOf (for keys no level declares).
+    // Where patterns of one level meet additionalProperties of another, each additionalProperties
+    // becomes a kLevelAps entry (its level's names and patterns with it), applied per key.
+    Json level_aps = Json::array();
+    bool mixed = false;
+    for (Json& a : levels) {
+      if (a.contains(kLevelAps)) for (const Json& e : a[kLevelAps]) level_aps.push_back(e);
+      a.erase(kLevelAps);
+      if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
+      for (const Json& b : levels)
+        mixed |= &a != &b && (b.contains("patternProperties") || (a.contains("patternProperties") && b.contains("properties")));
+    }
+    for (Json& a : levels) {
+      if (!mixed || !a.contains("additionalProperties")) continue;
+      Json e = {{"names", Json::array()}, {"patterns", Json::array()}, {"value", a["additionalProperties"]}};
+      if (a.contains("properties")) for (auto& [k, v] : a["properties"].items()) e["names"].push_back(k);
+      if (a.contains("patternProperties")) for (auto& [k, v] : a["patternProperties"].items()) e["patterns"].push_back(k);
+      if (!is_always(e["value"])) level_aps.push_back(e);
+      a.erase("additionalProperties");
+    }
     Json key_aps = Json::object();  // key -> additionalProperties it also gets
     for (const Json& a : levels) {
       if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
       for (const Json& b : levels) {
-        if (&a != &b && b.contains("patternProperties")) unsupported(path, "allOf mixing 'patternProperties' and 'additionalProperties' of different levels");
         if (&a == &b || !b.contains("properties")) continue;
-        if (a.contains("patternProperties")) unsupported(path, "allOf mixing 'properties' and 'additionalProperties' next to 'patternProperties' of different levels");
         for (auto& [k, v] : b["properties"].items())
           if (!(a.contains("properties") && a["properties"].contains(k))) key_aps[k].push_back(a["additionalProperties"]);
       }
     }
-    // items only sees its own level's prefixItems: a level without its own list constrains the
-    // other levels' entries too (wrapped below).
-    std::vector<std::pair<const char*, const char*>> wrap;
-    for (auto [list, rest] : {std::pair{"prefixItems", "items"}}) {
-      for (const Json& a : levels) {
-        if (!a.contains(rest)) continue;
-        for (const Json& b : levels) {
-          if (&a == &b || !b.contains(list)) continue;
-          if (a.contains(list)) unsupported(path, std::string("allOf mixing '") + list + "' and '" + rest + "' of different levels");
-          wrap.push_back({list, rest});
-        }
-      }
-    }
+    merge_item_lists(levels);
     bool has_if = false;  // the first if/then/else stays; later ones become their anyOf
     for (Json& part : levels) {
       if (!part.contains("if")) continue;
@@ -455,9 +482,9 @@ class Converter {
       const bool never = std::any_of(all.begin(), all.end(), [&](const Json& x) { return is_never(x); });
       merged["properties"][k] = never ? Json(false) : Json{{"allOf", all}};
     }
-    for (auto [list, rest] : wrap) {
-      if (merged[rest] == Json(true)) continue;
-      for (Json& v : merged[list]) v = merged[rest] == Json(false) ? Json(false) : Json{{"allOf", Json::array({v, merged[rest]})}};
+    if (!level_aps.empty()) {
+      merged[kLevelAps] = level_aps;
+      merged["additionalProperties"] = true;  // the levels' own are in kLevelAps
     }
     if (!deferred.empty()) {
       if (++merge_rounds_ > 16) unsupported(path, "allOf with conflicting 'not' (nested too deep)");
@@ -466,6 +493,34 @@ class Converter {
       --merge_rounds_;
     }
     return merged;
+  }
+
+  // items only sees its own level's prefixItems: where levels hold several lists, or items next
+  // to another level's list, entry i becomes the allOf of every level's entry i (its items past
+  // its own list, true without one), items the allOf of the levels' items; they move to levels[0].
+  void merge_item_lists(std::vector<Json>& levels) const {
+    size_t n = 0, lists = 0, items = 0;
+    for (const Json& a : levels) {
+      if (a.contains("prefixItems")) n = std::max(n, a["prefixItems"].size()), ++lists;
+      items += a.contains("items") && !a.contains("prefixItems");
+    }
+    if (lists == 0 || (lists == 1 && items == 0)) return;
+    Json prefix = Json::array(), rest = Json::array();
+    for (size_t i = 0; i < n; ++i) {
+      Json all = Json::array();
+      for (const Json& a : levels) {
+        const Json e = a.contains("prefixItems") && i < a["prefixItems"].size() ? a["prefixItems"][i] : a.value("items", Json(true));
+        if (!is_always(e)) all.push_back(e);
+      }
+      prefix.push_back(all.empty() ? Json(true) : all.size() == 1 ? all[0] : Json{{"allOf", all}});
+    }
+    for (Json& a : levels) {
+      if (a.contains("items") && !is_always(a["items"])) rest.push_back(a["items"]);
+      a.erase("prefixItems");
+      a.erase("items");
+    }
+    levels[0]["prefixItems"] = prefix;
+    if (!rest.empty()) levels[0]["items"] = rest.size() == 1 ? rest[0] : Json{{"allOf", rest}};
   }
 
   // A subschema met again (a $ref'd definition inlined next to siblings, the same branch of
@@ -506,6 +561,7 @@ class Converter {
     }
     if (is_never(schema)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
+    if (has_unevaluated(schema)) return convert(lower(schema0, path), path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
       static const std::set<std::string> known = {
@@ -513,7 +569,7 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains};
+          "dependentSchemas", "contains", "minContains", "maxContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains, kLevelAps};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -801,7 +857,7 @@ class Converter {
 
   Json negate(const Json& s0, const std::string& path, int depth = 0) {
     if (depth > 16) unsupported(path, "'not' nested too deep");
-    Json s = normalize(s0);
+    Json s = has_unevaluated(normalize(s0)) ? lower(s0, path) : normalize(s0);
     if (s.is_boolean()) return Json(!s.get<bool>());
     if (s.contains("$ref")) {
       if (s.size() > 1) unsupported(path, "'not' of $ref with sibling keywords");
@@ -876,6 +932,16 @@ class Converter {
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
     if (k == "propertyNames") return not_property_names(normalize(v), path);
     if (k == "contains") return Json{{"type", "array"}, {"items", negate(v, path, depth + 1)}};  // no item matches
+    if (k == "prefixItems") {  // some item i its entry rejects (the array has at least i + 1)
+      Json alts = Json::array(), prefix = Json::array();
+      for (const Json& e : v) {
+        Json p = prefix, bad = negate(e, path, depth + 1);
+        p.push_back(bad);
+        if (!is_never(bad)) alts.push_back(Json{{"type", "array"}, {"minItems", prefix.size() + 1}, {"prefixItems", p}});
+        prefix.push_back(true);
+      }
+      return any_of(alts);
+    }
     if (k == "items" && !v.is_array())  // some item its schema rejects
       return Json{{"type", "array"}, {"contains", negate(v, path, depth + 1)}};
     if (k == "pattern" || k == "format")  // strings the regex does not match
@@ -1522,26 +1588,30 @@ class Converter {
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (is_never(ap)) ap = Json(false);
     std::vector<std::pair<std::string, Json>> patterns;
+    const Json level_aps = s.value(kLevelAps, Json::array());  // they name the patterns: all stay
     if (s.contains("patternProperties")) {
       for (auto& [p, v] : s["patternProperties"].items())
-        if (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false))) patterns.push_back({p, v});
+        if (!level_aps.empty() || (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false)))) patterns.push_back({p, v});
       if (!patterns.empty() && s.contains("propertyNames")) unsupported(path, "patternProperties together with propertyNames");
     }
     // The schema of a named key: its declared one (or none) and every matching pattern's, else
     // additionalProperties.
     std::vector<ByteDfa> pattern_dfas;
     for (auto& pv : patterns) pattern_dfas.push_back(pattern_dfa(pv.first));
-    auto matched = [&](const std::string& k) {
-      Json all = Json::array();
+    auto matched_bits = [&](const std::string& k) {
+      uint64_t bits = 0;
       const std::string content = Json(k).dump().substr(1, Json(k).dump().size() - 2);
       for (size_t i = 0; i < patterns.size(); ++i)
-        if (dfa_matches(pattern_dfas[i], content)) all.push_back(patterns[i].second);
-      return all;
+        if (dfa_matches(pattern_dfas[i], content)) bits |= uint64_t{1} << i;
+      return bits;
     };
+    auto matched = [&](const std::string& k) { return pattern_values(patterns, matched_bits(k)); };
     auto key_schema = [&](const std::string& k, const Json* declared) {
       Json all = matched(k);
       if (declared) all.insert(all.begin(), *declared);
-      if (all.empty()) return ap;
+      if (all.empty() && level_aps.empty()) return ap;
+      if (all.empty()) all.push_back(ap);
+      add_level_aps(all, level_aps, patterns, matched_bits(k), &k);
       return all.size() == 1 ? all[0] : Json{{"allOf", all}};
     };
     if (s.contains("properties")) {
@@ -1618,9 +1688,9 @@ class Converter {
       }
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
-    if (!patterns.empty()) {
+    if (!patterns.empty() || !level_aps.empty()) {
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
-      extra = pattern_members(names, patterns, pattern_dfas, ap, path);
+      extra = pattern_members(names, patterns, pattern_dfas, ap, level_aps, path);
     } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -1684,7 +1754,7 @@ class Converter {
   // classes by the patterns they match, each class valued by the allOf of those patterns'
   // schemas (additionalProperties for the keys matching none); -1 when no key may be extra.
   int pattern_members(const std::vector<std::string>& names, const std::vector<std::pair<std::string, Json>>& patterns,
-                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const std::string& path) {
+                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const Json& level_aps, const std::string& path) {
     if (patterns.size() > 16) unsupported(path, "more than 16 patternProperties");
     const ByteDfa all = content_dfa(), declared = literal_dfa(names);
     std::vector<const ByteDfa*> parts{&all, &declared};
@@ -1695,10 +1765,10 @@ class Converter {
       if ((acc & 3) == 1) classes.insert(acc >> 2);
     std::vector<int> alts;
     for (uint64_t c : classes) {
-      Json all = Json::array();
-      for (size_t i = 0; i < patterns.size(); ++i)
-        if (c >> i & 1) all.push_back(patterns[i].second);
-      const Json value = all.empty() ? ap : all.size() == 1 ? all[0] : Json{{"allOf", all}};
+      Json all = pattern_values(patterns, c);
+      if (all.empty()) all.push_back(ap);
+      add_level_aps(all, level_aps, patterns, c, nullptr);
+      const Json value = all.size() == 1 ? all[0] : Json{{"allOf", all}};
       if (matches_nothing(value, path)) continue;
       const ByteDfa keys = select_dfa(prod, [&](uint64_t acc) { return acc == (c << 2 | 1); });
       if (keys.size() == 0) continue;
@@ -1706,6 +1776,23 @@ class Converter {
       alts.push_back(g_.seq({key, ws(), g_.lit(":"), ws(), is_always(value) ? any_value() : convert(value, path + "/patternProperties")}));
     }
     return alts.empty() ? -1 : g_.alt(alts);
+  }
+
+  static Json pattern_values(const std::vector<std::pair<std::string, Json>>& patterns, uint64_t bits) {
+    Json all = Json::array();
+    for (size_t i = 0; i < patterns.size(); ++i)
+      if (bits >> i & 1) all.push_back(patterns[i].second);
+    return all;
+  }
+  // The kLevelAps values a key gets (`bits`: the patterns it matches; name: a declared key's).
+  static void add_level_aps(Json& all, const Json& level_aps, const std::vector<std::pair<std::string, Json>>& patterns,
+                            uint64_t bits, const std::string* name) {
+    for (const Json& e : level_aps) {
+      bool exempt = name && std::find(e["names"].begin(), e["names"].end(), Json(*name)) != e["names"].end();
+      for (size_t i = 0; i < patterns.size(); ++i)
+        exempt |= (bits >> i & 1) && std::find(e["patterns"].begin(), e["patterns"].end(), Json(patterns[i].first)) != e["patterns"].end();
+      if (!exempt) all.push_back(e["value"]);
+    }
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
@@ -1808,7 +1895,8 @@ class Converter {
   // contains C (minContains n >= 1, no maxContains, no prefixItems or maxItems): any items
   // around n items that also match C; ambiguous where several do, which the parser allows.
   int contains_array(const Json& s, const std::string& path) {
-    const long n = s.value("minContains", 1L);
+    const long n = count_of(s, "minContains", 1);
+    if (s.contains("maxContains")) return counted_contains(s, n, path);
     if (n == 0) {
       Json t = s;
       t.erase("contains");
@@ -1817,7 +1905,7 @@ class Converter {
     }
     if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() < static_cast<double>(n))
       nothing(path, "contains with maxItems below minContains (matches nothing)");
-    for (const char* k : {"prefixItems", "maxItems", "maxContains", "uniqueItems"})
+    for (const char* k : {"prefixItems", "maxItems", "uniqueItems"})
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
     const Json items = s.contains("items") ? s["items"] : Json(true);
@@ -1834,10 +1922,36 @@ class Converter {
       if (both >= 0) hits.push_back(both);
       return g_.seq({g_.lit("["), ws(), g_.star(g_.seq({item, sep})), g_.alt(hits), any, ws(), g_.lit("]")});
     }
-    std::vector<int> body{g_.star(g_.seq({item, sep})), hit};
-    for (long i = 1; i < n; ++i) body.insert(body.end(), {g_.star(g_.seq({sep, item})), sep, hit});
-    body.push_back(g_.star(g_.seq({sep, item})));
-    return g_.seq({g_.lit("["), ws(), g_.seq(body), ws(), g_.lit("]")});
+    return g_.seq({g_.lit("["), ws(), hits_among(n, hit, item), ws(), g_.lit("]")});
+  }
+  // k >= 1 hits with `other` items around them: (other ,)* hit ((, other)* , hit){k-1} (, other)*
+  int hits_among(long k, int hit, int other) {
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    const int before = other < 0 ? g_.empty() : g_.star(g_.seq({other, sep}));
+    const int after = other < 0 ? g_.empty() : g_.star(g_.seq({sep, other}));
+    std::vector<int> body{before, hit};
+    for (long i = 1; i < k; ++i) body.insert(body.end(), {after, sep, hit});
+    body.push_back(after);
+    return g_.seq(body);
+  }
+  static long count_of(const Json& s, const char* key, long absent) {
+    return s.contains(key) && s[key].is_number() ? static_cast<long>(s[key].get<double>()) : absent;
+  }
+  // minContains n .. maxContains m items matching C, every other item matching not C (so each
+  // item is a hit or a miss, never both: exact). At most 16 counted.
+  int counted_contains(const Json& s, long n, const std::string& path) {
+    const long m = count_of(s, "maxContains", 0);
+    for (const std::string k : {"prefixItems", "maxItems", "uniqueItems", "minItems", kAlsoContains.c_str()})
+      if (s.contains(k) && !(s[k] == Json(false) || s[k] == Json(0))) unsupported(path, "maxContains together with '" + k + "'");
+    if (m > 16) unsupported(path, "maxContains above 16");
+    const Json items = s.value("items", Json(true)), c = s["contains"];
+    const int hit = convert_or_none(Json{{"allOf", Json::array({items, c})}}, path + "/contains");
+    const int miss = convert_or_none(Json{{"allOf", Json::array({items, negate(c, path + "/contains")})}}, path + "/items");
+    std::vector<int> alts;
+    for (long k = n; k <= m && (k == 0 || hit >= 0); ++k)
+      alts.push_back(k > 0 ? hits_among(k, hit, miss) : miss < 0 ? g_.empty() : g_.opt(g_.seq({miss, g_.star(g_.seq({g_.seq({ws(), g_.lit(","), ws()}), miss}))})));
+    if (alts.empty()) nothing(path, "contains whose minContains no array can meet below maxContains");
+    return g_.seq({g_.lit("["), ws(), g_.alt(alts), ws(), g_.lit("]")});
   }
 
   // uniqueItems true over enumerable items (enum/const, or only booleans and null): each value
@@ -1960,7 +2074,7 @@ Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
     fail("json schema: not valid JSON: ", e.what());
   }
   try {
-    return Converter(j, opts).run();
+    return Converter(with_local_refs(j, Converter::draft_of(j)), opts).run();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type, a malformed $ref escape, ...
