@@ -83,14 +83,16 @@ class RefWalk {
   std::map<std::string, std::string> index;  // absolute URI (resource or #anchor) -> pointer
 
   // rewrite: false indexes, true rewrites the $refs of s (at pointer p, inside base).
-  void walk(Json& s, const std::string& p, std::string base, bool rewrite) {
+  // resource: the pointer of the resource s is in.
+  void walk(Json& s, const std::string& p, std::string base, std::string resource, bool rewrite) {
     if (!s.is_object()) return;
     const char* id_key = draft_ >= 6 ? "$id" : "id";
     const bool ids = draft_ >= 2019 || !s.contains("$ref");  // before 2019-09 $ref's siblings are ignored
     if (ids && s.contains(id_key) && s[id_key].is_string()) {
       const std::string id = s[id_key].get<std::string>(), r = resolve(base, id);
       base = without_fragment(r);
-      if (!rewrite && !id.empty() && id[0] != '#') index.emplace(base, p);  // a resource
+      if (!id.empty() && id[0] != '#') resource = p;
+      if (!rewrite && !id.empty() && id[0] != '#') index.emplace(base, p), resources_.insert(p);  // a resource
       if (!rewrite && r.size() > base.size() + 1 && draft_ < 2019) index.emplace(r, p);  // a plain-name anchor
     }
     if (!rewrite && draft_ >= 2019)
@@ -98,7 +100,7 @@ class RefWalk {
         if (s.contains(a) && s[a].is_string()) {
           const std::string name = s[a].get<std::string>();
           index.emplace(base + "#" + name, p);
-          if (a[1] == 'd') dynamic_uris_.insert(base + "#" + name), ++dynamic_names_[name];
+          if (a[1] == 'd') dynamic_uris_.insert(base + "#" + name), ++dynamic_names_[name], anchors_[resource][name] = "#" + p;
         }
     if (rewrite && s.contains("$ref") && s["$ref"].is_string()) {
       const std::string r = resolve(base, s["$ref"].get<std::string>());
@@ -116,26 +118,41 @@ class RefWalk {
       auto res = index.find(u), anchor = index.find(r);
       if (pointer && res != index.end()) s["$ref"] = "#" + res->second + frag;
       else if (!pointer && anchor != index.end() && (!dynamic_uris_.count(r) || dynamic_names_[frag] == 1)) s["$ref"] = "#" + anchor->second;
-      if (s.contains("$ref")) s.erase("$dynamicRef");
+      else if (!pointer && anchor != index.end())  // with the scope its default enters
+        s[kDynamicRef] = Json{{"name", frag}, {"default", "#" + anchor->second}, {"scope", anchors_[resource_of(anchor->second)]}};
+      if (s.contains("$ref") || s.contains(kDynamicRef)) s.erase("$dynamicRef");
     }
+    if (rewrite && s.contains("$ref") && s["$ref"].is_string()) {  // following it enters the target's resource
+      const std::string& target = s["$ref"].get_ref<const std::string&>();
+      if (target[0] == '#' && anchors_.count(resource_of(target.substr(1)))) s[kRefScope] = anchors_[resource_of(target.substr(1))];
+    }
+    if (rewrite && resource == p && anchors_.count(p)) s[kDynamicScope] = anchors_[p];
     static const char* kOne[] = {"additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not",
                                  "if", "then", "else", "unevaluatedProperties", "unevaluatedItems"};
     static const char* kMaps[] = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"};
     static const char* kLists[] = {"allOf", "anyOf", "oneOf", "prefixItems", "items"};
     for (const char* k : kOne)
-      if (s.contains(k) && s[k].is_object()) walk(s[k], p + "/" + k, base, rewrite);
+      if (s.contains(k) && s[k].is_object()) walk(s[k], p + "/" + k, base, resource, rewrite);
     for (const char* k : kMaps)
       if (s.contains(k) && s[k].is_object())
-        for (auto& [name, sub] : s[k].items()) walk(sub, p + "/" + pointer_token(k) + "/" + pointer_token(name), base, rewrite);
+        for (auto& [name, sub] : s[k].items()) walk(sub, p + "/" + pointer_token(k) + "/" + pointer_token(name), base, resource, rewrite);
     for (const char* k : kLists)
       if (s.contains(k) && s[k].is_array())
-        for (size_t i = 0; i < s[k].size(); ++i) walk(s[k][i], p + "/" + k + "/" + std::to_string(i), base, rewrite);
+        for (size_t i = 0; i < s[k].size(); ++i) walk(s[k][i], p + "/" + k + "/" + std::to_string(i), base, resource, rewrite);
   }
 
  private:
   const int draft_;
   std::set<std::string> dynamic_uris_;        // URIs that a $dynamicAnchor names
   std::map<std::string, int> dynamic_names_;  // $dynamicAnchor name -> how many resources use it
+  std::map<std::string, std::map<std::string, std::string>> anchors_;  // resource -> its dynamic anchors
+  std::set<std::string> resources_{""};                                // their pointers
+
+  // The innermost resource holding the subschema at pointer p.
+  std::string resource_of(std::string p) const {
+    while (!resources_.count(p)) p = p.substr(0, p.rfind('/') == std::string::npos ? 0 : p.rfind('/'));
+    return p;
+  }
 };
 
 }  // namespace
@@ -144,8 +161,8 @@ Json with_local_refs(const Json& root, int draft) {
   Json out = root;
   RefWalk w(draft);
   w.index.emplace(kDefaultBase, "");
-  w.walk(out, "", kDefaultBase, false);
-  w.walk(out, "", kDefaultBase, true);
+  w.walk(out, "", kDefaultBase, "", false);
+  w.walk(out, "", kDefaultBase, "", true);
   return out;
 }
 

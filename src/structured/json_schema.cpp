@@ -35,7 +35,8 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains", "\x01levelAps"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains", "\x01levelAps",
+    kDynamicScope, kDynamicRef, kRefScope};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -298,10 +299,10 @@ class Converter {
   }
 
   int ref_rule(const std::string& ref, const std::string& path) {
-    auto it = refs_.find(ref);
+    auto it = refs_.find(ref + dynamic_key_);
     if (it != refs_.end()) return g_.ref(it->second);
     int r = g_.declare_rule("ref" + std::to_string(refs_.size()));
-    refs_[ref] = r;
+    refs_[ref + dynamic_key_] = r;
     g_.define_rule(r, convert(resolve_pointer(ref, path), ref));
     return g_.ref(r);
   }
@@ -335,9 +336,17 @@ class Converter {
         if (!part.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
         continue;
       }
+      for (const char* k : {kDynamicScope, kRefScope})
+        if (part.contains(k) && bound(part[k])) part.erase(k);
+      if (part.contains(kRefScope) || (part.contains(kDynamicScope) && !(schema["allOf"].size() == 1 && levels[0].empty())))
+        unsupported(path, "$ref into a resource with $dynamicAnchors next to other keywords");  // its bindings are not theirs
       if (part.contains("$ref")) {
         Json target = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
+        if (target.is_object() && target.contains(kDynamicScope) && bound(target[kDynamicScope])) target.erase(kDynamicScope);
         if (target.is_boolean() && !target.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
+        const bool alone = part.size() == 1 && schema["allOf"].size() == 1 && levels[0].empty();
+        if (target.is_object() && target.contains(kDynamicScope) && !alone)  // its bindings are not the siblings
+          unsupported(path, "$ref with sibling keywords to a resource with $dynamicAnchors");
         part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
         if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
         if (part.empty()) continue;
@@ -527,7 +536,7 @@ class Converter {
   // several oneOfs) reuses its expression: a WashingtonPost schema converted 576 distinct
   // subschemas 3,517 times. The result depends only on the schema (the path only names errors).
   int convert(const Json& schema0, const std::string& path) {
-    std::string key = schema0.dump();
+    std::string key = schema0.dump() + dynamic_key_;  // a $dynamicRef inside may bind otherwise
     if (auto it = converted_.find(key); it != converted_.end()) return it->second.expr;
     const int since = g_.num_rules();
     int e = convert_uncached(schema0, path);
@@ -561,6 +570,23 @@ class Converter {
     }
     if (is_never(schema)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
+    for (const char* k : {kDynamicScope, kRefScope})
+      if (schema.contains(k) && bound(schema[k])) return convert(without(schema, k), path);
+    if (schema.contains(kDynamicScope)) return in_scope(schema, kDynamicScope, path);
+    if (schema.contains(kRefScope)) {
+      if (schema.size() != 2 || !schema.contains("$ref")) unsupported(path, "$ref with sibling keywords into a resource with $dynamicAnchors");
+      return in_scope(schema, kRefScope, path);
+    }
+    if (schema.contains(kDynamicRef)) {  // the outermost resource entered that binds the name, else the default
+      const Json& d = schema[kDynamicRef];
+      auto it = dynamic_scope_.find(d["name"].get<std::string>());
+      Json rest = schema;
+      rest.erase(kDynamicRef);
+      if (rest.contains("$ref")) unsupported(path, "$dynamicRef next to $ref");
+      rest["$ref"] = it != dynamic_scope_.end() ? it->second : d["default"].get<std::string>();
+      if (it == dynamic_scope_.end()) rest[kRefScope] = d["scope"];
+      return convert(rest, path);
+    }
     if (has_unevaluated(schema)) return convert(lower(schema0, path), path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
@@ -569,7 +595,8 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "maxContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains, kLevelAps};
+          "dependentSchemas", "contains", "minContains", "maxContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains, kLevelAps,
+          kDynamicScope, kDynamicRef, kRefScope};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -724,6 +751,34 @@ class Converter {
     }
     if (alts.empty()) throw NothingMatches(none_why);
     return g_.alt(alts);
+  }
+
+  // Whether every name of a scope is bound already (entering it changes nothing).
+  bool bound(const Json& scope) const {
+    for (auto& [name, ptr] : scope.items())
+      if (!dynamic_scope_.count(name)) return false;
+    return true;
+  }
+  static Json without(Json s, const char* key) {
+    s.erase(key);
+    return s;
+  }
+  // Entering a resource with $dynamicAnchors (json_refs.h: lexically, or by a $ref into it): its
+  // names still free are bound while the rest converts.
+  int in_scope(const Json& schema, const char* key, const std::string& path) {
+    const auto saved = dynamic_scope_;
+    const std::string saved_key = dynamic_key_;
+    for (auto& [name, ptr] : schema[key].items())
+      if (dynamic_scope_.emplace(name, ptr.get<std::string>()).second) dynamic_key_ += "\x02" + name + "=" + ptr.get<std::string>();
+    Json rest = schema;
+    rest.erase(key);
+    struct Restore {
+      Converter& c;
+      const std::map<std::string, std::string>& scope;
+      const std::string& key;
+      ~Restore() { c.dynamic_scope_ = scope, c.dynamic_key_ = key; }
+    } restore{*this, saved, saved_key};
+    return convert(rest, path);
   }
 
   Json normalized_all(const Json& list) const {
@@ -2044,6 +2099,8 @@ class Converter {
   Grammar g_;
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
+  std::map<std::string, std::string> dynamic_scope_;  // $dynamicAnchor name -> "#pointer" bound
+  std::string dynamic_key_;                            // the bindings as text (cache keys)
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
   std::map<std::string, std::shared_ptr<const Automaton>> value_checkers_;  // values_matching's, by schema text
   struct Converted {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "structured/json_refs.h"
 
 namespace deepinfer::structured {
 
@@ -71,8 +72,8 @@ class Lowering {
     }
     Cases out{own};
     if (ev.all) return out;  // nothing more to see
-    for (const char* k : {"$dynamicRef", "$recursiveRef"})
-      if (s.contains(k)) fail_here(std::string("'") + k + "' in its scope");
+    for (const char* k : {"$dynamicRef", "$recursiveRef", kDynamicRef})
+      if (s.contains(k)) fail_here("'$dynamicRef' in its scope");
     if (s.contains("$ref")) {
       if (depth > kMaxRefDepth) fail_here("a cycle of in-place $refs");
       out = product(out, cases(resolve_(s["$ref"]), depth + 1));

@@ -320,6 +320,17 @@ CASES = [
      [{"x": 1, "y": "s", "z": 2}, {"x": "s"}, {"y": 1}, {"z": "s"}]),
     ({"$defs": {"r": {"$id": "http://e.com/r", "$defs": {"i": {"type": "integer"}}, "$ref": "#/$defs/i"}}, "$ref": "#/$defs/r"},
      [1, "a", 1.5]),
+    # $dynamicRef: the outermost resource entered that has the $dynamicAnchor decides (a generic
+    # list whose items the root binds to strings; the same list entered alone keeps its default)
+    ({"$id": "https://e.com/root", "$ref": "list", "$defs": {
+        "foo": {"$dynamicAnchor": "items", "type": "string"},
+        "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"}, "$defs": {"items": {"$dynamicAnchor": "items"}}}}},
+     [["a", "b"], ["a", 1], [], 1]),
+    ({"$id": "https://e.com/root2", "type": "object", "properties": {
+        "strs": {"$ref": "strlist"}, "any": {"$ref": "list"}},
+      "$defs": {"list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"}, "$defs": {"items": {"$dynamicAnchor": "items"}}},
+                "strlist": {"$id": "strlist", "$ref": "list", "$defs": {"s": {"$dynamicAnchor": "items", "type": "string"}}}}},
+     [{"strs": ["a"], "any": [1]}, {"strs": [1]}, {"any": [1, "a", None]}, {"strs": ["a", None]}]),
 ]
 
 
