@@ -2011,18 +2011,23 @@ class Converter {
 
   // uniqueItems true over enumerable items (enum/const, or only booleans and null): each value
   // at most once, in any order, minItems..maxItems of them.
-  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
-    const Json items = normalize(s.value("items", Json(true)));
+  // The values an item schema accepts where it enumerates them (enum/const, or only booleans and null).
+  std::optional<std::vector<Json>> enumerable(const Json& items0, const std::string& path) {
+    const Json items = normalize(items0);
     std::vector<Json> values;
     const std::vector<std::string> types = items.is_object() && items.contains("type") ? types_of(items) : std::vector<std::string>{};
     if (items.is_object() && items.contains("const")) values.push_back(items["const"]);
     else if (items.is_object() && items.contains("enum")) values.assign(items["enum"].begin(), items["enum"].end());
     else if (!types.empty() && std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; }))
       values = {Json(true), Json(false), Json(nullptr)};
-    else unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
-    values = values_matching(values, items, path);
+    else return std::nullopt;
+    return values_matching(values, items, path);
+  }
+  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
+    const std::optional<std::vector<Json>> values = enumerable(s.value("items", Json(true)), path);
+    if (!values) unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
     std::vector<Json> distinct;  // 1 and 1.0 are one value
-    for (const Json& v : values)
+    for (const Json& v : *values)
       if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
     if (distinct.size() > 64) unsupported(path, "uniqueItems over more than 64 values");
     if (lo > static_cast<long>(distinct.size())) nothing(path, "minItems above the number of distinct items (matches nothing)");
@@ -2044,6 +2049,32 @@ class Converter {
     g_.define_rule(perm, distinct.empty() || hi == 0 ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
     g_.add_perm(std::move(info));
     return g_.seq({g_.lit("["), ws(), g_.ref(perm), ws(), g_.lit("]")});
+  }
+
+  // uniqueItems true over at most the prefixItems' entries, each enumerable: the enum of every
+  // array of distinct values lo..hi long (at most 256 of them).
+  int unique_tuples(const Json& s, long lo, long hi, const std::string& path) {
+    std::vector<std::vector<Json>> per;
+    for (long i = 0; i < hi; ++i) {
+      std::optional<std::vector<Json>> v = enumerable(s["prefixItems"][i], path + "/prefixItems");
+      if (!v) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems that are not enumerable)");
+      per.push_back(std::move(*v));
+    }
+    Json arrays = Json::array(), cur = Json::array();
+    std::function<void()> grow = [&] {
+      if (static_cast<long>(cur.size()) >= lo) arrays.push_back(cur);
+      if (arrays.size() > 256) unsupported(path, "uniqueItems over more than 256 arrays of prefixItems");
+      if (static_cast<long>(cur.size()) == hi) return;
+      for (const Json& v : per[cur.size()]) {
+        if (std::find(cur.begin(), cur.end(), v) != cur.end()) continue;
+        cur.push_back(v);
+        grow();
+        cur.erase(cur.end() - 1);
+      }
+    };
+    grow();
+    if (arrays.empty()) nothing(path, "uniqueItems over prefixItems with no array of distinct values");
+    return convert(Json{{"enum", arrays}}, path);
   }
 
   int array_schema(const Json& s, const std::string& path) {
@@ -2070,8 +2101,8 @@ class Converter {
     // uniqueItems: false is a no-op; true holds trivially with at most one item, and is a perm
     // rule over the values where the items are enumerable.
     if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1)) {
-      if (m > 0) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems)");
-      return unique_items(s, lo, hi, path);
+      if (m > 0 && (hi < 0 || hi > m)) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems and more items)");
+      return m > 0 ? unique_tuples(s, lo, hi, path) : unique_items(s, lo, hi, path);
     }
     if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
     int sep = g_.seq({ws(), g_.lit(","), ws()});

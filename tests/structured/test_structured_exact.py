@@ -276,6 +276,11 @@ CASES = [
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
      [[1], [1, "x"], [], [1, None], ["a"]]),
     ({"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 1}}, [[], ["a"], [1]]),
+    # uniqueItems over prefixItems alone (items false), each enumerable: the arrays of distinct values
+    ({"prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "items": False, "uniqueItems": True},
+     [[], [True], [True, False], [False, True], [True, True], [False, False], [None], [True, False, True], "x"]),
+    ({"type": "array", "prefixItems": [{"enum": [1, 2]}, {"enum": [1, 2.0, 3]}], "maxItems": 2, "uniqueItems": True, "minItems": 1},
+     [[], [1], [1, 2], [2, 2], [2, 2.0], [1, 1.0], [2, 3], [3], [1, 2, 3]]),
     # unevaluatedProperties by cases of which in-place subschemas hold: the level's own keys,
     # allOf / $ref (always), anyOf (any subset), oneOf, if/then/else, dependentSchemas; a
     # cousin's keys are not seen; before 2019-09 the keyword is unknown (ignored)
