@@ -470,7 +470,8 @@ class Converter {
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
         } else if (k == "contains") {  // some item matches each: the second joins kAlsoContains
-          merged[kAlsoContains].push_back(v);
+          Json& also = merged[kAlsoContains];
+          if (!also.is_array() || std::find(also.begin(), also.end(), v) == also.end()) also.push_back(v);  // once each
         } else if (k == "multipleOf" && integral(merged[k]) && integral(v)) {  // multiples of both: of their lcm
           merged[k] = std::lcm(merged[k].get<long>(), v.get<long>());
         } else if (k == kAlsoPatterns || k == kNotPatterns || k == kSomeKey || k == kNotMultipleOf || k == kAlsoContains) {
@@ -630,7 +631,10 @@ class Converter {
       if (alts.empty()) nothing(path, "schema that matches nothing (if/then/else)");
       return convert(Json{{"anyOf", alts}}, path);
     }
-    if (schema.contains("not")) return convert_not(schema, path);
+    // `not` of literals next to anyOf / oneOf is a sibling of each branch (not X ∧ anyOf B = anyOf
+    // (not X ∧ B), the same for oneOf): left to them.
+    if (schema.contains("not") && !(literals_only(schema["not"]) && (schema.contains("anyOf") || schema.contains("oneOf"))))
+      return convert_not(schema, path);
     std::vector<std::string> types;
     if (schema.contains("type")) {
       const Json& t = schema["type"];
@@ -779,6 +783,11 @@ class Converter {
       ~Restore() { c.dynamic_scope_ = scope, c.dynamic_key_ = key; }
     } restore{*this, saved, saved_key};
     return convert(rest, path);
+  }
+
+  bool literals_only(const Json& n0) const {
+    const Json n = normalize(n0);
+    return n.is_object() && n.size() == 1 && (n.contains("enum") || n.contains("const"));
   }
 
   Json normalized_all(const Json& list) const {
@@ -1135,8 +1144,8 @@ class Converter {
         if (!no_true) alts.push_back(g_.lit("true"));
         if (!no_false) alts.push_back(g_.lit("false"));
       } else if (t == "string" && !strs.empty()) {
-        for (const char* k : {"minLength", "maxLength", "pattern", "format"})
-          if (rest.contains(k)) unsupported(path, std::string("'not' of enum/const strings together with '") + k + "'");
+        for (const std::string k : {"minLength", "maxLength", "pattern", "format", kAlsoPatterns.c_str(), kNotPatterns.c_str()})
+          if (rest.contains(k)) unsupported(path, "'not' of enum/const strings together with '" + k + "'");
         std::sort(strs.begin(), strs.end());
         strs.erase(std::unique(strs.begin(), strs.end()), strs.end());
         alts.push_back(key_not_in(strs));
@@ -1148,7 +1157,8 @@ class Converter {
       } else {
         Json s = base;
         s["type"] = t;
-        alts.push_back(convert(s, path));
+        const int e = convert_or_none(s, path);  // a type none of whose values fits is dropped
+        if (e >= 0) alts.push_back(e);
       }
     }
     if (alts.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
@@ -1969,7 +1979,8 @@ class Converter {
     const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
     if (s.contains(kAlsoContains)) {  // two contains: one item matching both, or one each in either order
-      if (s[kAlsoContains].size() > 1 || n != 1) unsupported(path, "allOf of more than two 'contains'");
+      if (n != 1 || s[kAlsoContains].size() > 3) unsupported(path, "allOf of more than four 'contains', or several with minContains");
+      if (s[kAlsoContains].size() > 1) return several_contains(s, items, item, path);
       const int other = convert(Json{{"allOf", Json::array({items, s[kAlsoContains][0]})}}, path + "/contains");
       const int any = g_.star(g_.seq({sep, item}));
       std::vector<int> hits{g_.seq({hit, any, sep, other}), g_.seq({other, any, sep, hit})};
@@ -1978,6 +1989,36 @@ class Converter {
       return g_.seq({g_.lit("["), ws(), g_.star(g_.seq({item, sep})), g_.alt(hits), any, ws(), g_.lit("]")});
     }
     return g_.seq({g_.lit("["), ws(), hits_among(n, hit, item), ws(), g_.lit("]")});
+  }
+  // An item for each of k contains (one item may serve several): rules A_S by the set S of those
+  // met so far, A_S = (sep item A_S | sep hit_T A_{S|T} for T adding to S), A_all = (sep item)*.
+  // Ambiguous where items serve several ways, which the parser allows; exact.
+  int several_contains(const Json& s, const Json& items, int item, const std::string& path) {
+    Json cs = Json::array({s["contains"]});
+    for (const Json& c : s[kAlsoContains]) cs.push_back(c);
+    const uint32_t all = (1u << cs.size()) - 1;
+    std::vector<int> hit(all + 1, -1), rule(all + 1);
+    for (uint32_t t = 1; t <= all; ++t) {
+      Json parts = Json::array({items});
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (t >> i & 1) parts.push_back(cs[i]);
+      hit[t] = convert_or_none(Json{{"allOf", parts}}, path + "/contains");
+    }
+    for (size_t i = 0; i < cs.size(); ++i)  // a hit for several needs one for each: all is reachable
+      if (hit[1u << i] < 0) nothing(path, "contains that no item matches");
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    for (uint32_t m = 0; m <= all; ++m) rule[m] = g_.declare_rule("contains" + std::to_string(g_.num_rules()));
+    auto steps = [&](uint32_t m, bool first) {  // the next item (after sep unless first), then the rest
+      std::vector<int> alts;
+      if (!first) alts.push_back(g_.seq({sep, item, g_.ref(rule[m])}));
+      else alts.push_back(g_.seq({item, g_.ref(rule[m])}));
+      for (uint32_t t = 1; t <= all; ++t)
+        if ((t & ~m) && hit[t] >= 0) alts.push_back(first ? g_.seq({hit[t], g_.ref(rule[m | t])}) : g_.seq({sep, hit[t], g_.ref(rule[m | t])}));
+      return g_.alt(alts);
+    };
+    g_.define_rule(rule[all], g_.star(g_.seq({sep, item})));
+    for (uint32_t m = 0; m < all; ++m) g_.define_rule(rule[m], steps(m, false));
+    return g_.seq({g_.lit("["), ws(), steps(0, true), ws(), g_.lit("]")});
   }
   // k >= 1 hits with `other` items around them: (other ,)* hit ((, other)* , hit){k-1} (, other)*
   int hits_among(long k, int hit, int other) {

@@ -262,6 +262,17 @@ CASES = [
     ({"type": "array", "oneOf": [{"allOf": [{"items": {"type": "integer"}}, {"contains": {"minimum": 3}}]},
                                  {"allOf": [{"items": {"minimum": 3}}, {"contains": {"type": "integer"}}]}]},
      [[], [3], [1, 3], [3.5], [3.5, 4], [1], [4, 5], [2, 3.5]]),
+    # not of literals next to anyOf / oneOf: a sibling of each branch (was: the string branch any
+    # string but the literals, other types refused as matching nothing)
+    ({"anyOf": [{"const": "a"}, {"const": "c"}], "not": {"const": "b"}}, [None, "zzz", "a", "b", "c"]),
+    ({"type": "string", "anyOf": [{"const": "a"}, {"const": "c"}], "not": {"const": "b"}}, [None, "zzz", "a", "b", "c"]),
+    ({"anyOf": [{"type": "string"}, {"type": "integer"}], "not": {"enum": ["b", 3]}}, [None, "zz", "a", "b", 3, 4, 3.5]),
+    ({"oneOf": [{"type": "string"}, {"type": "integer"}], "not": {"const": "y"}}, ["x", "y", 1, 1.5]),
+    ({"allOf": [{"items": {"anyOf": [{"const": "a"}, {"const": "c"}]}}, {"not": {"contains": {"const": "b"}}}]},
+     [["a", "a"], ["a", "b"], ["c"], [], ["d"]]),
+    # three contains: an item for each, one item may serve several
+    ({"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}, {"contains": {"const": "x"}}]},
+     [[6, "x"], ["x", 2, 3], [2, 3], [2, "x"], ["x", 9, 4, 1], [], [5, 7, "x"], {}]),
     # maxProperties with required keys and extra keys allowed
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"], "maxProperties": 3},
      [{"a": 1, "b": 2}, {"x": 0, "a": 1, "b": 2}, {"x": 0, "y": 0, "a": 1}, {"a": 1, "b": 2, "x": 1, "y": 2}, {"x": 0, "b": 1, "a": 3}]),
