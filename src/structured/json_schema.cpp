@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "structured/json_one_of.h"
+#include "structured/json_refs.h"
+#include "structured/json_unevaluated.h"
 #include "structured/number_range.h"
 #include "structured/string_dfa.h"
 #include "structured/structured.h"
@@ -33,7 +35,8 @@ const std::set<std::string> kConstraining = {
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "nullable", "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains"};
+    "$dynamicRef", "$recursiveRef", "\x01patterns", "\x01notPatterns", "\x01someKey", "\x01notMultipleOf", "\x01alsoContains", "\x01levelAps",
+    kDynamicScope, kDynamicRef, kRefScope};
 
 // Regexes for the supported `format`s, matching the string content (anchored). Dates are
 // month-aware, Feb 29 only in leap years; a leap second only at 23:59:60 UTC (RFC 3339).
@@ -65,6 +68,10 @@ const std::string kAlsoContains = "\x01alsoContains";
 const std::string kSomeKey = "\x01someKey";
 // Internal keyword for numbers ('not' of multipleOf): the moduli the number is no multiple of.
 const std::string kNotMultipleOf = "\x01notMultipleOf";
+// Internal keyword for objects (allOf levels mixing additionalProperties and patterns): a list
+// of {"names": [keys], "patterns": [regexes], "value": S}, each a level's additionalProperties:
+// a key none of its names and matching none of its patterns has a value matching S.
+const std::string kLevelAps = "\x01levelAps";
 constexpr size_t kMaxDfaStates = 4096;
 constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key DFA (1 KiB a state)
 // Work units (a subschema converted or merged: 1, a product of patterns: kProductWork): in all,
@@ -72,9 +79,7 @@ constexpr size_t kMaxKeyTrie = 8192;  // bytes of the declared names in one key 
 constexpr long kMaxWork = 100000, kOneOfWork = 5000, kProductWork = 2000;
 
 // A (sub)schema that matches no instance: an error at the top, a dropped branch in anyOf/oneOf.
-struct NothingMatches : Error {
-  using Error::Error;
-};
+using NothingMatches = SchemaMatchesNothing;
 
 class Converter {
  public:
@@ -92,7 +97,7 @@ class Converter {
     for (auto& [ref, rule] : refs_)
       if (!productive[rule])
         fail("json schema: $ref '", ref, "' recurses into itself with no way to end (no finite JSON value matches)");
-    if (!productive[r]) fail("json schema: the schema matches no finite JSON value");
+    if (!productive[r]) throw NothingMatches("json schema: no instance matches: the schema matches no finite JSON value");
     return std::move(g_);
   }
 
@@ -115,6 +120,15 @@ class Converter {
     return g_.ref(g_.find_rule("object"));
   }
   Grammar& grammar() { return g_; }
+
+  // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
+  static int draft_of(const Json& root) {
+    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return 2020;
+    const std::string u = root["$schema"].get<std::string>();
+    for (auto [name, d] : {std::pair{"draft-03", 3}, {"draft-04", 4}, {"draft-06", 6}, {"draft-07", 7}, {"2019-09", 2019}})
+      if (u.find(name) != std::string::npos) return d;
+    return 2020;
+  }
 
  private:
   int ws() {
@@ -159,21 +173,13 @@ class Converter {
   // written so (draft 04 only refuses it as an `integer`).
   int zero_fraction(bool integer = true) { return integer && draft_ <= 4 ? g_.empty() : g_.opt(g_.seq({g_.lit("."), g_.plus(g_.lit("0"))})); }
 
-  // The draft named by $schema (3, 4, 6, 7, 2019, 2020); 2020-12 when absent or unknown.
-  static int draft_of(const Json& root) {
-    if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return 2020;
-    const std::string u = root["$schema"].get<std::string>();
-    for (auto [name, d] : {std::pair{"draft-03", 3}, {"draft-04", 4}, {"draft-06", 6}, {"draft-07", 7}, {"2019-09", 2019}})
-      if (u.find(name) != std::string::npos) return d;
-    return 2020;
-  }
-
   // One level of a schema in draft 2020-12 terms: keywords that do not constrain dropped (and
   // formats we do not enforce), older drafts' spellings rewritten: `items` arrays and
   // `additionalItems`, boolean `exclusiveMinimum`/`exclusiveMaximum`, `dependencies`, draft-03
   // `required: true`, and `$ref` siblings (ignored before 2019-09). Subschemas are normalized
-  // when they are converted.
-  Json normalize(const Json& s) const {
+  // when they are converted. keep_lone_if: an `if` without then/else stays (unevaluated* sees
+  // its annotations).
+  Json normalize(const Json& s, bool keep_lone_if = false) const {
     if (!s.is_object()) return s;
     Json out = Json::object();
     for (auto& [k, v] : s.items())
@@ -209,8 +215,12 @@ class Converter {
     if (!out.contains("if")) {
       out.erase("then");
       out.erase("else");
-    } else if (!out.contains("then") && !out.contains("else")) {
+    } else if (!out.contains("then") && !out.contains("else") && !keep_lone_if) {
       out.erase("if");
+    }
+    if (draft_ < 2019) {  // keywords of 2019-09 on: unknown (ignored) before
+      out.erase("unevaluatedProperties");
+      out.erase("unevaluatedItems");
     }
     if (!out.contains("contains")) {
       out.erase("minContains");
@@ -219,11 +229,23 @@ class Converter {
     return out;
   }
 
+  // unevaluated* of this level rewritten by cases (json_unevaluated.cpp), normalized.
+  static bool has_unevaluated(const Json& s) {
+    return s.is_object() && (s.contains("unevaluatedProperties") || s.contains("unevaluatedItems"));
+  }
+  Json lower(const Json& s, const std::string& path) {
+    const SchemaMap norm = [this](const Json& x) { return normalize(x, true); };
+    const SchemaMap resolve = [&](const Json& ref) { return resolve_normalized(ref.get<std::string>(), path); };
+    Json out = lower_unevaluated(normalize(s, true), norm, resolve, path);
+    while (has_unevaluated(out)) out = lower_unevaluated(out, norm, resolve, path);  // the other one
+    return normalize(out);
+  }
+
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
     fail("json schema: unsupported ", what, " at ", path);
   }
   [[noreturn]] void nothing(const std::string& path, const std::string& what) {
-    throw NothingMatches("json schema: unsupported " + what + " at " + path);
+    throw NothingMatches("json schema: no instance matches: " + what + " at " + path);
   }
 
   // Undoing a branch whose conversion threw: the rules it declared, and the caches naming them.
@@ -277,10 +299,10 @@ class Converter {
   }
 
   int ref_rule(const std::string& ref, const std::string& path) {
-    auto it = refs_.find(ref);
+    auto it = refs_.find(ref + dynamic_key_);
     if (it != refs_.end()) return g_.ref(it->second);
     int r = g_.declare_rule("ref" + std::to_string(refs_.size()));
-    refs_[ref] = r;
+    refs_[ref + dynamic_key_] = r;
     g_.define_rule(r, convert(resolve_pointer(ref, path), ref));
     return g_.ref(r);
   }
@@ -309,17 +331,26 @@ class Converter {
     std::vector<Json> levels{Json::object()};
     for (auto& [k, v] : schema.items()) if (k != "allOf") levels[0][k] = v;
     for (const Json& part0 : schema["allOf"]) {
-      Json part = normalize(part0);
+      Json part = has_unevaluated(normalize(part0)) ? lower(part0, path) : normalize(part0);  // before it meets cousins
       if (part.is_boolean()) {
         if (!part.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
         continue;
       }
+      for (const char* k : {kDynamicScope, kRefScope})
+        if (part.contains(k) && bound(part[k])) part.erase(k);
+      if (part.contains(kRefScope) || (part.contains(kDynamicScope) && !(schema["allOf"].size() == 1 && levels[0].empty())))
+        unsupported(path, "$ref into a resource with $dynamicAnchors next to other keywords");  // its bindings are not theirs
       if (part.contains("$ref")) {
         Json target = normalize(resolve_pointer(part["$ref"].get<std::string>(), path));
+        if (target.is_object() && target.contains(kDynamicScope) && bound(target[kDynamicScope])) target.erase(kDynamicScope);
         if (target.is_boolean() && !target.get<bool>()) nothing(path, "allOf containing false (matches nothing)");
+        const bool alone = part.size() == 1 && schema["allOf"].size() == 1 && levels[0].empty();
+        if (target.is_object() && target.contains(kDynamicScope) && !alone)  // its bindings are not the siblings
+          unsupported(path, "$ref with sibling keywords to a resource with $dynamicAnchors");
         part.erase("$ref");  // the siblings of $ref (2019-09 on) apply too
         if (target.is_object()) part = part.empty() ? target : merge_all_of(Json{{"allOf", Json::array({part, target})}}, path);
         if (part.empty()) continue;
+        if (has_unevaluated(part)) part = lower(part, path);  // the target's own
       }
       if (part.contains("allOf")) part = merge_all_of(part, path);
       levels.push_back(part);
@@ -327,30 +358,35 @@ class Converter {
     // additionalProperties only sees its own level's properties (and patterns): a key declared at
     // another level gets it too, so each declared key collects the additionalProperties of the
     // levels that do not declare it; the merged one is their allOf (for keys no level declares).
+    // Where patterns of one level meet additionalProperties of another, each additionalProperties
+    // becomes a kLevelAps entry (its level's names and patterns with it), applied per key.
+    Json level_aps = Json::array();
+    bool mixed = false;
+    for (Json& a : levels) {
+      if (a.contains(kLevelAps)) for (const Json& e : a[kLevelAps]) level_aps.push_back(e);
+      a.erase(kLevelAps);
+      if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
+      for (const Json& b : levels)
+        mixed |= &a != &b && (b.contains("patternProperties") || (a.contains("patternProperties") && b.contains("properties")));
+    }
+    for (Json& a : levels) {
+      if (!mixed || !a.contains("additionalProperties")) continue;
+      Json e = {{"names", Json::array()}, {"patterns", Json::array()}, {"value", a["additionalProperties"]}};
+      if (a.contains("properties")) for (auto& [k, v] : a["properties"].items()) e["names"].push_back(k);
+      if (a.contains("patternProperties")) for (auto& [k, v] : a["patternProperties"].items()) e["patterns"].push_back(k);
+      if (!is_always(e["value"])) level_aps.push_back(e);
+      a.erase("additionalProperties");
+    }
     Json key_aps = Json::object();  // key -> additionalProperties it also gets
     for (const Json& a : levels) {
       if (!a.contains("additionalProperties") || is_always(a["additionalProperties"])) continue;
       for (const Json& b : levels) {
-        if (&a != &b && b.contains("patternProperties")) unsupported(path, "allOf mixing 'patternProperties' and 'additionalProperties' of different levels");
         if (&a == &b || !b.contains("properties")) continue;
-        if (a.contains("patternProperties")) unsupported(path, "allOf mixing 'properties' and 'additionalProperties' next to 'patternProperties' of different levels");
         for (auto& [k, v] : b["properties"].items())
           if (!(a.contains("properties") && a["properties"].contains(k))) key_aps[k].push_back(a["additionalProperties"]);
       }
     }
-    // items only sees its own level's prefixItems: a level without its own list constrains the
-    // other levels' entries too (wrapped below).
-    std::vector<std::pair<const char*, const char*>> wrap;
-    for (auto [list, rest] : {std::pair{"prefixItems", "items"}}) {
-      for (const Json& a : levels) {
-        if (!a.contains(rest)) continue;
-        for (const Json& b : levels) {
-          if (&a == &b || !b.contains(list)) continue;
-          if (a.contains(list)) unsupported(path, std::string("allOf mixing '") + list + "' and '" + rest + "' of different levels");
-          wrap.push_back({list, rest});
-        }
-      }
-    }
+    merge_item_lists(levels);
     bool has_if = false;  // the first if/then/else stays; later ones become their anyOf
     for (Json& part : levels) {
       if (!part.contains("if")) continue;
@@ -434,7 +470,8 @@ class Converter {
         } else if (k == "pattern" || k == "format") {  // both must match: the second joins kAlsoPatterns
           if (merged[k] != v) merged[kAlsoPatterns].push_back(k == "pattern" ? v : Json(kFormats.at(v.get<std::string>())));
         } else if (k == "contains") {  // some item matches each: the second joins kAlsoContains
-          merged[kAlsoContains].push_back(v);
+          Json& also = merged[kAlsoContains];
+          if (!also.is_array() || std::find(also.begin(), also.end(), v) == also.end()) also.push_back(v);  // once each
         } else if (k == "multipleOf" && integral(merged[k]) && integral(v)) {  // multiples of both: of their lcm
           merged[k] = std::lcm(merged[k].get<long>(), v.get<long>());
         } else if (k == kAlsoPatterns || k == kNotPatterns || k == kSomeKey || k == kNotMultipleOf || k == kAlsoContains) {
@@ -455,9 +492,9 @@ class Converter {
       const bool never = std::any_of(all.begin(), all.end(), [&](const Json& x) { return is_never(x); });
       merged["properties"][k] = never ? Json(false) : Json{{"allOf", all}};
     }
-    for (auto [list, rest] : wrap) {
-      if (merged[rest] == Json(true)) continue;
-      for (Json& v : merged[list]) v = merged[rest] == Json(false) ? Json(false) : Json{{"allOf", Json::array({v, merged[rest]})}};
+    if (!level_aps.empty()) {
+      merged[kLevelAps] = level_aps;
+      merged["additionalProperties"] = true;  // the levels' own are in kLevelAps
     }
     if (!deferred.empty()) {
       if (++merge_rounds_ > 16) unsupported(path, "allOf with conflicting 'not' (nested too deep)");
@@ -468,11 +505,39 @@ class Converter {
     return merged;
   }
 
+  // items only sees its own level's prefixItems: where levels hold several lists, or items next
+  // to another level's list, entry i becomes the allOf of every level's entry i (its items past
+  // its own list, true without one), items the allOf of the levels' items; they move to levels[0].
+  void merge_item_lists(std::vector<Json>& levels) const {
+    size_t n = 0, lists = 0, items = 0;
+    for (const Json& a : levels) {
+      if (a.contains("prefixItems")) n = std::max(n, a["prefixItems"].size()), ++lists;
+      items += a.contains("items") && !a.contains("prefixItems");
+    }
+    if (lists == 0 || (lists == 1 && items == 0)) return;
+    Json prefix = Json::array(), rest = Json::array();
+    for (size_t i = 0; i < n; ++i) {
+      Json all = Json::array();
+      for (const Json& a : levels) {
+        const Json e = a.contains("prefixItems") && i < a["prefixItems"].size() ? a["prefixItems"][i] : a.value("items", Json(true));
+        if (!is_always(e)) all.push_back(e);
+      }
+      prefix.push_back(all.empty() ? Json(true) : all.size() == 1 ? all[0] : Json{{"allOf", all}});
+    }
+    for (Json& a : levels) {
+      if (a.contains("items") && !is_always(a["items"])) rest.push_back(a["items"]);
+      a.erase("prefixItems");
+      a.erase("items");
+    }
+    levels[0]["prefixItems"] = prefix;
+    if (!rest.empty()) levels[0]["items"] = rest.size() == 1 ? rest[0] : Json{{"allOf", rest}};
+  }
+
   // A subschema met again (a $ref'd definition inlined next to siblings, the same branch of
   // several oneOfs) reuses its expression: a WashingtonPost schema converted 576 distinct
   // subschemas 3,517 times. The result depends only on the schema (the path only names errors).
   int convert(const Json& schema0, const std::string& path) {
-    std::string key = schema0.dump();
+    std::string key = schema0.dump() + dynamic_key_;  // a $dynamicRef inside may bind otherwise
     if (auto it = converted_.find(key); it != converted_.end()) return it->second.expr;
     const int since = g_.num_rules();
     int e = convert_uncached(schema0, path);
@@ -506,6 +571,24 @@ class Converter {
     }
     if (is_never(schema)) nothing(path, "schema that matches nothing ('not' of a schema matching everything)");
     if (!schema.is_object()) fail("json schema: expected an object or boolean at ", path);
+    for (const char* k : {kDynamicScope, kRefScope})
+      if (schema.contains(k) && bound(schema[k])) return convert(without(schema, k), path);
+    if (schema.contains(kDynamicScope)) return in_scope(schema, kDynamicScope, path);
+    if (schema.contains(kRefScope)) {
+      if (schema.size() != 2 || !schema.contains("$ref")) unsupported(path, "$ref with sibling keywords into a resource with $dynamicAnchors");
+      return in_scope(schema, kRefScope, path);
+    }
+    if (schema.contains(kDynamicRef)) {  // the outermost resource entered that binds the name, else the default
+      const Json& d = schema[kDynamicRef];
+      auto it = dynamic_scope_.find(d["name"].get<std::string>());
+      Json rest = schema;
+      rest.erase(kDynamicRef);
+      if (rest.contains("$ref")) unsupported(path, "$dynamicRef next to $ref");
+      rest["$ref"] = it != dynamic_scope_.end() ? it->second : d["default"].get<std::string>();
+      if (it == dynamic_scope_.end()) rest[kRefScope] = d["scope"];
+      return convert(rest, path);
+    }
+    if (has_unevaluated(schema)) return convert(lower(schema0, path), path);
     if (schema.contains("allOf")) return convert(merge_all_of(schema, path), path);
     for (auto& [k, v] : schema.items()) {
       static const std::set<std::string> known = {
@@ -513,7 +596,8 @@ class Converter {
           "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
           "uniqueItems", "not", "multipleOf", "dependentRequired", "propertyNames", "patternProperties",
-          "dependentSchemas", "contains", "minContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains};
+          "dependentSchemas", "contains", "minContains", "maxContains", "if", "then", "else", kAlsoPatterns, kNotPatterns, kSomeKey, kNotMultipleOf, kAlsoContains, kLevelAps,
+          kDynamicScope, kDynamicRef, kRefScope};
       if (!known.count(k)) unsupported(path, "keyword '" + k + "'");
     }
     if (schema.contains("$ref")) {
@@ -547,7 +631,10 @@ class Converter {
       if (alts.empty()) nothing(path, "schema that matches nothing (if/then/else)");
       return convert(Json{{"anyOf", alts}}, path);
     }
-    if (schema.contains("not")) return convert_not(schema, path);
+    // `not` of literals next to anyOf / oneOf is a sibling of each branch (not X ∧ anyOf B = anyOf
+    // (not X ∧ B), the same for oneOf): left to them.
+    if (schema.contains("not") && !(literals_only(schema["not"]) && (schema.contains("anyOf") || schema.contains("oneOf"))))
+      return convert_not(schema, path);
     std::vector<std::string> types;
     if (schema.contains("type")) {
       const Json& t = schema["type"];
@@ -668,6 +755,39 @@ class Converter {
     }
     if (alts.empty()) throw NothingMatches(none_why);
     return g_.alt(alts);
+  }
+
+  // Whether every name of a scope is bound already (entering it changes nothing).
+  bool bound(const Json& scope) const {
+    for (auto& [name, ptr] : scope.items())
+      if (!dynamic_scope_.count(name)) return false;
+    return true;
+  }
+  static Json without(Json s, const char* key) {
+    s.erase(key);
+    return s;
+  }
+  // Entering a resource with $dynamicAnchors (json_refs.h: lexically, or by a $ref into it): its
+  // names still free are bound while the rest converts.
+  int in_scope(const Json& schema, const char* key, const std::string& path) {
+    const auto saved = dynamic_scope_;
+    const std::string saved_key = dynamic_key_;
+    for (auto& [name, ptr] : schema[key].items())
+      if (dynamic_scope_.emplace(name, ptr.get<std::string>()).second) dynamic_key_ += "\x02" + name + "=" + ptr.get<std::string>();
+    Json rest = schema;
+    rest.erase(key);
+    struct Restore {
+      Converter& c;
+      const std::map<std::string, std::string>& scope;
+      const std::string& key;
+      ~Restore() { c.dynamic_scope_ = scope, c.dynamic_key_ = key; }
+    } restore{*this, saved, saved_key};
+    return convert(rest, path);
+  }
+
+  bool literals_only(const Json& n0) const {
+    const Json n = normalize(n0);
+    return n.is_object() && n.size() == 1 && (n.contains("enum") || n.contains("const"));
   }
 
   Json normalized_all(const Json& list) const {
@@ -801,7 +921,7 @@ class Converter {
 
   Json negate(const Json& s0, const std::string& path, int depth = 0) {
     if (depth > 16) unsupported(path, "'not' nested too deep");
-    Json s = normalize(s0);
+    Json s = has_unevaluated(normalize(s0)) ? lower(s0, path) : normalize(s0);
     if (s.is_boolean()) return Json(!s.get<bool>());
     if (s.contains("$ref")) {
       if (s.size() > 1) unsupported(path, "'not' of $ref with sibling keywords");
@@ -876,6 +996,16 @@ class Converter {
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
     if (k == "propertyNames") return not_property_names(normalize(v), path);
     if (k == "contains") return Json{{"type", "array"}, {"items", negate(v, path, depth + 1)}};  // no item matches
+    if (k == "prefixItems") {  // some item i its entry rejects (the array has at least i + 1)
+      Json alts = Json::array(), prefix = Json::array();
+      for (const Json& e : v) {
+        Json p = prefix, bad = negate(e, path, depth + 1);
+        p.push_back(bad);
+        if (!is_never(bad)) alts.push_back(Json{{"type", "array"}, {"minItems", prefix.size() + 1}, {"prefixItems", p}});
+        prefix.push_back(true);
+      }
+      return any_of(alts);
+    }
     if (k == "items" && !v.is_array())  // some item its schema rejects
       return Json{{"type", "array"}, {"contains", negate(v, path, depth + 1)}};
     if (k == "pattern" || k == "format")  // strings the regex does not match
@@ -1014,8 +1144,8 @@ class Converter {
         if (!no_true) alts.push_back(g_.lit("true"));
         if (!no_false) alts.push_back(g_.lit("false"));
       } else if (t == "string" && !strs.empty()) {
-        for (const char* k : {"minLength", "maxLength", "pattern", "format"})
-          if (rest.contains(k)) unsupported(path, std::string("'not' of enum/const strings together with '") + k + "'");
+        for (const std::string k : {"minLength", "maxLength", "pattern", "format", kAlsoPatterns.c_str(), kNotPatterns.c_str()})
+          if (rest.contains(k)) unsupported(path, "'not' of enum/const strings together with '" + k + "'");
         std::sort(strs.begin(), strs.end());
         strs.erase(std::unique(strs.begin(), strs.end()), strs.end());
         alts.push_back(key_not_in(strs));
@@ -1027,7 +1157,8 @@ class Converter {
       } else {
         Json s = base;
         s["type"] = t;
-        alts.push_back(convert(s, path));
+        const int e = convert_or_none(s, path);  // a type none of whose values fits is dropped
+        if (e >= 0) alts.push_back(e);
       }
     }
     if (alts.empty()) nothing(path, "schema that matches nothing ('not' of every allowed value)");
@@ -1522,26 +1653,30 @@ class Converter {
     Json ap = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opts_.strict_additional_properties);
     if (is_never(ap)) ap = Json(false);
     std::vector<std::pair<std::string, Json>> patterns;
+    const Json level_aps = s.value(kLevelAps, Json::array());  // they name the patterns: all stay
     if (s.contains("patternProperties")) {
       for (auto& [p, v] : s["patternProperties"].items())
-        if (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false))) patterns.push_back({p, v});
+        if (!level_aps.empty() || (!(is_always(v) && is_always(ap)) && !(is_never(v) && ap == Json(false)))) patterns.push_back({p, v});
       if (!patterns.empty() && s.contains("propertyNames")) unsupported(path, "patternProperties together with propertyNames");
     }
     // The schema of a named key: its declared one (or none) and every matching pattern's, else
     // additionalProperties.
     std::vector<ByteDfa> pattern_dfas;
     for (auto& pv : patterns) pattern_dfas.push_back(pattern_dfa(pv.first));
-    auto matched = [&](const std::string& k) {
-      Json all = Json::array();
+    auto matched_bits = [&](const std::string& k) {
+      uint64_t bits = 0;
       const std::string content = Json(k).dump().substr(1, Json(k).dump().size() - 2);
       for (size_t i = 0; i < patterns.size(); ++i)
-        if (dfa_matches(pattern_dfas[i], content)) all.push_back(patterns[i].second);
-      return all;
+        if (dfa_matches(pattern_dfas[i], content)) bits |= uint64_t{1} << i;
+      return bits;
     };
+    auto matched = [&](const std::string& k) { return pattern_values(patterns, matched_bits(k)); };
     auto key_schema = [&](const std::string& k, const Json* declared) {
       Json all = matched(k);
       if (declared) all.insert(all.begin(), *declared);
-      if (all.empty()) return ap;
+      if (all.empty() && level_aps.empty()) return ap;
+      if (all.empty()) all.push_back(ap);
+      add_level_aps(all, level_aps, patterns, matched_bits(k), &k);
       return all.size() == 1 ? all[0] : Json{{"allOf", all}};
     };
     if (s.contains("properties")) {
@@ -1618,9 +1753,9 @@ class Converter {
       }
     }
     int extra = -1;  // expression for one additional "key":value member, or -1
-    if (!patterns.empty()) {
+    if (!patterns.empty() || !level_aps.empty()) {
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
-      extra = pattern_members(names, patterns, pattern_dfas, ap, path);
+      extra = pattern_members(names, patterns, pattern_dfas, ap, level_aps, path);
     } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       int value = ap.is_boolean() ? any_value() : convert(ap, path + "/additionalProperties");
       for (auto& p : props) names.push_back(p.first.substr(1, p.first.size() - 2));
@@ -1684,7 +1819,7 @@ class Converter {
   // classes by the patterns they match, each class valued by the allOf of those patterns'
   // schemas (additionalProperties for the keys matching none); -1 when no key may be extra.
   int pattern_members(const std::vector<std::string>& names, const std::vector<std::pair<std::string, Json>>& patterns,
-                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const std::string& path) {
+                      const std::vector<ByteDfa>& pattern_dfas, const Json& ap, const Json& level_aps, const std::string& path) {
     if (patterns.size() > 16) unsupported(path, "more than 16 patternProperties");
     const ByteDfa all = content_dfa(), declared = literal_dfa(names);
     std::vector<const ByteDfa*> parts{&all, &declared};
@@ -1695,10 +1830,10 @@ class Converter {
       if ((acc & 3) == 1) classes.insert(acc >> 2);
     std::vector<int> alts;
     for (uint64_t c : classes) {
-      Json all = Json::array();
-      for (size_t i = 0; i < patterns.size(); ++i)
-        if (c >> i & 1) all.push_back(patterns[i].second);
-      const Json value = all.empty() ? ap : all.size() == 1 ? all[0] : Json{{"allOf", all}};
+      Json all = pattern_values(patterns, c);
+      if (all.empty()) all.push_back(ap);
+      add_level_aps(all, level_aps, patterns, c, nullptr);
+      const Json value = all.size() == 1 ? all[0] : Json{{"allOf", all}};
       if (matches_nothing(value, path)) continue;
       const ByteDfa keys = select_dfa(prod, [&](uint64_t acc) { return acc == (c << 2 | 1); });
       if (keys.size() == 0) continue;
@@ -1706,6 +1841,23 @@ class Converter {
       alts.push_back(g_.seq({key, ws(), g_.lit(":"), ws(), is_always(value) ? any_value() : convert(value, path + "/patternProperties")}));
     }
     return alts.empty() ? -1 : g_.alt(alts);
+  }
+
+  static Json pattern_values(const std::vector<std::pair<std::string, Json>>& patterns, uint64_t bits) {
+    Json all = Json::array();
+    for (size_t i = 0; i < patterns.size(); ++i)
+      if (bits >> i & 1) all.push_back(patterns[i].second);
+    return all;
+  }
+  // The kLevelAps values a key gets (`bits`: the patterns it matches; name: a declared key's).
+  static void add_level_aps(Json& all, const Json& level_aps, const std::vector<std::pair<std::string, Json>>& patterns,
+                            uint64_t bits, const std::string* name) {
+    for (const Json& e : level_aps) {
+      bool exempt = name && std::find(e["names"].begin(), e["names"].end(), Json(*name)) != e["names"].end();
+      for (size_t i = 0; i < patterns.size(); ++i)
+        exempt |= (bits >> i & 1) && std::find(e["patterns"].begin(), e["patterns"].end(), Json(patterns[i].first)) != e["patterns"].end();
+      if (!exempt) all.push_back(e["value"]);
+    }
   }
 
   // A JSON string (with quotes) whose canonical content is none of `names` (JSON-encoded, no
@@ -1808,7 +1960,8 @@ class Converter {
   // contains C (minContains n >= 1, no maxContains, no prefixItems or maxItems): any items
   // around n items that also match C; ambiguous where several do, which the parser allows.
   int contains_array(const Json& s, const std::string& path) {
-    const long n = s.value("minContains", 1L);
+    const long n = count_of(s, "minContains", 1);
+    if (s.contains("maxContains")) return counted_contains(s, n, path);
     if (n == 0) {
       Json t = s;
       t.erase("contains");
@@ -1817,7 +1970,7 @@ class Converter {
     }
     if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() < static_cast<double>(n))
       nothing(path, "contains with maxItems below minContains (matches nothing)");
-    for (const char* k : {"prefixItems", "maxItems", "maxContains", "uniqueItems"})
+    for (const char* k : {"prefixItems", "maxItems", "uniqueItems"})
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
     const Json items = s.contains("items") ? s["items"] : Json(true);
@@ -1826,7 +1979,8 @@ class Converter {
     const int hit = convert(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains");
     const int sep = g_.seq({ws(), g_.lit(","), ws()});
     if (s.contains(kAlsoContains)) {  // two contains: one item matching both, or one each in either order
-      if (s[kAlsoContains].size() > 1 || n != 1) unsupported(path, "allOf of more than two 'contains'");
+      if (n != 1 || s[kAlsoContains].size() > 3) unsupported(path, "allOf of more than four 'contains', or several with minContains");
+      if (s[kAlsoContains].size() > 1) return several_contains(s, items, item, path);
       const int other = convert(Json{{"allOf", Json::array({items, s[kAlsoContains][0]})}}, path + "/contains");
       const int any = g_.star(g_.seq({sep, item}));
       std::vector<int> hits{g_.seq({hit, any, sep, other}), g_.seq({other, any, sep, hit})};
@@ -1834,26 +1988,87 @@ class Converter {
       if (both >= 0) hits.push_back(both);
       return g_.seq({g_.lit("["), ws(), g_.star(g_.seq({item, sep})), g_.alt(hits), any, ws(), g_.lit("]")});
     }
-    std::vector<int> body{g_.star(g_.seq({item, sep})), hit};
-    for (long i = 1; i < n; ++i) body.insert(body.end(), {g_.star(g_.seq({sep, item})), sep, hit});
-    body.push_back(g_.star(g_.seq({sep, item})));
-    return g_.seq({g_.lit("["), ws(), g_.seq(body), ws(), g_.lit("]")});
+    return g_.seq({g_.lit("["), ws(), hits_among(n, hit, item), ws(), g_.lit("]")});
+  }
+  // An item for each of k contains (one item may serve several): rules A_S by the set S of those
+  // met so far, A_S = (sep item A_S | sep hit_T A_{S|T} for T adding to S), A_all = (sep item)*.
+  // Ambiguous where items serve several ways, which the parser allows; exact.
+  int several_contains(const Json& s, const Json& items, int item, const std::string& path) {
+    Json cs = Json::array({s["contains"]});
+    for (const Json& c : s[kAlsoContains]) cs.push_back(c);
+    const uint32_t all = (1u << cs.size()) - 1;
+    std::vector<int> hit(all + 1, -1), rule(all + 1);
+    for (uint32_t t = 1; t <= all; ++t) {
+      Json parts = Json::array({items});
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (t >> i & 1) parts.push_back(cs[i]);
+      hit[t] = convert_or_none(Json{{"allOf", parts}}, path + "/contains");
+    }
+    for (size_t i = 0; i < cs.size(); ++i)  // a hit for several needs one for each: all is reachable
+      if (hit[1u << i] < 0) nothing(path, "contains that no item matches");
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    for (uint32_t m = 0; m <= all; ++m) rule[m] = g_.declare_rule("contains" + std::to_string(g_.num_rules()));
+    auto steps = [&](uint32_t m, bool first) {  // the next item (after sep unless first), then the rest
+      std::vector<int> alts;
+      if (!first) alts.push_back(g_.seq({sep, item, g_.ref(rule[m])}));
+      else alts.push_back(g_.seq({item, g_.ref(rule[m])}));
+      for (uint32_t t = 1; t <= all; ++t)
+        if ((t & ~m) && hit[t] >= 0) alts.push_back(first ? g_.seq({hit[t], g_.ref(rule[m | t])}) : g_.seq({sep, hit[t], g_.ref(rule[m | t])}));
+      return g_.alt(alts);
+    };
+    g_.define_rule(rule[all], g_.star(g_.seq({sep, item})));
+    for (uint32_t m = 0; m < all; ++m) g_.define_rule(rule[m], steps(m, false));
+    return g_.seq({g_.lit("["), ws(), steps(0, true), ws(), g_.lit("]")});
+  }
+  // k >= 1 hits with `other` items around them: (other ,)* hit ((, other)* , hit){k-1} (, other)*
+  int hits_among(long k, int hit, int other) {
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    const int before = other < 0 ? g_.empty() : g_.star(g_.seq({other, sep}));
+    const int after = other < 0 ? g_.empty() : g_.star(g_.seq({sep, other}));
+    std::vector<int> body{before, hit};
+    for (long i = 1; i < k; ++i) body.insert(body.end(), {after, sep, hit});
+    body.push_back(after);
+    return g_.seq(body);
+  }
+  static long count_of(const Json& s, const char* key, long absent) {
+    return s.contains(key) && s[key].is_number() ? static_cast<long>(s[key].get<double>()) : absent;
+  }
+  // minContains n .. maxContains m items matching C, every other item matching not C (so each
+  // item is a hit or a miss, never both: exact). At most 16 counted.
+  int counted_contains(const Json& s, long n, const std::string& path) {
+    const long m = count_of(s, "maxContains", 0);
+    for (const std::string k : {"prefixItems", "maxItems", "uniqueItems", "minItems", kAlsoContains.c_str()})
+      if (s.contains(k) && !(s[k] == Json(false) || s[k] == Json(0))) unsupported(path, "maxContains together with '" + k + "'");
+    if (m > 16) unsupported(path, "maxContains above 16");
+    const Json items = s.value("items", Json(true)), c = s["contains"];
+    const int hit = convert_or_none(Json{{"allOf", Json::array({items, c})}}, path + "/contains");
+    const int miss = convert_or_none(Json{{"allOf", Json::array({items, negate(c, path + "/contains")})}}, path + "/items");
+    std::vector<int> alts;
+    for (long k = n; k <= m && (k == 0 || hit >= 0); ++k)
+      alts.push_back(k > 0 ? hits_among(k, hit, miss) : miss < 0 ? g_.empty() : g_.opt(g_.seq({miss, g_.star(g_.seq({g_.seq({ws(), g_.lit(","), ws()}), miss}))})));
+    if (alts.empty()) nothing(path, "contains whose minContains no array can meet below maxContains");
+    return g_.seq({g_.lit("["), ws(), g_.alt(alts), ws(), g_.lit("]")});
   }
 
   // uniqueItems true over enumerable items (enum/const, or only booleans and null): each value
   // at most once, in any order, minItems..maxItems of them.
-  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
-    const Json items = normalize(s.value("items", Json(true)));
+  // The values an item schema accepts where it enumerates them (enum/const, or only booleans and null).
+  std::optional<std::vector<Json>> enumerable(const Json& items0, const std::string& path) {
+    const Json items = normalize(items0);
     std::vector<Json> values;
     const std::vector<std::string> types = items.is_object() && items.contains("type") ? types_of(items) : std::vector<std::string>{};
     if (items.is_object() && items.contains("const")) values.push_back(items["const"]);
     else if (items.is_object() && items.contains("enum")) values.assign(items["enum"].begin(), items["enum"].end());
     else if (!types.empty() && std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; }))
       values = {Json(true), Json(false), Json(nullptr)};
-    else unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
-    values = values_matching(values, items, path);
+    else return std::nullopt;
+    return values_matching(values, items, path);
+  }
+  int unique_items(const Json& s, long lo, long hi, const std::string& path) {
+    const std::optional<std::vector<Json>> values = enumerable(s.value("items", Json(true)), path);
+    if (!values) unsupported(path, "keyword 'uniqueItems' (true, with more than one item possible, items not enumerable)");
     std::vector<Json> distinct;  // 1 and 1.0 are one value
-    for (const Json& v : values)
+    for (const Json& v : *values)
       if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
     if (distinct.size() > 64) unsupported(path, "uniqueItems over more than 64 values");
     if (lo > static_cast<long>(distinct.size())) nothing(path, "minItems above the number of distinct items (matches nothing)");
@@ -1875,6 +2090,32 @@ class Converter {
     g_.define_rule(perm, distinct.empty() || hi == 0 ? g_.empty() : g_.opt(g_.seq({g_.alt(firsts), g_.star(g_.alt(afters))})));
     g_.add_perm(std::move(info));
     return g_.seq({g_.lit("["), ws(), g_.ref(perm), ws(), g_.lit("]")});
+  }
+
+  // uniqueItems true over at most the prefixItems' entries, each enumerable: the enum of every
+  // array of distinct values lo..hi long (at most 256 of them).
+  int unique_tuples(const Json& s, long lo, long hi, const std::string& path) {
+    std::vector<std::vector<Json>> per;
+    for (long i = 0; i < hi; ++i) {
+      std::optional<std::vector<Json>> v = enumerable(s["prefixItems"][i], path + "/prefixItems");
+      if (!v) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems that are not enumerable)");
+      per.push_back(std::move(*v));
+    }
+    Json arrays = Json::array(), cur = Json::array();
+    std::function<void()> grow = [&] {
+      if (static_cast<long>(cur.size()) >= lo) arrays.push_back(cur);
+      if (arrays.size() > 256) unsupported(path, "uniqueItems over more than 256 arrays of prefixItems");
+      if (static_cast<long>(cur.size()) == hi) return;
+      for (const Json& v : per[cur.size()]) {
+        if (std::find(cur.begin(), cur.end(), v) != cur.end()) continue;
+        cur.push_back(v);
+        grow();
+        cur.erase(cur.end() - 1);
+      }
+    };
+    grow();
+    if (arrays.empty()) nothing(path, "uniqueItems over prefixItems with no array of distinct values");
+    return convert(Json{{"enum", arrays}}, path);
   }
 
   int array_schema(const Json& s, const std::string& path) {
@@ -1901,8 +2142,8 @@ class Converter {
     // uniqueItems: false is a no-op; true holds trivially with at most one item, and is a perm
     // rule over the values where the items are enumerable.
     if (s.contains("uniqueItems") && s["uniqueItems"] == Json(true) && (hi < 0 || hi > 1)) {
-      if (m > 0) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems)");
-      return unique_items(s, lo, hi, path);
+      if (m > 0 && (hi < 0 || hi > m)) unsupported(path, "keyword 'uniqueItems' (true, with prefixItems and more items)");
+      return m > 0 ? unique_tuples(s, lo, hi, path) : unique_items(s, lo, hi, path);
     }
     if (lo > 4096 || hi > 4096) unsupported(path, "minItems/maxItems above 4096");
     int sep = g_.seq({ws(), g_.lit(","), ws()});
@@ -1930,6 +2171,8 @@ class Converter {
   Grammar g_;
   std::map<std::string, int> refs_;
   std::map<std::string, Json> normalized_refs_;
+  std::map<std::string, std::string> dynamic_scope_;  // $dynamicAnchor name -> "#pointer" bound
+  std::string dynamic_key_;                            // the bindings as text (cache keys)
   std::map<std::pair<int, int>, int> counted_strings_;  // (minLength, maxLength) -> rule  // $ref targets normalized (for oneOf analysis)
   std::map<std::string, std::shared_ptr<const Automaton>> value_checkers_;  // values_matching's, by schema text
   struct Converted {
@@ -1960,7 +2203,7 @@ Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
     fail("json schema: not valid JSON: ", e.what());
   }
   try {
-    return Converter(j, opts).run();
+    return Converter(with_local_refs(j, Converter::draft_of(j)), opts).run();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type, a malformed $ref escape, ...

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/error.h"
 #include "structured/earley.h"
 #include "structured/fsm.h"
 #include "structured/grammar.h"
@@ -105,11 +106,17 @@ class CompiledGrammar {
   std::unique_ptr<Lazy> lazy_;
 };
 
+struct SchemaMatchesNothing : Error {
+  using Error::Error;
+};
+
 // Front ends into the IR (used by compile, exposed for tests and tools).
 Grammar parse_ebnf(const std::string& text, const std::string& root = "root");
 // Adds the regex as rule `rule_name` of g (json_string: escape the characters JSON strings escape).
 int add_regex_rule(Grammar& g, const std::string& rule_name, const std::string& regex, bool json_string = false);
 Grammar regex_grammar(const std::string& regex);
+// Throws SchemaMatchesNothing (a deepinfer::Error) when no instance matches the schema ('false',
+// an allOf of disjoint types, ...): refused, since no output could end, but a definite verdict.
 Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts);
 Grammar json_object_grammar(const SchemaArgs& opts);
 Grammar choice_grammar(const std::string& json_array);

@@ -1,5 +1,6 @@
 // Test driver for pytest: reads one JSON request per line on stdin, answers one JSON line.
 //   {"cmd":"check","schema_type":..,"schema":..,"inputs":[[ids..],..]}  -> {"error":..,"results":[bool..]}
+//       ("matches_nothing": true beside the error where the schema matches no instance)
 //       an input passes when every token is accepted and the grammar can end afterwards
 //   {"cmd":"sample","schema_type":..,"schema":..,"seed":1,"runs":20,"max_tokens":200}
 //       -> {"outputs":[{"text":..,"finished":bool}..]}: random tokens drawn from the mask
@@ -84,6 +85,8 @@ json handle(const json& req, const TokenVocab& vocab) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     g = compile(args_of(req), vocab);
+  } catch (const deepinfer::structured::SchemaMatchesNothing& e) {  // every instance invalid
+    return {{"error", e.what()}, {"matches_nothing", true}, {"compile_ms", since_us(t0) / 1e3}};
   } catch (const deepinfer::Error& e) {
     return {{"error", e.what()}, {"compile_ms", since_us(t0) / 1e3}};
   }

@@ -262,6 +262,17 @@ CASES = [
     ({"type": "array", "oneOf": [{"allOf": [{"items": {"type": "integer"}}, {"contains": {"minimum": 3}}]},
                                  {"allOf": [{"items": {"minimum": 3}}, {"contains": {"type": "integer"}}]}]},
      [[], [3], [1, 3], [3.5], [3.5, 4], [1], [4, 5], [2, 3.5]]),
+    # not of literals next to anyOf / oneOf: a sibling of each branch (was: the string branch any
+    # string but the literals, other types refused as matching nothing)
+    ({"anyOf": [{"const": "a"}, {"const": "c"}], "not": {"const": "b"}}, [None, "zzz", "a", "b", "c"]),
+    ({"type": "string", "anyOf": [{"const": "a"}, {"const": "c"}], "not": {"const": "b"}}, [None, "zzz", "a", "b", "c"]),
+    ({"anyOf": [{"type": "string"}, {"type": "integer"}], "not": {"enum": ["b", 3]}}, [None, "zz", "a", "b", 3, 4, 3.5]),
+    ({"oneOf": [{"type": "string"}, {"type": "integer"}], "not": {"const": "y"}}, ["x", "y", 1, 1.5]),
+    ({"allOf": [{"items": {"anyOf": [{"const": "a"}, {"const": "c"}]}}, {"not": {"contains": {"const": "b"}}}]},
+     [["a", "a"], ["a", "b"], ["c"], [], ["d"]]),
+    # three contains: an item for each, one item may serve several
+    ({"allOf": [{"contains": {"multipleOf": 2}}, {"contains": {"multipleOf": 3}}, {"contains": {"const": "x"}}]},
+     [[6, "x"], ["x", 2, 3], [2, 3], [2, "x"], ["x", 9, 4, 1], [], [5, 7, "x"], {}]),
     # maxProperties with required keys and extra keys allowed
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"], "maxProperties": 3},
      [{"a": 1, "b": 2}, {"x": 0, "a": 1, "b": 2}, {"x": 0, "y": 0, "a": 1}, {"a": 1, "b": 2, "x": 1, "y": 2}, {"x": 0, "b": 1, "a": 3}]),
@@ -276,6 +287,66 @@ CASES = [
     ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "minLength": 2, "maxLength": 1}], "items": {"type": "null"}},
      [[1], [1, "x"], [], [1, None], ["a"]]),
     ({"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 1}}, [[], ["a"], [1]]),
+    # uniqueItems over prefixItems alone (items false), each enumerable: the arrays of distinct values
+    ({"prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "items": False, "uniqueItems": True},
+     [[], [True], [True, False], [False, True], [True, True], [False, False], [None], [True, False, True], "x"]),
+    ({"type": "array", "prefixItems": [{"enum": [1, 2]}, {"enum": [1, 2.0, 3]}], "maxItems": 2, "uniqueItems": True, "minItems": 1},
+     [[], [1], [1, 2], [2, 2], [2, 2.0], [1, 1.0], [2, 3], [3], [1, 2, 3]]),
+    # unevaluatedProperties by cases of which in-place subschemas hold: the level's own keys,
+    # allOf / $ref (always), anyOf (any subset), oneOf, if/then/else, dependentSchemas; a
+    # cousin's keys are not seen; before 2019-09 the keyword is unknown (ignored)
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^x": {"type": "string"}},
+      "unevaluatedProperties": {"type": "boolean"}},
+     [{"a": 1}, {"a": 1, "b": True}, {"b": 1}, {"xy": "s"}, {"xy": True}, {}, 3]),
+    ({"$defs": {"b": {"properties": {"b": {"type": "string"}}}}, "properties": {"a": {}},
+      "allOf": [{"$ref": "#/$defs/b"}, {"properties": {"c": {"const": 1}}}], "unevaluatedProperties": False},
+     [{"a": 1, "b": "x", "c": 1}, {"b": "x"}, {"d": 1}, {"b": 1}, {"c": 2, "a": 0}]),
+    ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]}, {"properties": {"b": {"const": 2}}, "required": ["b"]}],
+      "unevaluatedProperties": False},
+     [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {"a": 1, "b": 3}, {"a": 2, "b": 2}, {"a": 1, "c": 0}, {}]),
+    ({"oneOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+      "unevaluatedProperties": {"type": "null"}},
+     [{"a": 1}, {"b": "x"}, {"a": 1, "b": None}, {"a": 1, "b": "x"}, {"a": 1, "c": None}, {"a": 1, "c": 0}]),
+    ({"if": {"properties": {"k": {"const": "t"}}, "required": ["k"]}, "then": {"properties": {"t": {}}},
+      "else": {"properties": {"e": {}}}, "unevaluatedProperties": False},
+     [{"k": "t", "t": 1}, {"k": "t", "e": 1}, {"e": 1}, {"t": 1}, {"k": "u", "e": 1}, {"k": "u"}, {}]),
+    ({"if": {"patternProperties": {"^f": {"type": "string"}}}, "unevaluatedProperties": False}, [{"foo": "a"}, {"foo": 1}, {"g": 1}, {}]),
+    ({"properties": {"a": {}}, "dependentSchemas": {"a": {"properties": {"b": {}}}}, "unevaluatedProperties": False},
+     [{"a": 1, "b": 2}, {"b": 2}, {"a": 1}, {"a": 1, "c": 2}]),
+    ({"allOf": [{"properties": {"a": {}}}, {"unevaluatedProperties": False}]}, [{}, {"a": 1}, 1]),
+    ({"properties": {"a": {"properties": {"b": {}}, "unevaluatedProperties": False}}, "additionalProperties": False},
+     [{"a": {"b": 1}}, {"a": {"c": 1}}, {"a": {}}, {"b": 1}]),
+    ({"$schema": D7, "properties": {"a": {}}, "unevaluatedProperties": False}, [{"a": 1}, {"b": 1}]),
+    # unevaluatedItems: prefixItems of every level that holds, contains' matches, items
+    ({"prefixItems": [{"type": "integer"}], "allOf": [{"prefixItems": [True, {"type": "string"}]}], "unevaluatedItems": False},
+     [[1], [1, "a"], [1, "a", 2], ["a"], []]),
+    ({"contains": {"type": "string"}, "unevaluatedItems": {"type": "null"}},
+     [["a"], ["a", None], [None, "a", 2], ["b", "c", None], [None], []]),
+    ({"anyOf": [{"prefixItems": [{"const": 1}]}, {"prefixItems": [True, {"const": 2}]}], "unevaluatedItems": False},
+     [[1], [1, 2], [0, 2], [1, 3], [1, 2, 3], []]),
+    # maxContains: each item a match or a non-match, between minContains and maxContains matches
+    ({"contains": {"const": 1}, "maxContains": 2}, [[], [1], [1, 1], [1, 1, 1], [2, 1, 3, 1], [1, 2, 1, 1], "x"]),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}, "minContains": 0, "maxContains": 1},
+     [[], [1, 2], [5], [5, 6], [1, 7, 2], ["a"]]),
+    ({"contains": {"type": "string"}, "minContains": 2, "maxContains": 3}, [["a"], ["a", "b"], [1, "a", 2, "b", "c"], ["a", "b", "c", "d"]]),
+    # $ref by URI: $id bases (relative references), $anchor, a pointer inside an embedded resource
+    ({"$id": "http://example.com/root.json", "$defs": {"a": {"$id": "a/b.json", "type": "integer"},
+                                                      "c": {"$anchor": "cee", "type": "string"}},
+      "properties": {"x": {"$ref": "a/b.json"}, "y": {"$ref": "#cee"}, "z": {"$ref": "http://example.com/a/b.json"}}},
+     [{"x": 1, "y": "s", "z": 2}, {"x": "s"}, {"y": 1}, {"z": "s"}]),
+    ({"$defs": {"r": {"$id": "http://e.com/r", "$defs": {"i": {"type": "integer"}}, "$ref": "#/$defs/i"}}, "$ref": "#/$defs/r"},
+     [1, "a", 1.5]),
+    # $dynamicRef: the outermost resource entered that has the $dynamicAnchor decides (a generic
+    # list whose items the root binds to strings; the same list entered alone keeps its default)
+    ({"$id": "https://e.com/root", "$ref": "list", "$defs": {
+        "foo": {"$dynamicAnchor": "items", "type": "string"},
+        "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"}, "$defs": {"items": {"$dynamicAnchor": "items"}}}}},
+     [["a", "b"], ["a", 1], [], 1]),
+    ({"$id": "https://e.com/root2", "type": "object", "properties": {
+        "strs": {"$ref": "strlist"}, "any": {"$ref": "list"}},
+      "$defs": {"list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"}, "$defs": {"items": {"$dynamicAnchor": "items"}}},
+                "strlist": {"$id": "strlist", "$ref": "list", "$defs": {"s": {"$dynamicAnchor": "items", "type": "string"}}}}},
+     [{"strs": ["a"], "any": [1]}, {"strs": [1]}, {"any": [1, "a", None]}, {"strs": ["a", None]}]),
 ]
 
 

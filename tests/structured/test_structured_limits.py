@@ -34,6 +34,25 @@ def test_exponential_rule_is_refused_as_too_complex(grammar_tool, schema_type, s
         assert not resp.get("error"), (ok, resp["error"])
 
 
+@pytest.mark.parametrize("schema,matches_nothing", [
+    (False, True),
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, True),
+    ({"type": "integer", "enum": ["a"]}, True),
+    ({"anyOf": [{"not": {}}, False]}, True),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, False),  # unsupported, not empty
+])
+def test_schema_matching_nothing_is_refused_as_such(grammar_tool, schema, matches_nothing):
+    # every instance is invalid: the tool says so (the suite counts each one rejected), unlike an
+    # unsupported keyword
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=[])
+    assert resp.get("error"), resp
+    assert bool(resp.get("matches_nothing")) == matches_nothing, resp
+    if matches_nothing:
+        assert "no instance matches" in resp["error"]
+        validator = jsonschema.Draft202012Validator(schema)
+        assert not any(validator.is_valid(x) for x in (None, 0, 1.5, "a", [], {}, [1], {"a": 1}))
+
+
 def long_names_schema():
     # 300 declared names of 30 bytes (9,000 > 8,192 bytes): the trie fallback of key_not_in.
     names = [f"property_number_{i:04d}_padding" for i in range(300)]
