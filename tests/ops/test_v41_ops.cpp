@@ -102,24 +102,27 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
 TEST(V41Ops, OnlineSparseAttentionMatchesSoftmaxWithSink) {
   const int64_t dim = 32, rows = 150, K = 150;  // K > 64: three online blocks
   auto q = randn(dim, 6, 0.3f), pool = randn(rows * dim, 7);
+  std::vector<uint16_t> bits(pool.size());  // the rows as the state arena holds them
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = bf16_to_float(bits[i] = float_to_bf16(pool[i]));
   std::vector<int32_t> idx(K);
   for (int64_t j = 0; j < K; ++j) idx[j] = j % 7 == 3 ? -1 : static_cast<int32_t>((j * 37) % rows);
   const float sink = 0.7f, scale = 1.0f / std::sqrt(static_cast<float>(dim));
   std::vector<float> out(dim);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), nullptr, idx.data(), K, &sink, scale, 64, out.data());
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), nullptr, idx.data(), K, &sink, scale, 64, out.data());
   auto ref = attention_ref(q, pool, idx, sink, scale, dim);
   for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(out[c], ref[c], 4e-3 * (1 + std::fabs(ref[c]))) << c;  // bf16 p
   // The same rows read as this step's fresh rows (pool rows >= 100 moved there) give the same bits.
-  std::vector<float> fresh(pool.begin() + 100 * dim, pool.end()), out2(dim);
+  std::vector<uint16_t> fresh(bits.begin() + 100 * dim, bits.end());
+  std::vector<float> out2(dim);
   std::vector<int32_t> idx2 = idx;
   for (auto& i : idx2)
     if (i >= 100) i = ops::fresh_row(i - 100);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), fresh.data(), idx2.data(), K, &sink, scale, 64,
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), fresh.data(), idx2.data(), K, &sink, scale, 64,
                                out2.data());
   EXPECT_EQ(out2, out);
   // No valid index: the sink takes everything, the output is 0.
   std::vector<int32_t> none(K, -1);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), nullptr, none.data(), K, &sink, scale, 64, out.data());
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), nullptr, none.data(), K, &sink, scale, 64, out.data());
   for (float v : out) EXPECT_EQ(v, 0.0f);
 }
 

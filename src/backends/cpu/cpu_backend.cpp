@@ -291,14 +291,16 @@ void CpuBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                         const float* pool, const float* fresh, const int32_t* idx, int64_t k,
-                                         const float* sink,
-                                         float scale, int64_t block, float* out) {
-  auto row_of = [&](int32_t r) {
-    return r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
-  };
+                                         const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k,
+                                         const float* sink, float scale, int64_t block, float* out) {
   parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
-    std::vector<float> s(block), acc(dim);
+    std::vector<float> s(block), acc(dim), rows(block * dim);  // rows: the block's rows widened to fp32
+    auto row_of = [&](int32_t r, int64_t j) {
+      const uint16_t* bits = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
+      float* v = rows.data() + j * dim;
+      for (int64_t c = 0; c < dim; ++c) v[c] = bf16_to_float(bits[c]);
+      return v;
+    };
     for (int64_t a = a0; a < a1; ++a) {
       const int64_t t = a / heads, h = a % heads;
       const float* qv = q + a * dim;
@@ -310,7 +312,7 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
         float bm = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < n; ++j) {
           const int32_t r = it[j0 + j];
-          s[j] = r != -1 ? dot(qv, row_of(r), dim) * scale : -std::numeric_limits<float>::infinity();
+          s[j] = r != -1 ? dot(qv, row_of(r, j), dim) * scale : -std::numeric_limits<float>::infinity();
           bm = std::max(bm, s[j]);
         }
         const float m_new = std::max(m, bm), rescale = std::exp(m - m_new);
@@ -322,7 +324,7 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
           psum += p;
           if (r == -1) continue;
           const float pb = bf16_to_float(float_to_bf16(p));
-          const float* v = row_of(r);
+          const float* v = rows.data() + j * dim;
           for (int64_t c = 0; c < dim; ++c) acc[c] += pb * v[c];
         }
         z = z * rescale + psum;
