@@ -12,14 +12,11 @@
 namespace deepinfer::cuda {
 namespace {
 
-// cpu::dot's order: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
+// cpu::dot's order over a bf16 key: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
 // CPU loop), combined as ((0+4)+(1+5))+((2+6)+(3+7)).
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ float widen(uint16_t x) { return bf16_widen(x); }
-template <class K>
-__device__ float dot8(const float* __restrict__ a, const K* __restrict__ b, int64_t n) {
+__device__ float dot8(const float* __restrict__ a, const uint16_t* __restrict__ b, int64_t n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], widen(b[c]), s[c & 7]);
+  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], bf16_widen(b[c]), s[c & 7]);
   return __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[4]), __fadd_rn(s[1], s[5])),
                    __fadd_rn(__fadd_rn(s[2], s[6]), __fadd_rn(s[3], s[7])));
 }
