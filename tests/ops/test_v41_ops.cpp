@@ -24,6 +24,40 @@ TEST(V41Ops, RoundBf16IsRoundToNearestEven) {
   EXPECT_EQ(x[3], 0.0f);
 }
 
+// The state's BF16 rows hold what the model writes exactly (v41_state.h): window rows after
+// fake_quant_fp8, compressed rows after fake_quant_fp4_e4m3, index keys after fake_quant_fp4, at any
+// magnitude (rows scaled from 2^-140 to 2^100, blocks of zeros and single spikes included).
+TEST(V41Ops, QuantizedStateRowsAreExactInBf16) {
+  const int64_t rows = 24, dim = 128;
+  std::vector<float> x = randn(rows * dim, 11, 1.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dim; ++c) {
+      float& v = x[r * dim + c];
+      v = std::ldexp(v, static_cast<int>(-140 + 10 * r));
+      if (r % 5 == 1 && c % 32 != 3) v = 0;  // spikes over zeros
+    }
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> y = x;
+    be().round_bf16(y.data(), rows * dim);
+    if (kind == 0) be().fake_quant_fp8(y.data(), rows, dim, 64);
+    if (kind == 1) be().fake_quant_fp4_e4m3(y.data(), rows, dim, 16);
+    if (kind == 2) be().fake_quant_fp4(y.data(), rows, dim, 32);
+    std::vector<uint16_t> bits(y.size());
+    be().copy_rows_to_bf16(y.data(), nullptr, rows, dim, bits.data(), nullptr);
+    int64_t nonzero = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(bf16_to_float(bits[i]), y[i]) << "kind " << kind << " element " << i;
+      nonzero += y[i] != 0;
+    }
+    EXPECT_GT(nonzero, rows * dim / 4) << kind;  // the check saw real values, not a flushed row
+  }
+  // Values that are not bf16 round to nearest even.
+  const float odd = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20);  // just above the tie
+  uint16_t b = 0;
+  be().copy_rows_to_bf16(&odd, nullptr, 1, 1, &b, nullptr);
+  EXPECT_EQ(bf16_to_float(b), 1.0f + std::ldexp(1.0f, -7));
+}
+
 TEST(V41Ops, Fp4WithE4m3ScalesPerBlock16) {
   auto x = randn(2 * 64, 3, 2.0f);
   x[5] = 0;  // keep a zero
