@@ -44,8 +44,6 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-float bf16_to_float(uint16_t bits) { return from_bits(uint32_t{bits} << 16); }
-
 uint16_t float_to_bf16(float x) {
   if (std::isnan(x)) return 0x7fc0;  // torch's canonical bf16 NaN
   uint32_t u = to_bits(x);

@@ -24,7 +24,12 @@ std::optional<DType> dtype_from_name(std::string_view name); // accepts the safe
 bool dtype_is_float(DType t);
 
 // --- 16-bit floats ---
-float bf16_to_float(uint16_t bits);
+inline float bf16_to_float(uint16_t bits) {  // exact; inline for the hot loops that read bf16 rows
+  const uint32_t u = uint32_t{bits} << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
 uint16_t float_to_bf16(float x);  // RNE, NaN stays NaN
 // bf16_to_float(float_to_bf16(x)), inline for the hot loops that round activations to bf16.
 inline float round_to_bf16(float x) {

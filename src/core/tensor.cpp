@@ -21,6 +21,7 @@ T* typed(const Tensor& t, DType want) {
 }  // namespace
 
 float* Tensor::f32() const { return typed<float>(*this, DType::F32); }
+uint16_t* Tensor::bf16() const { return typed<uint16_t>(*this, DType::BF16); }
 int32_t* Tensor::i32() const { return typed<int32_t>(*this, DType::I32); }
 int64_t* Tensor::i64() const { return typed<int64_t>(*this, DType::I64); }
 uint8_t* Tensor::u8() const {

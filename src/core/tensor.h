@@ -31,6 +31,7 @@ struct Tensor {
   bool empty() const { return numel() == 0; }
   // Typed pointers; each checks the dtype.
   float* f32() const;
+  uint16_t* bf16() const;  // bf16 bits
   int32_t* i32() const;
   int64_t* i64() const;
   uint8_t* u8() const;

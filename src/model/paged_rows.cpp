@@ -7,9 +7,11 @@
 
 namespace deepinfer::model {
 
-PagedRows::PagedRows(BlockPool* pool, int64_t width) : pool_(pool), width_(width) {
-  per_block_ = pool->block_bytes() / static_cast<int64_t>(width * sizeof(float));
-  check(per_block_ >= 1, "state block of ", pool->block_bytes(), " bytes cannot hold a row of ", width, " floats");
+PagedRows::PagedRows(BlockPool* pool, int64_t width, DType dtype)
+    : pool_(pool), width_(width), row_bytes_(width * static_cast<int64_t>(dtype_bits(dtype)) / 8), dtype_(dtype) {
+  check(dtype == DType::F32 || dtype == DType::BF16, "PagedRows: rows of ", dtype_name(dtype), " are not supported");
+  per_block_ = pool->block_bytes() / row_bytes_;
+  check(per_block_ >= 1, "state block of ", pool->block_bytes(), " bytes cannot hold a row of ", row_bytes_, " bytes");
 }
 
 PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
@@ -17,6 +19,8 @@ PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
     clear();
     pool_ = o.pool_;
     width_ = o.width_;
+    row_bytes_ = o.row_bytes_;
+    dtype_ = o.dtype_;
     per_block_ = o.per_block_;
     rows_ = o.rows_;
     blocks_ = std::move(o.blocks_);
@@ -26,7 +30,7 @@ PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
   return *this;
 }
 
-float* PagedRows::append() {
+std::byte* PagedRows::append() {
   resize(rows_ + 1);
   return row(rows_ - 1);
 }
@@ -35,7 +39,7 @@ void PagedRows::own_tail() {
   const int64_t last = rows_ / per_block_;
   if (rows_ % per_block_ == 0 || last >= static_cast<int64_t>(blocks_.size()) || pool_->refs(blocks_[last]) == 1) return;
   void* mine = pool_->allocate();
-  pool_->memory().copy(mine, blocks_[last], (rows_ % per_block_) * width_ * sizeof(float));
+  pool_->memory().copy(mine, blocks_[last], (rows_ % per_block_) * row_bytes_);
   pool_->release(blocks_[last]);
   blocks_[last] = mine;
 }
@@ -43,7 +47,7 @@ void PagedRows::own_tail() {
 void PagedRows::resize(int64_t rows) {
   if (rows > rows_) own_tail();
   while (static_cast<int64_t>(blocks_.size()) * per_block_ < rows) blocks_.push_back(pool_->allocate());
-  for (int64_t r = rows_; r < rows; ++r) pool_->memory().zero(row(r), width_ * sizeof(float));  // reused rows
+  for (int64_t r = rows_; r < rows; ++r) pool_->memory().zero(row(r), row_bytes_);  // reused rows
   rows_ = rows;
 }
 
@@ -68,11 +72,23 @@ void PagedRows::clear() {
   rows_ = 0;
 }
 
-void PagedRows::copy_to(float* out) const {
+void PagedRows::copy_to(void* out) const {
   for (int64_t r = 0; r < rows_; r += per_block_) {
     int64_t n = std::min(per_block_, rows_ - r);
-    pool_->memory().download(out + r * width_, row(r), n * width_ * sizeof(float));
+    pool_->memory().download(static_cast<std::byte*>(out) + r * row_bytes_, row(r), n * row_bytes_);
   }
+}
+
+std::vector<float> PagedRows::floats() const {
+  std::vector<float> out(rows_ * width_);
+  if (dtype_ == DType::F32) {
+    copy_to(out.data());
+    return out;
+  }
+  std::vector<uint16_t> bits(rows_ * width_);
+  copy_to(bits.data());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
 }
 
 void PagedRows::share_from(const PagedRows& src) {
@@ -80,6 +96,8 @@ void PagedRows::share_from(const PagedRows& src) {
   clear();
   pool_ = src.pool_;
   width_ = src.width_;
+  row_bytes_ = src.row_bytes_;
+  dtype_ = src.dtype_;
   per_block_ = src.per_block_;
   for (void* b : src.blocks_) pool_->retain(b);
   blocks_ = src.blocks_;
@@ -91,14 +109,16 @@ void PagedRows::copy_from(const PagedRows& src) {
   clear();
   pool_ = src.pool_;
   width_ = src.width_;
+  row_bytes_ = src.row_bytes_;
+  dtype_ = src.dtype_;
   per_block_ = src.per_block_;
   extend(src.rows_);
   for (int64_t r = 0; r < rows_; r += per_block_)
-    pool_->memory().copy(row(r), src.row(r), std::min(per_block_, rows_ - r) * width_ * sizeof(float));
+    pool_->memory().copy(row(r), src.row(r), std::min(per_block_, rows_ - r) * row_bytes_);
 }
 
-int64_t PagedRows::blocks_for(int64_t rows, int64_t width, int64_t block_bytes) {
-  int64_t per_block = block_bytes / static_cast<int64_t>(width * sizeof(float));
+int64_t PagedRows::blocks_for(int64_t rows, int64_t row_bytes, int64_t block_bytes) {
+  int64_t per_block = block_bytes / row_bytes;
   return (rows + per_block - 1) / per_block;
 }
 

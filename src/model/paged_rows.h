@@ -1,20 +1,23 @@
-// A growable array of fixed-width fp32 rows stored in blocks of a BlockPool (the per-sequence state's
-// window rings, compressed rows, index keys and compressor carry). Rows never move once written.
-// share_from() makes an array that holds the same blocks by reference (a cached prefix's compressed
-// rows); a block that is shared is copied before a row is appended into it (copy on write), so the
-// rows one holder sees never change under another.
+// A growable array of fixed-width rows of one dtype stored in blocks of a BlockPool (the per-sequence
+// state's window rings, compressed rows, index keys and compressor carry). Rows never move once
+// written; a row is row_bytes() bytes (width elements of dtype), and ops address it by its index in
+// units of row_bytes() from the pool's base. share_from() makes an array that holds the same blocks by
+// reference (a cached prefix's compressed rows); a block that is shared is copied before a row is
+// appended into it (copy on write), so the rows one holder sees never change under another.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/dtype.h"
 
 namespace deepinfer::model {
 
 class PagedRows {
  public:
   PagedRows() = default;
-  PagedRows(BlockPool* pool, int64_t width);
+  PagedRows(BlockPool* pool, int64_t width, DType dtype = DType::F32);
   PagedRows(PagedRows&& o) noexcept { *this = std::move(o); }
   PagedRows& operator=(PagedRows&& o) noexcept;
   PagedRows(const PagedRows&) = delete;
@@ -23,28 +26,36 @@ class PagedRows {
 
   int64_t size() const { return rows_; }
   int64_t width() const { return width_; }
+  DType dtype() const { return dtype_; }
+  int64_t row_bytes() const { return row_bytes_; }
   int64_t blocks() const { return static_cast<int64_t>(blocks_.size()); }
   const BlockPool* pool_ptr() const { return pool_; }  // null for a default-constructed (unused) array
-  float* row(int64_t i) { return static_cast<float*>(blocks_[i / per_block_]) + (i % per_block_) * width_; }
-  const float* row(int64_t i) const {
-    return static_cast<const float*>(blocks_[i / per_block_]) + (i % per_block_) * width_;
+  std::byte* row(int64_t i) { return static_cast<std::byte*>(blocks_[i / per_block_]) + (i % per_block_) * row_bytes_; }
+  const std::byte* row(int64_t i) const {
+    return static_cast<const std::byte*>(blocks_[i / per_block_]) + (i % per_block_) * row_bytes_;
   }
-  float* append();                 // a new zeroed row at the end
+  template <class T>
+  T* row_as(int64_t i) { return reinterpret_cast<T*>(row(i)); }
+  template <class T>
+  const T* row_as(int64_t i) const { return reinterpret_cast<const T*>(row(i)); }
+  std::byte* append();             // a new zeroed row at the end
   void resize(int64_t rows);       // grows with zeroed rows or shrinks (keeping the blocks)
   void extend(int64_t n);          // n more rows, not zeroed (the caller writes them at once)
   void truncate(int64_t rows);     // shrinks to `rows` rows and returns the blocks no longer needed
   void clear();                    // no rows, every block back to the pool
-  void copy_to(float* out) const;  // all rows, contiguous
+  void copy_to(void* out) const;   // all rows, contiguous, as stored
+  std::vector<float> floats() const;      // all rows, contiguous, widened to fp32 (tests, inspection)
   void share_from(const PagedRows& src);  // the same rows, the blocks shared by reference
   void copy_from(const PagedRows& src);   // the same rows in blocks of its own
 
-  // Blocks needed to hold `rows` rows of `width` floats in blocks of `block_bytes`.
-  static int64_t blocks_for(int64_t rows, int64_t width, int64_t block_bytes);
+  // Blocks needed to hold `rows` rows of `row_bytes` bytes in blocks of `block_bytes`.
+  static int64_t blocks_for(int64_t rows, int64_t row_bytes, int64_t block_bytes);
 
  private:
   void own_tail();                 // the partly filled last block, if shared, becomes a private copy
   BlockPool* pool_ = nullptr;
-  int64_t width_ = 0, per_block_ = 1, rows_ = 0;
+  int64_t width_ = 0, row_bytes_ = 0, per_block_ = 1, rows_ = 0;
+  DType dtype_ = DType::F32;
   std::vector<void*> blocks_;
 };
 

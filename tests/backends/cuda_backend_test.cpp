@@ -118,9 +118,10 @@ TEST_F(CudaBackendTest, WeightFormatKeepsStored) {
 }
 
 // DEEPINFER_ATTENTION picks sparse_attention_online's kernel at V4.1's shape (64 heads x 512, block 64).
-// On inputs that are NOT bf16 values the two are told apart: the tensor-core kernel reads them rounded to
-// bf16 (2^-9 relative per input, ~1e-3 in the output's norm), the fp32 kernel does not (~1e-5: bf16
-// flips of p only). On bf16 values (the model's) both are within the op table's 3e-4.
+// The rows are bf16 (the state arena's); on a q that is NOT bf16 values the two are told apart: the
+// tensor-core kernel reads it rounded to bf16 (2^-9 relative per value, ~1e-3 in the scores), the fp32
+// kernel does not (~1e-5: bf16 flips of p only). On bf16 values (the model's) both are within the op
+// table's 3e-4.
 TEST_F(CudaBackendTest, AttentionSwitch) {
   const int64_t T = 3, H = 64, D = 512, N = 200, K = 150;
   std::vector<int32_t> idx(T * K);
@@ -129,28 +130,30 @@ TEST_F(CudaBackendTest, AttentionSwitch) {
   Dev<int32_t> didx(idx);
   Dev<float> dsink(sink);
   const float scale = 4.0f / std::sqrt(static_cast<float>(D));
-  auto run = [&](cuda::CudaBackend& be, const std::vector<float>& q, const std::vector<float>& pool) {
+  auto run = [&](cuda::CudaBackend& be, const std::vector<float>& q, const std::vector<uint16_t>& pool) {
     std::vector<float> ref(T * H * D);
     cpu().sparse_attention_online(q.data(), T, H, D, pool.data(), nullptr, idx.data(), K, sink.data(), scale, 64,
                                   ref.data());
-    Dev<float> dq(q), dp(pool), dout(T * H * D);
+    Dev<float> dq(q), dout(T * H * D);
+    Dev<uint16_t> dp(pool);
     be.sparse_attention_online(dq.get(), T, H, D, dp.get(), nullptr, didx.get(), K, dsink.get(), scale, 64,
                                dout.get());
     return rel_error(dout.host(), ref);
   };
-  auto q = uniform(T * H * D), pool = uniform(N * D);
+  auto q = uniform(T * H * D);
+  std::vector<uint16_t> pool;
+  for (float x : uniform(N * D)) pool.push_back(float_to_bf16(x));
   setenv("DEEPINFER_ATTENTION", "exact", 1);
   cuda::CudaBackend exact;
   setenv("DEEPINFER_ATTENTION", "fast", 1);
   EXPECT_THROW({ cuda::CudaBackend bad; }, Error);
   unsetenv("DEEPINFER_ATTENTION");
   const double tensor_raw = run(*gpu_, q, pool), exact_raw = run(exact, q, pool);
-  for (auto* v : {&q, &pool})
-    for (float& x : *v) x = round_to_bf16(x);
+  for (float& x : q) x = round_to_bf16(x);
   const double tensor_bf16 = run(*gpu_, q, pool), exact_bf16 = run(exact, q, pool);
-  std::printf("[ attention switch ] fp32 inputs: tensor %.3e exact %.3e; bf16 inputs: tensor %.3e exact %.3e\n",
+  std::printf("[ attention switch ] fp32 q: tensor %.3e exact %.3e; bf16 q: tensor %.3e exact %.3e\n",
               tensor_raw, exact_raw, tensor_bf16, exact_bf16);
-  EXPECT_GT(tensor_raw, 3e-4) << "the default did not take the tensor-core kernel (seed " << seed_ << ")";
+  EXPECT_GT(tensor_raw, 1e-4) << "the default did not take the tensor-core kernel (seed " << seed_ << ")";
   EXPECT_LE(tensor_raw, 1e-2);
   EXPECT_LE(exact_raw, 3e-4);
   EXPECT_LE(tensor_bf16, 3e-4);

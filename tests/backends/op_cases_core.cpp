@@ -217,9 +217,9 @@ std::vector<OpCase> core_op_cases() {
                  }
                }});
   // bf16-rounded probabilities: scores one fp32 ulp apart (dot order, expf, tensor-core sums) flip a few
-  // roundings. q and the rows are bf16 values, as in the model (CUDA's tensor-core path for 64 heads x 512
-  // at block 64 reads them as bf16); the second to fourth shapes take that path (k 640, 2 head groups with
-  // k % 64 != 0, k < 16).
+  // roundings. q holds bf16 values and the rows are bf16, as in the model (CUDA's tensor-core path for 64
+  // heads x 512 at block 64 reads q as bf16); the second to fourth shapes take that path (k 640, 2 head
+  // groups with k % 64 != 0, k < 16).
   c.push_back({"sparse_attention_online", "sparse_attention_online", 3e-4, [](OpRun& r) {
                  for (auto [tokens, heads, dim, pool_rows, k, block] : {std::array<int64_t, 6>{8, 4, 512, 300, 37, 16},
                                                                         {4, 64, 512, 2048, 640, 64},
@@ -228,8 +228,8 @@ std::vector<OpCase> core_op_cases() {
                                                                         {6, 3, 72, 100, 21, 8}}) {
                    const int64_t fresh_rows = 17;
                    const float* q = r.in(bf16_values(r.uniform(tokens * heads * dim)));
-                   const float* pool = r.in(bf16_values(r.uniform(pool_rows * dim)));
-                   const float* fresh = r.in(bf16_values(r.uniform(fresh_rows * dim)));
+                   const uint16_t* pool = r.in(OpRun::bf16_bits(r.uniform(pool_rows * dim)));
+                   const uint16_t* fresh = r.in(OpRun::bf16_bits(r.uniform(fresh_rows * dim)));
                    const float* sink = r.in(r.uniform(heads));
                    const int32_t* idx = r.in(attention_indices(r, tokens, k, pool_rows, fresh_rows));
                    const float scale = 4.0f / std::sqrt(static_cast<float>(dim));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/counter_rng.h"
+#include "core/dtype.h"
 #include "op_table.h"
 
 namespace deepinfer::optest {
@@ -44,6 +45,26 @@ std::vector<OpCase> deepseek_op_cases() {
                                           r.uniform(rows * width));
                      r.backend().copy_rows(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
                                            mode & 2 ? r.in(di) : nullptr);
+                   }
+                 }
+               }});
+  // Narrowing: bf16 values stay exact, other values round to nearest even (bits compared).
+  c.push_back({"copy_rows_to_bf16", "copy_rows_to_bf16", 0, [](OpRun& r) {
+                 for (int64_t width : {0, 1, 33, 512}) {
+                   const int64_t n = 37, rows = 50;
+                   std::vector<float> h = r.uniform(rows * width);
+                   for (size_t i = 0; i < h.size(); i += 2) h[i] = round_to_bf16(h[i]);
+                   const float* src = r.in(h);
+                   std::vector<int32_t> si(n), di(rows);
+                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
+                   std::iota(di.begin(), di.end(), 0);
+                   std::shuffle(di.begin(), di.end(), r.rng());
+                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   for (int mode = 0; mode < 4; ++mode) {
+                     uint16_t* dst = r.inout(label("w", width) + label(" mode ", mode),
+                                             OpRun::bf16_bits(r.uniform(rows * width)));
+                     r.backend().copy_rows_to_bf16(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
+                                                   mode & 2 ? r.in(di) : nullptr);
                    }
                  }
                }});
@@ -216,8 +237,8 @@ std::vector<OpCase> deepseek_op_cases() {
                      visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
                    }
                    r.backend().index_scores(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
-                                            tokens, heads, dim, r.in(r.uniform(nkeys * dim)), r.in(key_rows),
-                                            r.in(key_begin), r.in(width), r.in(visible), ld,
+                                            tokens, heads, dim, r.in(OpRun::bf16_bits(r.uniform(nkeys * dim))),
+                                            r.in(key_rows), r.in(key_begin), r.in(width), r.in(visible), ld,
                                             r.out<float>(label("scores d", dim), tokens * ld));
                  }
                }});

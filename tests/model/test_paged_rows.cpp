@@ -8,6 +8,8 @@
 namespace deepinfer::model {
 namespace {
 
+float* f32(std::byte* row) { return reinterpret_cast<float*>(row); }
+
 TEST(BlockPool, CapacityIsEnforcedAndBlocksAreReused) {
   BlockPool pool(256, 3);
   void* a = pool.allocate();
@@ -29,28 +31,45 @@ TEST(PagedRows, RowsSpanBlocksAndReturnThemOnClear) {
   BlockPool pool(64 * 4, 0);  // 64 floats per block
   PagedRows rows(&pool, 24);   // 2 rows per block
   for (int r = 0; r < 5; ++r) {
-    float* p = rows.append();
+    float* p = f32(rows.append());
     for (int c = 0; c < 24; ++c) p[c] = r * 100.0f + c;
   }
   EXPECT_EQ(rows.size(), 5);
   EXPECT_EQ(rows.blocks(), 3);
   EXPECT_EQ(pool.used(), 3);
-  EXPECT_EQ(PagedRows::blocks_for(5, 24, 256), 3);
-  EXPECT_EQ(PagedRows::blocks_for(0, 24, 256), 0);
+  EXPECT_EQ(PagedRows::blocks_for(5, 24 * 4, 256), 3);
+  EXPECT_EQ(PagedRows::blocks_for(0, 24 * 4, 256), 0);
   std::vector<float> all(5 * 24);
   rows.copy_to(all.data());
   for (int r = 0; r < 5; ++r)
     for (int c = 0; c < 24; ++c) EXPECT_EQ(all[r * 24 + c], r * 100.0f + c);
   PagedRows moved = std::move(rows);
-  EXPECT_EQ(moved.row(3)[1], 301.0f);
+  EXPECT_EQ(f32(moved.row(3))[1], 301.0f);
   EXPECT_EQ(rows.size(), 0);
   moved.resize(1);
   EXPECT_EQ(moved.blocks(), 3);  // shrinking keeps the blocks for reuse
   moved.resize(2);
-  EXPECT_EQ(moved.row(1)[0], 0.0f);  // regrown rows are zero
+  EXPECT_EQ(f32(moved.row(1))[0], 0.0f);  // regrown rows are zero
   moved.clear();
   EXPECT_EQ(pool.used(), 0);
   EXPECT_THROW(PagedRows(&pool, 65), Error);  // a row larger than a block
+}
+
+TEST(PagedRows, Bf16RowsTakeHalfTheBytesAndWidenExactly) {
+  BlockPool pool(64 * 4, 0);
+  PagedRows rows(&pool, 24, DType::BF16);  // 48-byte rows: 5 per block
+  EXPECT_EQ(rows.row_bytes(), 48);
+  for (int r = 0; r < 6; ++r) {
+    auto* p = reinterpret_cast<uint16_t*>(rows.append());
+    for (int c = 0; c < 24; ++c) p[c] = float_to_bf16(r + c / 8.0f);
+  }
+  EXPECT_EQ(rows.blocks(), 2);
+  EXPECT_EQ(PagedRows::blocks_for(6, rows.row_bytes(), 256), 2);
+  EXPECT_EQ(rows.row(1) - rows.row(0), 48);
+  const std::vector<float> all = rows.floats();
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 24; ++c) EXPECT_EQ(all[r * 24 + c], r + c / 8.0f);
+  EXPECT_THROW(PagedRows(&pool, 24, DType::I8), Error);  // not a state row dtype
 }
 
 TEST(BlockPool, ABlockIsFreeWhenItsLastReferenceGoes) {
@@ -68,27 +87,27 @@ TEST(BlockPool, ABlockIsFreeWhenItsLastReferenceGoes) {
 TEST(PagedRows, SharedRowsAreCopiedBeforeAnAppendTouchesThem) {
   BlockPool pool(64 * 4, 0);  // 64 floats per block
   PagedRows src(&pool, 24);   // 2 rows per block
-  for (int r = 0; r < 3; ++r) src.append()[0] = 10.0f + r;  // block 0 full, block 1 half
+  for (int r = 0; r < 3; ++r) f32(src.append())[0] = 10.0f + r;  // block 0 full, block 1 half
   PagedRows shared;
   shared.share_from(src);
   EXPECT_EQ(pool.used(), 2);  // nothing copied yet
   EXPECT_EQ(shared.row(2), src.row(2));
-  shared.append()[0] = 99.0f;  // into the half block: it becomes the sharer's own
+  f32(shared.append())[0] = 99.0f;  // into the half block: it becomes the sharer's own
   EXPECT_EQ(pool.used(), 3);
   EXPECT_EQ(shared.row(0), src.row(0));  // the full block stays shared
   EXPECT_NE(shared.row(2), src.row(2));
-  EXPECT_EQ(shared.row(2)[0], 12.0f);
-  src.append()[0] = 13.0f;  // the original's half block is its own again (one reference): no copy
+  EXPECT_EQ(f32(shared.row(2))[0], 12.0f);
+  f32(src.append())[0] = 13.0f;  // the original's half block is its own again (one reference): no copy
   EXPECT_EQ(pool.used(), 3);
-  EXPECT_EQ(src.row(3)[0], 13.0f);
-  EXPECT_EQ(shared.row(3)[0], 99.0f);
+  EXPECT_EQ(f32(src.row(3))[0], 13.0f);
+  EXPECT_EQ(f32(shared.row(3))[0], 99.0f);
   src.truncate(1);  // rolls back into the shared full block, then writes there: copied first
-  src.append()[0] = -1.0f;
-  EXPECT_EQ(shared.row(1)[0], 11.0f);
-  EXPECT_EQ(src.row(1)[0], -1.0f);
+  f32(src.append())[0] = -1.0f;
+  EXPECT_EQ(f32(shared.row(1))[0], 11.0f);
+  EXPECT_EQ(f32(src.row(1))[0], -1.0f);
   PagedRows copy;
   copy.copy_from(shared);  // a deep copy shares nothing
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(copy.row(r)[0], shared.row(r)[0]);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(f32(copy.row(r))[0], f32(shared.row(r))[0]);
   EXPECT_NE(copy.row(0), shared.row(0));
   src.clear();
   shared.clear();

@@ -24,6 +24,40 @@ TEST(V41Ops, RoundBf16IsRoundToNearestEven) {
   EXPECT_EQ(x[3], 0.0f);
 }
 
+// The state's BF16 rows hold what the model writes exactly (v41_state.h): window rows after
+// fake_quant_fp8, compressed rows after fake_quant_fp4_e4m3, index keys after fake_quant_fp4, at any
+// magnitude (rows scaled from 2^-140 to 2^100, blocks of zeros and single spikes included).
+TEST(V41Ops, QuantizedStateRowsAreExactInBf16) {
+  const int64_t rows = 24, dim = 128;
+  std::vector<float> x = randn(rows * dim, 11, 1.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dim; ++c) {
+      float& v = x[r * dim + c];
+      v = std::ldexp(v, static_cast<int>(-140 + 10 * r));
+      if (r % 5 == 1 && c % 32 != 3) v = 0;  // spikes over zeros
+    }
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> y = x;
+    be().round_bf16(y.data(), rows * dim);
+    if (kind == 0) be().fake_quant_fp8(y.data(), rows, dim, 64);
+    if (kind == 1) be().fake_quant_fp4_e4m3(y.data(), rows, dim, 16);
+    if (kind == 2) be().fake_quant_fp4(y.data(), rows, dim, 32);
+    std::vector<uint16_t> bits(y.size());
+    be().copy_rows_to_bf16(y.data(), nullptr, rows, dim, bits.data(), nullptr);
+    int64_t nonzero = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(bf16_to_float(bits[i]), y[i]) << "kind " << kind << " element " << i;
+      nonzero += y[i] != 0;
+    }
+    EXPECT_GT(nonzero, rows * dim / 4) << kind;  // the check saw real values, not a flushed row
+  }
+  // Values that are not bf16 round to nearest even.
+  const float odd = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20);  // just above the tie
+  uint16_t b = 0;
+  be().copy_rows_to_bf16(&odd, nullptr, 1, 1, &b, nullptr);
+  EXPECT_EQ(bf16_to_float(b), 1.0f + std::ldexp(1.0f, -7));
+}
+
 TEST(V41Ops, Fp4WithE4m3ScalesPerBlock16) {
   auto x = randn(2 * 64, 3, 2.0f);
   x[5] = 0;  // keep a zero
@@ -102,24 +136,27 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
 TEST(V41Ops, OnlineSparseAttentionMatchesSoftmaxWithSink) {
   const int64_t dim = 32, rows = 150, K = 150;  // K > 64: three online blocks
   auto q = randn(dim, 6, 0.3f), pool = randn(rows * dim, 7);
+  std::vector<uint16_t> bits(pool.size());  // the rows as the state arena holds them
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = bf16_to_float(bits[i] = float_to_bf16(pool[i]));
   std::vector<int32_t> idx(K);
   for (int64_t j = 0; j < K; ++j) idx[j] = j % 7 == 3 ? -1 : static_cast<int32_t>((j * 37) % rows);
   const float sink = 0.7f, scale = 1.0f / std::sqrt(static_cast<float>(dim));
   std::vector<float> out(dim);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), nullptr, idx.data(), K, &sink, scale, 64, out.data());
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), nullptr, idx.data(), K, &sink, scale, 64, out.data());
   auto ref = attention_ref(q, pool, idx, sink, scale, dim);
   for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(out[c], ref[c], 4e-3 * (1 + std::fabs(ref[c]))) << c;  // bf16 p
   // The same rows read as this step's fresh rows (pool rows >= 100 moved there) give the same bits.
-  std::vector<float> fresh(pool.begin() + 100 * dim, pool.end()), out2(dim);
+  std::vector<uint16_t> fresh(bits.begin() + 100 * dim, bits.end());
+  std::vector<float> out2(dim);
   std::vector<int32_t> idx2 = idx;
   for (auto& i : idx2)
     if (i >= 100) i = ops::fresh_row(i - 100);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), fresh.data(), idx2.data(), K, &sink, scale, 64,
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), fresh.data(), idx2.data(), K, &sink, scale, 64,
                                out2.data());
   EXPECT_EQ(out2, out);
   // No valid index: the sink takes everything, the output is 0.
   std::vector<int32_t> none(K, -1);
-  be().sparse_attention_online(q.data(), 1, 1, dim, pool.data(), nullptr, none.data(), K, &sink, scale, 64, out.data());
+  be().sparse_attention_online(q.data(), 1, 1, dim, bits.data(), nullptr, none.data(), K, &sink, scale, 64, out.data());
   for (float v : out) EXPECT_EQ(v, 0.0f);
 }
 

@@ -291,26 +291,34 @@ void CpuBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                         const float* pool, const float* fresh, const int32_t* idx, int64_t k,
-                                         const float* sink,
-                                         float scale, int64_t block, float* out) {
-  auto row_of = [&](int32_t r) {
-    return r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
-  };
+                                         const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k,
+                                         const float* sink, float scale, int64_t block, float* out) {
   parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
-    std::vector<float> s(block), acc(dim);
+    std::vector<float> s(block), acc(dim), rows;  // rows: token t's k rows widened to fp32, for all its heads
+    int64_t widened = -1;                         // the token whose rows `rows` holds
     for (int64_t a = a0; a < a1; ++a) {
       const int64_t t = a / heads, h = a % heads;
       const float* qv = q + a * dim;
       const int32_t* it = idx + t * k;
+      if (t != widened) {
+        rows.resize(k * dim);
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t r = it[j];
+          if (r == -1) continue;
+          const uint16_t* bits = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
+          for (int64_t c = 0; c < dim; ++c) rows[j * dim + c] = bf16_to_float(bits[c]);
+        }
+        widened = t;
+      }
       float m = -1e30f, z = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j0 = 0; j0 < k; j0 += block) {
         const int64_t n = std::min(block, k - j0);
+        const float* blk = rows.data() + j0 * dim;
         float bm = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < n; ++j) {
           const int32_t r = it[j0 + j];
-          s[j] = r != -1 ? dot(qv, row_of(r), dim) * scale : -std::numeric_limits<float>::infinity();
+          s[j] = r != -1 ? dot(qv, blk + j * dim, dim) * scale : -std::numeric_limits<float>::infinity();
           bm = std::max(bm, s[j]);
         }
         const float m_new = std::max(m, bm), rescale = std::exp(m - m_new);
@@ -322,7 +330,7 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
           psum += p;
           if (r == -1) continue;
           const float pb = bf16_to_float(float_to_bf16(p));
-          const float* v = row_of(r);
+          const float* v = blk + j * dim;
           for (int64_t c = 0; c < dim; ++c) acc[c] += pb * v[c];
         }
         z = z * rescale + psum;

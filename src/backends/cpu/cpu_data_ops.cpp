@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/token_draw.h"
@@ -24,6 +25,15 @@ void CpuBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, 
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
     if (s >= 0 && d >= 0) std::memcpy(dst + d * width, src + s * width, width * sizeof(float));
+  }
+}
+
+void CpuBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
+                                   const int32_t* dst_idx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+    if (s >= 0 && d >= 0)
+      for (int64_t c = 0; c < width; ++c) dst[d * width + c] = float_to_bf16(src[s * width + c]);
   }
 }
 

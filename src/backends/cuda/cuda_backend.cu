@@ -639,8 +639,8 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // One block per (token, head); q, the per-warp accumulators and the block's scores in shared memory:
 // [dim] q, [kAttnWarps][dim] acc, [block] p.
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kernel(
-    const float* __restrict__ q, int64_t heads, int64_t dim, const float* __restrict__ pool,
-    const float* __restrict__ fresh, const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink,
+    const float* __restrict__ q, int64_t heads, int64_t dim, const uint16_t* __restrict__ pool,
+    const uint16_t* __restrict__ fresh, const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink,
     float scale, int64_t block, float* __restrict__ out) {
   extern __shared__ float sm[];
   __shared__ float red[32];
@@ -661,8 +661,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
       const int32_t r = it[j0 + j];
       float d = 0.0f;
       if (r != -1) {
-        const float* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
-        for (int64_t c = lane; c < dim; c += 32) d += qs[c] * pv[c];
+        const uint16_t* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
+        for (int64_t c = lane; c < dim; c += 32) d += qs[c] * bf16_widen(pv[c]);
       }
       d = warp_sum(d);
       if (lane == 0) ps[j] = r != -1 ? d * scale : -kInf;
@@ -688,8 +688,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
       const int32_t r = it[j0 + j];
       if (r == -1) continue;
       const float pb = round_bf16_d(ps[j]);
-      const float* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
-      for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * pv[c];
+      const uint16_t* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
+      for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * bf16_widen(pv[c]);
     }
     __syncthreads();  // ps is rewritten by the next block
   }
@@ -1006,16 +1006,16 @@ void CudaBackend::round_bf16(float* x, int64_t n) {
   check_launch("round_bf16_kernel");
 }
 
-void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
-                                          const float* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
+void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
+                                          const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
                                           float* out) {
   impl_->bind();
   check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && block > 0 && tokens * heads <= INT32_MAX,
               "sparse_attention_online");
   const int64_t blocks = tokens * heads;
   if (blocks == 0) return;
-  // DeepSeek-V4.1's shape (64 heads x 512, blocks of 64): the BF16 tensor-core kernel. It reads q and the
-  // rows rounded to bf16 (exact for the model's bf16-valued data) and sums in the tensor cores' order, so
+  // DeepSeek-V4.1's shape (64 heads x 512, blocks of 64): the BF16 tensor-core kernel. It reads q rounded
+  // to bf16 (exact for the model's bf16-valued data) and the bf16 rows, and sums in the tensor cores' order, so
   // out differs from the CPU by fp32 reassociation and the bf16 roundings of p that it flips.
   // DEEPINFER_ATTENTION=exact keeps the fp32 kernel below for verification.
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };

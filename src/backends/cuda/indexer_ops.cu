@@ -12,18 +12,19 @@
 namespace deepinfer::cuda {
 namespace {
 
-// cpu::dot's order: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
+// cpu::dot's order over a bf16 key: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
 // CPU loop), combined as ((0+4)+(1+5))+((2+6)+(3+7)).
-__device__ float dot8(const float* __restrict__ a, const float* __restrict__ b, int64_t n) {
+__device__ float dot8(const float* __restrict__ a, const uint16_t* __restrict__ b, int64_t n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], b[c], s[c & 7]);
+  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], bf16_widen(b[c]), s[c & 7]);
   return __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[4]), __fadd_rn(s[1], s[5])),
                    __fadd_rn(__fadd_rn(s[2], s[6]), __fadd_rn(s[3], s[7])));
 }
 
 // Column w of token t's score row: its key row, or nullptr (and -inf written) where w is past the
 // token's visible or ranked width. The grids below run one thread per column.
-__device__ __forceinline__ const float* index_key(int64_t t, int64_t w, int64_t dim, const float* keys,
+template <class K>
+__device__ __forceinline__ const K* index_key(int64_t t, int64_t w, int64_t dim, const K* keys,
                                                   const int32_t* key_rows, const int32_t* key_begin,
                                                   const int32_t* width, const int32_t* visible, int64_t ld,
                                                   float* scores) {
@@ -36,12 +37,12 @@ __device__ __forceinline__ const float* index_key(int64_t t, int64_t w, int64_t 
 
 // Block (token t, 128 columns): one thread per column w of the token's score row.
 __global__ void index_scores_kernel(const float* __restrict__ q, const float* __restrict__ weight, int64_t heads,
-                                    int64_t dim, const float* __restrict__ keys, const int32_t* __restrict__ key_rows,
+                                    int64_t dim, const uint16_t* __restrict__ keys, const int32_t* __restrict__ key_rows,
                                     const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
                                     const int32_t* __restrict__ visible, int64_t ld, float* scores) {
   const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (w >= ld) return;
-  const float* key = index_key(t, w, dim, keys, key_rows, key_begin, width, visible, ld, scores);
+  const uint16_t* key = index_key(t, w, dim, keys, key_rows, key_begin, width, visible, ld, scores);
   if (!key) return;
   float acc = 0;
   for (int64_t h = 0; h < heads; ++h) {
@@ -113,7 +114,7 @@ __device__ __forceinline__ void sc_store(float* d, int l, float4 v) {
 }
 
 __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
-    const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const float* __restrict__ keys,
+    const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const uint16_t* __restrict__ keys,
     const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
     const int32_t* __restrict__ visible, int64_t ld, float* scores) {
   extern __shared__ float4 sc_smem[];
@@ -126,11 +127,15 @@ __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
   const int64_t nvalid = (vw < ld ? vw : ld) - w0;
   if (tid < kScKeys && w0 + tid < ld && tid >= nvalid) scores[t * ld + w0 + tid] = -kInf;
   if (nvalid <= 0) return;
-  // Keys: warp w stages rows w, w + 8, ..; a lane takes 4 channels (one 16-byte load).
+  // Keys (bf16): warp w stages rows w, w + 8, ..; a lane takes 4 channels (one 8-byte load), widened.
   for (int r = warp; r < kScKeys; r += 8) {
     float4 v = make_float4(0, 0, 0, 0);
-    if (r < nvalid)
-      v = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
+    if (r < nvalid) {
+      const uint2 b =
+          reinterpret_cast<const uint2*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
+      v = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                      __uint_as_float(b.y & 0xffff0000u));
+    }
     sc_store(sk + r * kScRow, lane, v);
   }
   // Warp w: heads 8 (w % 4) .. + 7 of the chunk; keys (w / 4) * 32 + g + 4 c', c' = 0..7 (rows of the 4
@@ -262,7 +267,7 @@ __global__ void lookup_rows_kernel(const int32_t* __restrict__ in, int64_t token
 }  // namespace
 
 void CudaBackend::index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
-                               const float* keys, const int32_t* key_rows, const int32_t* key_begin,
+                               const uint16_t* keys, const int32_t* key_rows, const int32_t* key_begin,
                                const int32_t* width, const int32_t* visible, int64_t ld, float* scores) {
   constexpr int threads = 128;
   check_sizes(tokens >= 0 && heads >= 0 && dim >= 0 && ld >= 0 && tokens <= INT32_MAX &&
@@ -270,7 +275,7 @@ void CudaBackend::index_scores(const float* q, const float* weight, int64_t toke
               "index_scores");
   if (tokens == 0 || ld == 0) return;
   impl_->bind();
-  if (dim == kScDim && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(keys) & 15) == 0) {
+  if (dim == kScDim && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(keys) & 7) == 0) {
     check_sizes((ld + kScKeys - 1) / kScKeys <= 65535, "index_scores");
     const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + kScKeys - 1) / kScKeys));
     check_cuda(cudaFuncSetAttribute(index_scores_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

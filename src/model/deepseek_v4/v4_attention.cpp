@@ -112,7 +112,7 @@ void V4Model::compress(const V4Compressor& cw, int64_t l, bool index, Step& s, c
       PagedRows& rows = (index ? ls.index : ls.kv).rows;
       const int64_t first = rows.size();
       rows.extend(out.begin[q + 1] - out.begin[q]);
-      for (int64_t r = first; r < rows.size(); ++r) dst.push_back(arena_row(s, rows.row(r), width));
+      for (int64_t r = first; r < rows.size(); ++r) dst.push_back(arena_row(s, rows.row_as<float>(r), width));
     }
     Tensor d = ws_.upload(dst, DType::I32);
     be_.copy_rows(z.f32(), nullptr, ng, width, arena(s), d.i32());
@@ -154,7 +154,7 @@ void V4Model::indexer(int64_t l, Step& s, const float* x, const float* qr, Tenso
     const PagedRows& kr = s.st[q]->layer(l).index.rows;
     const int64_t w = kr.size(), kb = static_cast<int64_t>(key_rows.size());
     check(w == s.end_pos[q] / ratio, "v4: index keys of layer ", l, " are out of step");
-    for (int64_t r = 0; r < w; ++r) key_rows.push_back(arena_row(s, kr.row(r), id));
+    for (int64_t r = 0; r < w; ++r) key_rows.push_back(arena_row(s, kr.row_as<float>(r), id));
     for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) {
       key_begin[i] = i32(kb);
       width[i] = i32(w);
@@ -191,7 +191,7 @@ void V4Model::attend(int64_t l, Step& s, const float* q, const float* kv, const 
     most_rows = std::max(most_rows, rows.size());
     table_begin[qi] = i32(static_cast<int64_t>(table.size()));
     if (csa)
-      for (int64_t r = 0; r < rows.size(); ++r) table.push_back(arena_row(s, rows.row(r), hd));
+      for (int64_t r = 0; r < rows.size(); ++r) table.push_back(arena_row(s, rows.row_as<float>(r), hd));
   }
   const int64_t K = W + (csa ? ksel : compressed ? most_rows : 0), round = V4SequenceState::round_tokens(c_);
   Workspace::Scope scope(ws_);
@@ -214,7 +214,7 @@ void V4Model::attend(int64_t l, Step& s, const float* q, const float* kv, const 
           idx[at + k++] = arena_row(s, st.ring_row(l, qp), hd);
         if (compressed && !csa)
           for (int64_t w = 0; w < std::min((p + 1) / ratio, crows.size()); ++w)
-            idx[at + W + w] = arena_row(s, crows.row(w), hd);
+            idx[at + W + w] = arena_row(s, crows.row_as<float>(w), hd);
       }
     }
     const int64_t n = static_cast<int64_t>(rows.size());

@@ -20,8 +20,9 @@ V4SequenceState::Compressor make_compressor(BlockPool* pool, int64_t width, int6
 
 int64_t compressor_blocks(int64_t width, int64_t ratio, int64_t rollback, int64_t bb, int64_t tokens) {
   const int64_t copies = ratio == 4 ? 2 : 1;
-  return PagedRows::blocks_for(2 * (copies * ratio + rollback), copies * width, bb) +
-         PagedRows::blocks_for(tokens / ratio, width, bb);
+  constexpr int64_t f = sizeof(float);  // V4's rows are fp32
+  return PagedRows::blocks_for(2 * (copies * ratio + rollback), copies * width * f, bb) +
+         PagedRows::blocks_for(tokens / ratio, width * f, bb);
 }
 
 int64_t ring_positions(const V4Config& c, int64_t rollback) {
@@ -108,7 +109,7 @@ int64_t V4SequenceState::blocks_for(const V4Config& c, int64_t rollback, int64_t
   if (tokens <= 0) return 0;
   int64_t blocks = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    blocks += PagedRows::blocks_for(ring_positions(c, rollback), c.head_dim, bb);
+    blocks += PagedRows::blocks_for(ring_positions(c, rollback), c.head_dim * int64_t{sizeof(float)}, bb);
     if (c.compress_ratio[l] > 0) blocks += compressor_blocks(c.head_dim, c.compress_ratio[l], rollback, bb, tokens);
     if (c.attention[l] == AttentionKind::kCSA) blocks += compressor_blocks(c.index_head_dim, 4, rollback, bb, tokens);
   }

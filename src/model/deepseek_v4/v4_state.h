@@ -24,8 +24,8 @@ class V4SequenceState final : public SequenceState {
     PagedRows carry;  // [2 * carry, copies * width]: kv rows, then gate rows; position p at slot p % carry
     PagedRows rows;   // [groups, width]
     int64_t carry_size = 0, ratio = 0, width = 0, copies = 1;
-    float* carry_kv(int64_t pos) { return carry.row(pos % carry_size); }
-    float* carry_gate(int64_t pos) { return carry.row(carry_size + pos % carry_size); }
+    float* carry_kv(int64_t pos) { return carry.row_as<float>(pos % carry_size); }
+    float* carry_gate(int64_t pos) { return carry.row_as<float>(carry_size + pos % carry_size); }
   };
   struct Layer {
     PagedRows window;  // ring of ring_size() positions, [.., head_dim]
@@ -53,7 +53,7 @@ class V4SequenceState final : public SequenceState {
   BlockPool& pool() const { return *pool_; }
   Layer& layer(int64_t l) { return layers_[l]; }
   int64_t ring_size() const { return ring_size_; }
-  float* ring_row(int64_t l, int64_t pos) { return layers_[l].window.row(pos % ring_size_); }
+  float* ring_row(int64_t l, int64_t pos) { return layers_[l].window.row_as<float>(pos % ring_size_); }
 
   // Pool blocks a sequence of this config holds after `tokens` tokens (exact, 0 for 0 tokens).
   static int64_t blocks_for(const V4Config& c, int64_t rollback, int64_t block_bytes, int64_t tokens);

@@ -27,17 +27,25 @@ struct V41Model::Latents {
   int64_t count() const { return static_cast<int64_t>(pos.size()); }
 };
 
-float* V41Model::arena(const Step& s) const { return reinterpret_cast<float*>(s.st[0]->pool().base()); }
+float* V41Model::arena_f32(const Step& s) const { return reinterpret_cast<float*>(s.st[0]->pool().base()); }
+uint16_t* V41Model::arena_bf16(const Step& s) const { return reinterpret_cast<uint16_t*>(s.st[0]->pool().base()); }
 
-int32_t V41Model::arena_row(const Step& s, const float* row, int64_t width) const {
-  return i32(s.st[0]->pool().row_index(row, width * static_cast<int64_t>(sizeof(float))));
+int32_t V41Model::arena_row(const Step& s, const std::byte* row, const PagedRows& kind) const {
+  return i32(s.st[0]->pool().row_index(row, kind.row_bytes()));
 }
 
 // Grows `rows` by n rows (written by the caller's next op) and lists their arena rows.
-void V41Model::append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t width, std::vector<int32_t>& out) const {
+void V41Model::append_rows(const Step& s, PagedRows& rows, int64_t n, std::vector<int32_t>& out) const {
   const int64_t first = rows.size();
   rows.extend(n);
-  for (int64_t r = first; r < first + n; ++r) out.push_back(arena_row(s, rows.row(r), width));
+  for (int64_t r = first; r < first + n; ++r) out.push_back(arena_row(s, rows.row(r), rows));
+}
+
+// fp32 rows [n, width] as bf16 rows (exact: the window rows are bf16-valued), sparse attention's fresh rows.
+Tensor V41Model::bf16_rows(const Tensor& rows, int64_t n, int64_t width) {
+  Tensor out = ws_.take(DType::BF16, {std::max<int64_t>(n, 1), width});
+  be_.copy_rows_to_bf16(rows.f32(), nullptr, n, width, out.bf16(), nullptr);
+  return out;
 }
 
 // The compressor of KV source l: latents of the groups this step completes. The carry holds the
@@ -79,8 +87,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
       const int64_t p = w.pos[i];
       if (p >= w.end_pos[q] - carry) {
         carry_src.push_back(i32(i));
-        carry_kv.push_back(arena_row(w, st.carry_kv(l, p), hd));
-        carry_sc.push_back(arena_row(w, st.carry_score(l, p), hd));
+        carry_kv.push_back(arena_row(w, st.carry_kv(l, p), st.carries));
+        carry_sc.push_back(arena_row(w, st.carry_score(l, p), st.carries));
       }
       if ((p + 1) % ratio != 0) continue;
       const int64_t g0 = p + 1 - ratio, slot0 = lat.count() * ratio;  // positions g0 .. p, pooled in order
@@ -90,8 +98,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
           fresh_src.push_back(i32(b + pp - P0));
           fresh_dst.push_back(i32(slot0 + j));
         } else {
-          old_kv.push_back(arena_row(w, st.carry_kv(l, pp), hd));
-          old_sc.push_back(arena_row(w, st.carry_score(l, pp), hd));
+          old_kv.push_back(arena_row(w, st.carry_kv(l, pp), st.carries));
+          old_sc.push_back(arena_row(w, st.carry_score(l, pp), st.carries));
           old_dst.push_back(i32(slot0 + j));
         }
       }
@@ -106,8 +114,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
     Tensor od = ws_.upload(old_dst, DType::I32), fs = ws_.upload(fresh_src, DType::I32);
     Tensor fd = ws_.upload(fresh_dst, DType::I32);
     const int64_t no = static_cast<int64_t>(old_dst.size()), nf = static_cast<int64_t>(fresh_dst.size());
-    be_.copy_rows(arena(w), okv.i32(), no, hd, kvg.f32(), od.i32());
-    be_.copy_rows(arena(w), osc.i32(), no, hd, scg.f32(), od.i32());
+    be_.copy_rows(arena_f32(w), okv.i32(), no, hd, kvg.f32(), od.i32());
+    be_.copy_rows(arena_f32(w), osc.i32(), no, hd, scg.f32(), od.i32());
     be_.copy_rows(kvf.f32(), fs.i32(), nf, hd, kvg.f32(), fd.i32());
     be_.copy_rows(sc.f32(), fs.i32(), nf, hd, scg.f32(), fd.i32());
     be_.softmax_pool_v41(kvg.f32(), scg.f32(), ng, ratio, hd, lat.rows.f32());
@@ -117,8 +125,8 @@ void V41Model::compress(int64_t l, Step& s, const float* x, Latents& lat) {
   const int64_t nc = static_cast<int64_t>(carry_src.size());
   Tensor cs = ws_.upload(carry_src, DType::I32), ck = ws_.upload(carry_kv, DType::I32);
   Tensor cg = ws_.upload(carry_sc, DType::I32);
-  be_.copy_rows(kvf.f32(), cs.i32(), nc, hd, arena(w), ck.i32());
-  be_.copy_rows(sc.f32(), cs.i32(), nc, hd, arena(w), cg.i32());
+  be_.copy_rows(kvf.f32(), cs.i32(), nc, hd, arena_f32(w), ck.i32());
+  be_.copy_rows(sc.f32(), cs.i32(), nc, hd, arena_f32(w), cg.i32());
   be_.upload(lat.pos_d.data, lat.pos.data(), lat.pos.size() * sizeof(int64_t));
 }
 
@@ -139,11 +147,11 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
     be_.fake_quant_fp4(k.f32(), ng, id, 32);
     std::vector<int32_t> dst;
     for (int64_t q = 0; q < s.num(); ++q) {
-      append_rows(s, s.st[q]->sources[l].ik, lat.begin[q + 1] - lat.begin[q], id, dst);
+      append_rows(s, s.st[q]->sources[l].ik, lat.begin[q + 1] - lat.begin[q], dst);
       if (lat.begin[q + 1] > lat.begin[q]) s.st[q]->last_ik_owner = l;  // the reference's shared_attn.index_k
     }
     Tensor d = ws_.upload(dst, DType::I32);
-    be_.copy_rows(k.f32(), nullptr, ng, id, arena(s), d.i32());
+    be_.copy_rows_to_bf16(k.f32(), nullptr, ng, id, arena_bf16(s), d.i32());
   }
   Tensor iq = ws_.f32({T, ih, id}), wts = ws_.f32({T, ih});
   lin(qr, T, B.i_wq_b, iq.f32());
@@ -170,7 +178,7 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
       check(kr->size() >= w, "v41: stale index keys too short");
     }
     const int64_t kb = static_cast<int64_t>(key_rows.size());
-    for (int64_t r = 0; r < w; ++r) key_rows.push_back(arena_row(s, kr->row(r), id));
+    for (int64_t r = 0; r < w; ++r) key_rows.push_back(arena_row(s, kr->row(r), *kr));
     K = std::max(K, std::min(c_.index_topk, w));
     maxw = std::max(maxw, w);
     for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i) {
@@ -187,7 +195,7 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
   Tensor kr = ws_.upload(key_rows, DType::I32), kb = ws_.upload(key_begin, DType::I32);
   Tensor wd = ws_.upload(width, DType::I32), vd = ws_.upload(visible, DType::I32);
   Tensor score = ws_.f32({T, ld});
-  be_.index_scores(iq.f32(), wts.f32(), T, ih, id, arena(s), kr.i32(), kb.i32(), wd.i32(), vd.i32(), ld, score.f32());
+  be_.index_scores(iq.f32(), wts.f32(), T, ih, id, arena_bf16(s), kr.i32(), kb.i32(), wd.i32(), vd.i32(), ld, score.f32());
 
   const bool cand_source = l == c_.candidate_source_layer;
   const bool cand_mask = c_.candidate_source_layer >= 0 && c_.candidate_source_layer < l;
@@ -232,12 +240,12 @@ void V41Model::window_kv(const V41Block& B, const float* x, const Step& s, const
   be_.fake_quant_fp8(kv, T, hd, c_.fp8_block);
 }
 
-// Sparse attention of every row over its index list (arena rows, and this step's rows in kv), bf16,
+// Sparse attention of every row over its index list (arena rows, and this step's rows in kv: bf16), bf16,
 // inverse RoPE at the query position, bf16: the heads' outputs before the output projection.
-void V41Model::attend(const V41Block& B, const Step& s, const float* q, const float* kv, const Tensor& idx, int64_t K,
-                      const ops::RopeFreqs& rope, float* o) {
+void V41Model::attend(const V41Block& B, const Step& s, const float* q, const uint16_t* kv, const Tensor& idx,
+                      int64_t K, const ops::RopeFreqs& rope, float* o) {
   const int64_t T = s.rows(), H = c_.n_heads, hd = c_.head_dim;
-  be_.sparse_attention_online(q, T, H, hd, arena(s), kv, idx.i32(), K, B.attn_sink.data(),
+  be_.sparse_attention_online(q, T, H, hd, arena_bf16(s), kv, idx.i32(), K, B.attn_sink.data(),
                               static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o);
   be_.round_bf16(o, T * H * hd);
   be_.rope(o, T, H, hd, s.pos_d.i64(), rope, true);
@@ -255,7 +263,7 @@ const V41Model::CompressedRows& V41Model::compressed_rows(Step& s, int64_t src) 
     const PagedRows& ckv = s.st[qi]->sources[src].ckv;
     check(ckv.size() == s.end_pos[qi] / ratio, "v41: compressed rows of layer ", src, " are out of step");
     for (int64_t i = s.begin[qi]; i < s.begin[qi + 1]; ++i) begin[i] = i32(static_cast<int64_t>(table.size()));
-    for (int64_t r = 0; r < ckv.size(); ++r) table.push_back(arena_row(s, ckv.row(r), c_.head_dim));
+    for (int64_t r = 0; r < ckv.size(); ++r) table.push_back(arena_row(s, ckv.row(r), ckv));
   }
   if (table.empty()) table.push_back(-1);  // a tensor with data: the table of this step is built
   t.table = fws_.upload(table, DType::I32);
@@ -272,10 +280,10 @@ void V41Model::write_rings(Step& s, int64_t ring, const float* kv) {
     for (int64_t i = s.begin[q]; i < s.begin[q + 1]; ++i)
       if (s.pos[i] >= s.end_pos[q] - s.st[q]->ring_size()) {
         src.push_back(i32(i));
-        dst.push_back(arena_row(s, s.st[q]->ring_row(ring, s.pos[i]), c_.head_dim));
+        dst.push_back(arena_row(s, s.st[q]->ring_row(ring, s.pos[i]), s.st[q]->rings));
       }
   Tensor sd = ws_.upload(src, DType::I32), dd = ws_.upload(dst, DType::I32);
-  be_.copy_rows(kv, sd.i32(), static_cast<int64_t>(src.size()), c_.head_dim, arena(s), dd.i32());
+  be_.copy_rows_to_bf16(kv, sd.i32(), static_cast<int64_t>(src.size()), c_.head_dim, arena_bf16(s), dd.i32());
 }
 
 void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
@@ -312,9 +320,9 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
       be_.fake_quant_fp4_e4m3(lat.rows.f32(), ng, hd, 16);
       std::vector<int32_t> dst;
       for (int64_t qi = 0; qi < s.num(); ++qi)
-        append_rows(s, s.st[qi]->sources[l].ckv, lat.begin[qi + 1] - lat.begin[qi], hd, dst);
+        append_rows(s, s.st[qi]->sources[l].ckv, lat.begin[qi + 1] - lat.begin[qi], dst);
       Tensor d = ws_.upload(dst, DType::I32);
-      be_.copy_rows(lat.rows.f32(), nullptr, ng, hd, arena(s), d.i32());
+      be_.copy_rows_to_bf16(lat.rows.f32(), nullptr, ng, hd, arena_bf16(s), d.i32());
     }
   }
 
@@ -330,7 +338,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
       const int64_t p = s.pos[i];
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(from, p - W + 1); qp <= p; ++qp)
-        idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), hd) : ops::fresh_row(wb + qp - P0);
+        idx[i * K + k++] = qp < P0 ? arena_row(s, st.ring_row(l, qp), st.rings) : ops::fresh_row(wb + qp - P0);
     }
   }
   Tensor idx_d = ws_.upload(idx, DType::I32);
@@ -340,7 +348,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   }
   prof_.section("attn_sparse");
   Tensor o = ws_.f32({T, H, hd});
-  attend(B, s, q.f32(), kv_all.f32(), idx_d, K, rope, o.f32());
+  attend(B, s, q.f32(), bf16_rows(kv_all, w.rows(), hd).bf16(), idx_d, K, rope, o.f32());
   point(s, l, "heads_out", o.f32(), T * H * hd);
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
   write_rings(w, l, kv_all.f32());
@@ -371,17 +379,17 @@ void V41Model::dspark_attention(int64_t l, Step& s, const float* x, float* out) 
   std::vector<int32_t> idx(T * K, -1);
   for (int64_t qi = 0; qi < s.num(); ++qi) {
     V41SequenceState& st = *s.st[qi];
-    check(st.fixed.size() > 0, "dspark: stage ring is empty (draft before any forward)");
+    check(st.started(), "dspark: stage ring is empty (draft before any forward)");
     const int64_t b = s.begin[qi], p = s.first(qi) - 1;
     for (int64_t i = b; i < s.begin[qi + 1]; ++i) {
       int64_t k = 0;
       for (int64_t qp = std::max<int64_t>(st.ring_from[l], p - W + 1); qp <= p; ++qp)
-        idx[i * K + k++] = arena_row(s, st.ring_row(l, qp), hd);
+        idx[i * K + k++] = arena_row(s, st.ring_row(l, qp), st.rings);
       for (int64_t j = 0; j < n; ++j) idx[i * K + W + j] = ops::fresh_row(b + j);
     }
   }
   Tensor idx_d = ws_.upload(idx, DType::I32), o = ws_.f32({T, H, hd});
-  attend(B, s, q.f32(), kv.f32(), idx_d, K, rope, o.f32());
+  attend(B, s, q.f32(), bf16_rows(kv, T, hd).bf16(), idx_d, K, rope, o.f32());
   output_projection(B, o.f32(), T, out);
 }
 

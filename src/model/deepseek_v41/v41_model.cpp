@@ -34,8 +34,10 @@ V41Options V41Options::from_env() {
 // state
 
 void V41Model::check_pool(const BlockPool& pool) const {
-  for (int64_t width : {c_.head_dim, c_.index_head_dim}) {
-    const int64_t row = width * static_cast<int64_t>(sizeof(float));
+  using St = V41SequenceState;
+  for (auto [width, dtype] : {std::pair{c_.head_dim, St::kRingDType}, {c_.head_dim, St::kCompressedDType},
+                              {c_.index_head_dim, St::kIndexKeyDType}, {c_.head_dim, St::kCarryDType}}) {
+    const int64_t row = width * static_cast<int64_t>(dtype_bits(dtype)) / 8;
     check(pool.block_bytes() % row == 0, "v41: state blocks of ", pool.block_bytes(),
           " bytes must hold whole rows of ", row, " bytes (attention reads the arena by row)");
   }
@@ -53,13 +55,16 @@ int64_t V41Model::state_blocks_for(int64_t tokens) const { return blocks_for(tok
 
 int64_t V41Model::blocks_for(int64_t tokens, int64_t bb) const {
   if (tokens <= 0) return 0;
+  using St = V41SequenceState;
+  auto bytes = [](int64_t width, DType dtype) { return width * static_cast<int64_t>(dtype_bits(dtype)) / 8; };
   int64_t b = 0;
   for (int64_t l : c_.kv_source_layers) {
     const int64_t rows = tokens / c_.compress_ratios[l];
-    b += PagedRows::blocks_for(rows, c_.head_dim, bb);
-    if (c_.is_index_source[l]) b += PagedRows::blocks_for(rows, c_.index_head_dim, bb);
+    b += PagedRows::blocks_for(rows, bytes(c_.head_dim, St::kCompressedDType), bb);
+    if (c_.is_index_source[l]) b += PagedRows::blocks_for(rows, bytes(c_.index_head_dim, St::kIndexKeyDType), bb);
   }
-  return b + PagedRows::blocks_for(V41SequenceState::fixed_rows_for(c_, rollback_), c_.head_dim, bb);
+  return b + PagedRows::blocks_for(St::ring_rows_for(c_, rollback_), bytes(c_.head_dim, St::kRingDType), bb) +
+         PagedRows::blocks_for(St::carry_rows_for(c_, rollback_), bytes(c_.head_dim, St::kCarryDType), bb);
 }
 
 std::unique_ptr<SequenceState> V41Model::new_sequence() const {
@@ -463,7 +468,7 @@ void V41Model::forward_batch(const ForwardBatch& batch, std::vector<float>& logi
   s.image.resize(T);
   for (int64_t t = 0; t < T; ++t) s.image[t] = image_token_ >= 0 && ids[t] == image_token_;  // spec §5.7
   for (V41SequenceState* st : s.st)
-    if (st->fixed.size() == 0) st->start();
+    if (!st->started()) st->start();
   s.sel_k.assign(c_.n_layers, 0);
 
   // Engram hash ids [T, n_engram_layers, cols], per sequence from its history.

@@ -172,7 +172,7 @@ class V41Model final : public CausalLM {
   void attention(int64_t l, Step& s, const float* x, float* out);
   void queries(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* qr, float* q);
   void window_kv(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* kv);
-  void attend(const V41Block& B, const Step& s, const float* q, const float* kv, const Tensor& idx, int64_t K,
+  void attend(const V41Block& B, const Step& s, const float* q, const uint16_t* kv, const Tensor& idx, int64_t K,
               const ops::RopeFreqs& rope, float* o);
   struct Latents;  // a KV source's new compressed rows this step
   void compress(int64_t l, Step& s, const float* x, Latents& lat);
@@ -214,11 +214,13 @@ class V41Model final : public CausalLM {
   // rows_for / rows: optional embedding replacements (ForwardBatch::embed_tokens / embed_rows).
   void embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix, const std::vector<int32_t>& rows_for = {},
              const std::vector<float>& rows = {});
-  // The state arena's start as floats, and the row index of a state row in rows of
-  // `width` floats (what ops address the arena by).
-  float* arena(const Step& s) const;
-  int32_t arena_row(const Step& s, const float* row, int64_t width) const;
-  void append_rows(const Step& s, PagedRows& rows, int64_t n, int64_t width, std::vector<int32_t>& out) const;
+  // The state arena's start as fp32 (carries) or bf16 (rings, compressed rows, index keys), and the row
+  // index of a state row of `kind` in units of its row bytes (what ops address the arena by).
+  float* arena_f32(const Step& s) const;
+  uint16_t* arena_bf16(const Step& s) const;
+  int32_t arena_row(const Step& s, const std::byte* row, const PagedRows& kind) const;
+  void append_rows(const Step& s, PagedRows& rows, int64_t n, std::vector<int32_t>& out) const;
+  Tensor bf16_rows(const Tensor& rows, int64_t n, int64_t width);
   void write_rings(Step& s, int64_t ring, const float* kv);
   struct CompressedRows;
   const CompressedRows& compressed_rows(Step& s, int64_t src);

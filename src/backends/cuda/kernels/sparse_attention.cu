@@ -22,13 +22,11 @@ constexpr int kTileBytes = kRows * kRowBytes;                // 64 rows (or head
 constexpr int kExchBytes = 8 * 8 * 2 * 32 * 8;               // per warp: 8 n-tiles x 2 halves x 32 lanes x float2
 // Q, two row buffers, the exchange, the chunks' validity flags [2][64] and indices [2][64].
 constexpr int kSmem = kTileBytes * 3 + kExchBytes + 2 * kRows + 2 * kRows * 4 + 128;
-// The gather: each thread owns 16 pieces of a chunk (a piece = one 16-byte chunk of a bf16 row in shared
-// memory: 16 bytes of a bf16 row or 32 of an fp32 one), loaded in batches of kBatch, half of the batches
-// behind the S math and half behind the P.V math. fp32: 2 pieces a batch (16 registers; 4 spilled).
+// The gather: each thread owns 16 pieces of a chunk (a piece = one 16-byte chunk of a bf16 row), loaded in
+// batches of kBatch, half of the batches behind the S math and half behind the P.V math.
 // (All of a chunk's cp.async copies at once, waited for a chunk later, measured slower: 974 vs 801 us.)
-template <bool kF32>
 struct Gather {
-  static constexpr int kBatch = kF32 ? 2 : 4, kBatches = 16 / kBatch, kParts = kBatches / 2;
+  static constexpr int kBatch = 4, kBatches = 16 / kBatch, kParts = kBatches / 2;
 };
 
 // Byte offset of 16-byte chunk c of row r in a swizzled tile: the chunk index XOR (r % 8) spreads the 8
@@ -82,37 +80,32 @@ __device__ __forceinline__ void sts_piece(uint32_t addr, const Piece<kF32>& x) {
 
 // Piece `ch` (16-byte chunk of the bf16 tile) of the row behind index ix (>= 0: pool, <= -2: fresh; -1:
 // none, then any valid address).
-template <bool kF32>
 __device__ __forceinline__ const void* piece_ptr(const SparseAttnArgs& a, int32_t ix, int ch) {
-  using T = std::conditional_t<kF32, float, uint16_t>;
   if (ix == -1) return a.pool;
-  const T* row = ix >= 0 ? static_cast<const T*>(a.pool) + static_cast<int64_t>(ix) * a.ld_pool
-                         : static_cast<const T*>(a.fresh) + (-2 - static_cast<int64_t>(ix)) * a.ld_fresh;
+  const uint16_t* row = ix >= 0 ? a.pool + static_cast<int64_t>(ix) * a.ld_pool
+                                : a.fresh + (-2 - static_cast<int64_t>(ix)) * a.ld_fresh;
   return row + ch * 8;
 }
 
 // Batch `bt` of this thread's 16 pieces of a chunk whose indices are in sidx: piece p is row
 // threadIdx.x / 64 + 4 p, 16-byte chunk threadIdx.x % 64 (a row's 64 chunks by consecutive threads).
-template <bool kF32>
 struct Batch {
-  Piece<kF32> x[Gather<kF32>::kBatch];
+  Piece<false> x[Gather::kBatch];
 };
-template <bool kF32>
-__device__ __forceinline__ Batch<kF32> load_batch(const SparseAttnArgs& a, const int32_t* sidx, int bt) {
-  constexpr int kB = Gather<kF32>::kBatch;
-  Batch<kF32> b;
+__device__ __forceinline__ Batch load_batch(const SparseAttnArgs& a, const int32_t* sidx, int bt) {
+  constexpr int kB = Gather::kBatch;
+  Batch b;
 #pragma unroll
   for (int u = 0; u < kB; ++u) {
     const int32_t ix = sidx[threadIdx.x / 64 + 4 * (kB * bt + u)];
-    b.x[u] = ldg_piece<kF32>(piece_ptr<kF32>(a, ix, threadIdx.x % 64), ix != -1);
+    b.x[u] = ldg_piece<false>(piece_ptr(a, ix, threadIdx.x % 64), ix != -1);
   }
   return b;
 }
-template <bool kF32>
-__device__ __forceinline__ void store_batch(uint32_t buf, const Batch<kF32>& b, int bt) {
-  constexpr int kB = Gather<kF32>::kBatch;
+__device__ __forceinline__ void store_batch(uint32_t buf, const Batch& b, int bt) {
+  constexpr int kB = Gather::kBatch;
 #pragma unroll
-  for (int u = 0; u < kB; ++u) sts_piece<kF32>(buf + swz(threadIdx.x / 64 + 4 * (kB * bt + u), threadIdx.x % 64), b.x[u]);
+  for (int u = 0; u < kB; ++u) sts_piece<false>(buf + swz(threadIdx.x / 64 + 4 * (kB * bt + u), threadIdx.x % 64), b.x[u]);
 }
 // Chunk c's indices (-1 past k) and validity flags, by threads 0..63.
 __device__ __forceinline__ void stage_indices(const SparseAttnArgs& a, const int32_t* idx_t, int c, int32_t* sidx,
@@ -139,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   const int nchunks = static_cast<int>((a.k + kRows - 1) / kRows);
 
   // Prologue: this token's 64 heads of q, and chunk 0.
-  using G = Gather<kF32>;
+  using G = Gather;
   using T = std::conditional_t<kF32, float, uint16_t>;
   const T* q_t = static_cast<const T*>(a.q) + (static_cast<int64_t>(t) * a.heads + h0) * kD;
   for (int i = threadIdx.x; i < kHeads * 64; i += kThreads)
@@ -148,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   __syncthreads();
   if (nchunks > 0)
 #pragma unroll
-    for (int bt = 0; bt < G::kBatches; ++bt) store_batch<kF32>(s_q + kTileBytes, load_batch<kF32>(a, sidx, bt), bt);
+    for (int bt = 0; bt < G::kBatches; ++bt) store_batch(s_q + kTileBytes, load_batch(a, sidx, bt), bt);
 
   float o[32][4];
 #pragma unroll
@@ -171,8 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
     for (int part = 0; part < G::kParts; ++part) {
-      Batch<kF32> pre;
-      if (next) pre = load_batch<kF32>(a, sidx_next, part);
+      Batch pre;
+      if (next) pre = load_batch(a, sidx_next, part);
 #pragma unroll 4
       for (int ks = part * (16 / G::kParts); ks < (part + 1) * (16 / G::kParts); ++ks) {
         uint32_t qa[4];
@@ -185,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
           mma::mma(s[2 * np + 1], qa, kb[2], kb[3]);
         }
       }
-      if (next) store_batch<kF32>(s_next, pre, part);
+      if (next) store_batch(s_next, pre, part);
     }
     // The two channel halves of each head group add up through shared memory (a + b == b + a, so both
     // warps of the pair hold the same S and make the same softmax).
@@ -250,8 +243,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     // stretches of rows, each hiding one of the other batches of loads.
 #pragma unroll
     for (int part = 0; part < G::kParts; ++part) {
-      Batch<kF32> pre;
-      if (next) pre = load_batch<kF32>(a, sidx_next, G::kParts + part);
+      Batch pre;
+      if (next) pre = load_batch(a, sidx_next, G::kParts + part);
 #pragma unroll
       for (int kk = part * (4 / G::kParts); kk < (part + 1) * (4 / G::kParts); ++kk)
 #pragma unroll
@@ -261,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
           mma::mma(o[2 * ntp], pa[kk], vb[0], vb[1]);
           mma::mma(o[2 * ntp + 1], pa[kk], vb[2], vb[3]);
         }
-      if (next) store_batch<kF32>(s_next, pre, G::kParts + part);
+      if (next) store_batch(s_next, pre, G::kParts + part);
     }
   }
 
@@ -299,8 +292,7 @@ void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   check(a.dim == kD, "sparse_attention_bf16: dim must be 512, got ", a.dim);
   check(a.heads > 0 && a.heads % kHeads == 0, "sparse_attention_bf16: heads must be a multiple of 64, got ", a.heads);
   check(a.tokens >= 0 && a.tokens < (1 << 30) && a.k >= 0 && a.k < (1 << 30), "sparse_attention_bf16: bad sizes");
-  const int per16 = a.f32 ? 4 : 8;  // elements per 16 bytes
-  check(a.ld_pool % per16 == 0 && a.ld_fresh % per16 == 0,
+  check(a.ld_pool % 8 == 0 && a.ld_fresh % 8 == 0,
         "sparse_attention_bf16: row strides must be whole 16-byte units");
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   check(a.q && a.pool && a.idx && a.sink && a.out && aligned(a.q) && aligned(a.pool) && aligned(a.out) &&

@@ -8,16 +8,17 @@
 // (a token with no row gives 0).
 //
 // Layouts: q [tokens, heads, 512] and out likewise (contiguous); pool [*, 512] with row stride ld_pool (in
-// elements), fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32. q, pool, fresh and out
-// are bf16 (uint16 bits), or fp32 when `f32` is set (the CUDA backend's tensors: q and the rows are read
-// rounded to bf16, exact for the model's bf16-valued data, and out is written unrounded).
+// elements), fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32. The rows (pool,
+// fresh) are bf16 (uint16 bits: the state arena's rows); q and out are bf16 too, or fp32 when `f32` is set
+// (the CUDA backend's tensors: q is read rounded to bf16, exact for the model's bf16-valued data, and
+// out is written unrounded).
 // Requirements (checked): dim == 512, heads % 64 == 0, 16-byte aligned pointers, ld_pool and ld_fresh
 // multiples of 8.
 //
 // Kernel: one CTA per (token, 64 heads), 8 warps: warp w takes heads 16 (w % 4).. and the half w / 4 of the
 // 512 channels. Each chunk's 64 rows are gathered once for all 64 heads into a swizzled, double-buffered
 // shared-memory tile: each thread loads its share of the next chunk into registers in batches, each issued
-// before one stretch of this chunk's math and stored (fp32: narrowed to bf16) after it. S = Q K^T by
+// before one stretch of this chunk's math and stored after it. S = Q K^T by
 // mma.sync m16n8k16 over each warp's 256 channels, the two halves summed through shared memory, then the
 // online softmax in registers and O += P V with P straight from the S registers.
 #pragma once
@@ -27,9 +28,9 @@ namespace deepinfer::cuda {
 
 struct SparseAttnArgs {
   const void* q = nullptr;
-  const void* pool = nullptr;
+  const uint16_t* pool = nullptr;
   int64_t ld_pool = 512;
-  const void* fresh = nullptr;
+  const uint16_t* fresh = nullptr;
   int64_t ld_fresh = 512;
   const int32_t* idx = nullptr;
   int64_t k = 0;
@@ -37,7 +38,7 @@ struct SparseAttnArgs {
   float scale = 1.0f;
   void* out = nullptr;
   int64_t tokens = 0, heads = 0, dim = 512;
-  bool f32 = false;  // q, pool, fresh, out fp32 instead of bf16
+  bool f32 = false;  // q and out fp32 instead of bf16
 };
 
 void sparse_attention_bf16(const SparseAttnArgs& args, void* stream);
