@@ -328,15 +328,7 @@ void Engine::plan_draws(Job& job) const {
     // the row's context: what the sequence generated before the chunk's last token, then drafts before row j
     output.assign(seq.tokens.begin() + seq.prompt_len(), seq.tokens.begin() + (row.position + 1 - row.draft));
     output.insert(output.end(), ch.drafts.begin(), ch.drafts.begin() + row.draft);
-    sampling::SampleInput in;
-    in.params = &req.params;
-    in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
-    in.output = output;
-    if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
-    in.seed = req.seed;
-    in.stream = static_cast<uint64_t>(seq.index);
-    in.position = row.position + 1;
-    ops::DrawRow p = sampling::draw_params(in, vocab, job.draws.adjust);
+    ops::DrawRow p = sampling::draw_params(sample_input(seq, output, row.position + 1), vocab, job.draws.adjust);
     if (seq.grammar) {
       seq.grammar->fill_bitmask(mask, vocab);
       p.mask = static_cast<int32_t>(job.draws.masks.size() / mask.size());
@@ -347,6 +339,19 @@ void Engine::plan_draws(Job& job) const {
     job.draws.param.push_back(p);
   }
   if (!job.draws.rows.empty()) job.batch.draws = &job.draws;
+}
+
+sampling::SampleInput Engine::sample_input(const Sequence& seq, std::span<const int32_t> output, int64_t position) const {
+  const Request& req = *seq.request;
+  sampling::SampleInput in;
+  in.params = &req.params;
+  in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
+  in.output = output;
+  if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
+  in.seed = req.seed;
+  in.stream = static_cast<uint64_t>(seq.index);
+  in.position = position;
+  return in;
 }
 
 std::span<const float> Engine::row_logits(const Job& job, size_t row) const {

@@ -162,6 +162,8 @@ class Engine {
   void add_drafts(std::vector<ScheduledChunk>& chunks);
   void verify(const Job& job, size_t first_row, std::vector<sampling::SampleOutput>& out, std::vector<float>& scratch);
   std::span<const float> row_logits(const Job& job, size_t row) const;
+  // The sampler's input (no logits, no mask) for the token of `seq` at `position`, after `output`.
+  sampling::SampleInput sample_input(const Sequence& seq, std::span<const int32_t> output, int64_t position) const;
   void land_verification(const ScheduledChunk& ch, int emitted);  // rollback of rejected drafts, metrics
   void draft_next(const std::vector<Sequence*>& landed);
   void take_draft(Sequence& seq, spec::Draft draft);

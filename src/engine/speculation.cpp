@@ -119,7 +119,6 @@ void Engine::verify(const Job& job, size_t first_row, std::vector<sampling::Samp
   const Job::Row& row = job.rows[first_row];
   const ScheduledChunk& ch = job.chunks[row.chunk];
   const Sequence& seq = *ch.seq;
-  const Request& req = *seq.request;
   const int64_t vocab = model_->vocab_size();
   std::vector<int32_t> output(seq.tokens.begin() + seq.prompt_len(), seq.tokens.begin() + row.position + 1);
   std::vector<uint32_t> mask;
@@ -136,15 +135,8 @@ void Engine::verify(const Job& job, size_t first_row, std::vector<sampling::Samp
       out.push_back(sampling::drawn_sample(job.draws.token[-1 - slot], job.draws.logprob[-1 - slot], row.position + 1 + j));
       return out.back().token;
     }
-    sampling::SampleInput in;
+    sampling::SampleInput in = sample_input(seq, output, row.position + 1 + j);
     in.logits = row_logits(job, first_row + j);
-    in.params = &req.params;
-    in.prompt = std::span<const int32_t>(seq.tokens.data(), seq.prompt_len());
-    in.output = output;
-    if (!req.params.ignore_eos) in.eos_token_ids = options_.eos_token_ids;
-    in.seed = req.seed;
-    in.stream = static_cast<uint64_t>(seq.index);
-    in.position = row.position + 1 + j;
     if (seq.grammar) {
       seq.grammar->fill_bitmask(mask, vocab);
       in.allowed_bitmask = &mask;

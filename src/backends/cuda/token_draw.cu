@@ -61,53 +61,27 @@ struct Shared {
   unsigned long long carry;
 };
 
-// The key of the k-th best token (by draw_rank_key) among those with x > -inf and key >= floor.
-__device__ uint64_t kth_key(const float* x, int64_t vocab, int64_t k, uint64_t floor, Shared& sh) {
+// Radix select over ops::draw_rank_key, 8 bits a pass from the top: the key K of the token that ends the
+// shortest best-first run of the tokens with x > -inf and key >= floor for which reached(the run's total
+// weight) holds. weight(t): the token's count (top-k) or mass (top-p), summed in shared-memory
+// histograms (integers: exact in any order).
+template <class Weight, class Reached>
+__device__ uint64_t select_key(const float* x, int64_t vocab, uint64_t floor, Weight weight, Reached reached,
+                               Shared& sh) {
   uint64_t prefix = 0, fixed = 0;  // the key bits decided so far, and which bits those are
+  unsigned long long above = 0;    // weight of the tokens ranked before the prefix's bucket
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += kDrawThreads) sh.hist[b] = 0;
     __syncthreads();
     for (int64_t t = threadIdx.x; t < vocab; t += kDrawThreads) {
       if (x[t] == -kInf) continue;
       const uint64_t key = ops::draw_rank_key(x[t], static_cast<int32_t>(t));
-      if (key >= floor && (key & fixed) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255], 1ull);
+      if (key >= floor && (key & fixed) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255], weight(t));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       int d = 255;
-      for (; d > 0 && static_cast<int64_t>(sh.hist[d]) < k; --d) k -= static_cast<int64_t>(sh.hist[d]);
-      sh.chosen = static_cast<uint64_t>(d);
-      sh.carry = static_cast<unsigned long long>(k);
-    }
-    __syncthreads();
-    prefix |= sh.chosen << shift;
-    fixed |= uint64_t{255} << shift;
-    k = static_cast<int64_t>(sh.carry);
-    __syncthreads();
-  }
-  return prefix;
-}
-
-// The key of the token that crosses top_p: the shortest best-first prefix of the tokens with x > -inf
-// and key >= floor whose mass reaches top_p of theirs ends at it.
-__device__ uint64_t nucleus_key(const float* x, int64_t vocab, float best, float top_p, uint64_t floor, Shared& sh) {
-  uint64_t mine = 0;
-  for (int64_t t = threadIdx.x; t < vocab; t += kDrawThreads)
-    if (x[t] != -kInf && ops::draw_rank_key(x[t], static_cast<int32_t>(t)) >= floor) mine += ops::draw_mass(x[t], best);
-  const uint64_t total = reduce_sum(mine, sh.u);
-  uint64_t prefix = 0, fixed = 0, above = 0;  // above: mass of the tokens ranked before the prefix
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kDrawThreads) sh.hist[b] = 0;
-    __syncthreads();
-    for (int64_t t = threadIdx.x; t < vocab; t += kDrawThreads) {
-      if (x[t] == -kInf) continue;
-      const uint64_t key = ops::draw_rank_key(x[t], static_cast<int32_t>(t));
-      if (key >= floor && (key & fixed) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255], ops::draw_mass(x[t], best));
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int d = 255;
-      for (; d > 0 && !ops::draw_mass_reaches(above + sh.hist[d], total, top_p); --d) above += sh.hist[d];
+      for (; d > 0 && !reached(above + sh.hist[d]); --d) above += sh.hist[d];
       sh.chosen = static_cast<uint64_t>(d);
       sh.carry = above;
     }
@@ -118,6 +92,25 @@ __device__ uint64_t nucleus_key(const float* x, int64_t vocab, float best, float
     __syncthreads();
   }
   return prefix;
+}
+
+// The key of the k-th best token among those with x > -inf and key >= floor.
+__device__ uint64_t kth_key(const float* x, int64_t vocab, int64_t k, uint64_t floor, Shared& sh) {
+  return select_key(
+      x, vocab, floor, [](int64_t) { return 1ull; },
+      [k](unsigned long long n) { return static_cast<int64_t>(n) >= k; }, sh);
+}
+
+// The key of the token that crosses top_p: the shortest best-first prefix of the tokens with x > -inf
+// and key >= floor whose mass reaches top_p of theirs ends at it.
+__device__ uint64_t nucleus_key(const float* x, int64_t vocab, float best, float top_p, uint64_t floor, Shared& sh) {
+  uint64_t mine = 0;
+  for (int64_t t = threadIdx.x; t < vocab; t += kDrawThreads)
+    if (x[t] != -kInf && ops::draw_rank_key(x[t], static_cast<int32_t>(t)) >= floor) mine += ops::draw_mass(x[t], best);
+  const uint64_t total = reduce_sum(mine, sh.u);
+  return select_key(
+      x, vocab, floor, [x, best](int64_t t) { return static_cast<unsigned long long>(ops::draw_mass(x[t], best)); },
+      [total, top_p](unsigned long long m) { return ops::draw_mass_reaches(m, total, top_p); }, sh);
 }
 
 __global__ void draw_tokens_kernel(const float* __restrict__ x, int64_t vocab, const int32_t* __restrict__ rows,
