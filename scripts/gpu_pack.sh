@@ -8,7 +8,7 @@ build="${1:-build-cuda}"
 rm -rf .gpu_model && mkdir -p .gpu_model/lib .gpu_model/tok
 for t in backends_ops_test backends_cuda_test backends_cuda_kernels_test parallel_nccl_communicator_test \
          test_v41_goldens test_v41_rollback_and_batching test_v41_image_tokens speculation_v41_test \
-         test_vision_tower test_vision_logits test_vision_engine test_v41_dummy_weights test_v4_cuda test_v41_cuda test_v4_goldens test_v4_rollback test_v4_batching \
+         test_vision_tower test_vision_logits test_vision_engine test_v41_dummy_weights test_v41_engram test_v4_cuda test_v41_cuda test_v4_goldens test_v4_rollback test_v4_batching \
          deepinfer bench_v41_batch bench_v41_shapes; do
   f=$(find "$build" -name "$t" -type f -executable | head -1)
   [[ -n "$f" ]] && cp "$f" .gpu_model/ || echo "missing: $t"

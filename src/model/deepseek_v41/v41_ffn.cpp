@@ -74,17 +74,28 @@ void V41Model::expert_ffn(const V41Expert& ex, const float* x, int64_t m, const 
 // The tables stay memory-mapped and are not scanned at load (the release's are ~92 GiB each): each gathered
 // row is checked here instead, with the product the gather computes, so a NaN code, a NaN scale or a scale
 // that overflows a value fails the requests that reach that row (the engine isolates them), never silently.
+// Each table row a forward gathers is checked once (a bit per row remembers it): its e4m3 codes and UE8M0
+// scales must give finite products. Byte tests decide all but the largest scales: e4m3 NaN is 0x7f / 0xff,
+// a UE8M0 NaN 0xff, and only a scale of 2^120 or more can overflow 448 x scale.
 void V41Model::check_engram_rows(int64_t l, const std::vector<int64_t>& ids) const {
   const V41Block& B = blocks_[l];
   const int64_t ehd = c_.engram_head_dim;
   for (int64_t row : ids) {
     check(row >= 0 && row < B.e_rows, "engram: row id ", row, " outside the table of ", B.e_rows, " rows");
+    std::atomic<uint64_t>& word = B.e_checked[static_cast<size_t>(row >> 6)];
+    const uint64_t bit = uint64_t{1} << (row & 63);
+    if (word.load(std::memory_order_relaxed) & bit) continue;
     const uint8_t *w = B.e_table + row * ehd, *sc = B.e_scale + row * (ehd / 32);
-    for (int64_t d = 0; d < ehd; ++d)
-      if (!std::isfinite(e4m3_to_float(w[d]) * e8m0_to_float(sc[d / 32])))
+    for (int64_t d = 0; d < ehd; ++d) {
+      const uint8_t code = w[d], scale = sc[d / 32];
+      const bool bad = (code & 0x7f) == 0x7f || scale == 0xff ||
+                       (scale >= 247 && !std::isfinite(e4m3_to_float(code) * e8m0_to_float(scale)));
+      if (bad)
         fail("engram: layer ", l, "'s table (engram.embed.weight / .scale) holds a non-finite value at row ", row,
-             ", element ", d, " (code 0x", std::hex, int{w[d]}, ", scale 0x", int{sc[d / 32]}, std::dec,
+             ", element ", d, " (code 0x", std::hex, int{code}, ", scale 0x", int{scale}, std::dec,
              "): the checkpoint is corrupt");
+    }
+    word.fetch_or(bit, std::memory_order_relaxed);
   }
 }
 

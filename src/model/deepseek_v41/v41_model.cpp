@@ -165,6 +165,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
     B.e_table = w.raw(p + "engram.embed.weight", DType::F8_E4M3, {rows, ehd}, keep);
     B.e_scale = w.raw(p + "engram.embed.scale", DType::F8_E8M0, {rows, ehd / 32}, keep);
     B.e_rows = rows;
+    B.e_checked = std::vector<std::atomic<uint64_t>>(static_cast<size_t>((rows + 63) / 64));
     B.e_wkv = load_linear(mem, w, p + "engram.wkv", (hc + 1) * D, cols * ehd);
     std::vector<float> q = w.floats(p + "engram.q_weight", {hc, D}), k = w.floats(p + "engram.k_weight", {hc, D});
     for (int64_t i = 0; i < hc * D; ++i) q[i] *= k[i];

@@ -9,6 +9,7 @@
 // each layer at once: one GEMM per projection for all rows; only the per-sequence parts (compressor
 // carry, indexer scores over the sequence's keys, window lists) loop over sequences.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@ struct V41Block {
   const uint8_t* e_scale = nullptr;  // F8_E8M0 [rows, head_dim / 32]
   int64_t e_rows = 0;
   Buffer e_device;                   // the table then its scales, on the model's device (empty: on the host)
+  mutable std::vector<std::atomic<uint64_t>> e_checked;  // a bit per row: found finite (V41Model::check_engram_rows)
   // DSpark stage extras
   V41Linear main_proj;
   Param main_norm, final_norm, markov_embed;
