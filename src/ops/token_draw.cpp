@@ -7,12 +7,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Larger value first; equal values: lower token id first (the order of draw_rank_key).
-struct ByRank {
-  const float* v;
-  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
-};
-
 // Reorders idx[0, n) so that idx[0, k) is the shortest best-first prefix whose mass reaches top_p of
 // the mass of all n; returns k. Quickselect on the mass (O(n) expected instead of a full sort); the
 // masses are integers, so the prefix found does not depend on the order they were added in.

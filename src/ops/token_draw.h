@@ -75,6 +75,12 @@ DEEPINFER_HOST_DEVICE inline uint64_t draw_rank_key(float v, int32_t token) {
   return (static_cast<uint64_t>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(token));
 }
 
+// Host ranking of tokens by their values in v: larger first, then lower id (the order of draw_rank_key).
+struct ByRank {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+};
+
 // The top-p mass of a token: exp(x - best) (in (0, 1]) in whole units of 2^-32, rounded down. A row's
 // total stays below 2^49, so sums and their doubles are exact.
 DEEPINFER_HOST_DEVICE inline uint64_t draw_mass(float x, float best) {

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <map>
 
 #include "core/error.h"
 #include "ops/token_draw.h"
@@ -16,12 +15,6 @@ constexpr const char* kNanLogits = "the model produced NaN logits";
 constexpr const char* kNoToken = "no token is allowed at position ";
 
 double log_normalizer(std::span<const float> row) { return ops::log_normalizer(row.data(), static_cast<int64_t>(row.size())); }
-
-// Larger value first; equal values: lower token id first (deterministic ties).
-struct ByValueDesc {
-  const float* v;
-  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
-};
 
 void check_no_nan(std::span<const float> row) {
   for (float v : row) check(!std::isnan(v), kNanLogits);
@@ -36,10 +29,10 @@ PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token,
   std::vector<int32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0);
   int k = std::clamp<int>(top_n, 0, static_cast<int>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), ByValueDesc{logits.data()});
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), ops::ByRank{logits.data()});
   int rank = 1;  // the chosen token's rank: how many entries rank before it, plus one
   for (size_t t = 0; t < logits.size(); ++t)
-    if (ByValueDesc{logits.data()}(static_cast<int32_t>(t), token)) ++rank;
+    if (ops::ByRank{logits.data()}(static_cast<int32_t>(t), token)) ++rank;
   PositionLogprobs out{{token, lp(token), rank}};
   for (int i = 0; i < k; ++i)
     if (idx[i] != token) out.push_back({idx[i], lp(idx[i]), i + 1});
@@ -63,12 +56,19 @@ ops::DrawRow draw_params(const SampleInput& in, int64_t vocab, std::vector<ops::
   r.repetition_penalty = p.repetition_penalty;
   r.presence_penalty = p.presence_penalty;
   r.frequency_penalty = p.frequency_penalty;
-  // One entry per touched token (sorted by token, so the list is a pure function of the request).
-  std::map<int32_t, ops::DrawAdjust> touched;
+  // One entry per touched token, in the order tokens are first touched (a pure function of the request).
+  // at[t]: token t's entry, -1 for none; kept across calls (reset for the tokens touched), so a row costs
+  // its prompt and output tokens, not the vocabulary.
+  thread_local std::vector<int32_t> at;
+  if (static_cast<int64_t>(at.size()) < vocab) at.resize(static_cast<size_t>(vocab), -1);
+  r.adjust_begin = static_cast<int32_t>(adjust.size());
   auto entry = [&](int32_t t) -> ops::DrawAdjust& {
-    ops::DrawAdjust& a = touched[t];
-    a.token = t;
-    return a;
+    if (at[t] < 0) {
+      at[t] = static_cast<int32_t>(adjust.size());
+      adjust.push_back({});
+      adjust.back().token = t;
+    }
+    return adjust[at[t]];
   };
   for (auto [t, b] : p.logit_bias)
     if (t >= 0 && t < vocab) entry(t).bias = b, entry(t).flags |= ops::DrawAdjust::kBias;
@@ -81,9 +81,8 @@ ops::DrawRow draw_params(const SampleInput& in, int64_t vocab, std::vector<ops::
       for (int32_t t : span) if (t >= 0 && t < vocab) entry(t).flags |= ops::DrawAdjust::kSeen;
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
     for (int32_t t : in.output) if (t >= 0 && t < vocab) ++entry(t).count;
-  r.adjust_begin = static_cast<int32_t>(adjust.size());
-  for (const auto& [t, a] : touched) adjust.push_back(a);
   r.adjust_end = static_cast<int32_t>(adjust.size());
+  for (int32_t e = r.adjust_begin; e < r.adjust_end; ++e) at[adjust[e].token] = -1;
   return r;
 }
 
