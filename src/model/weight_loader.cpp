@@ -40,7 +40,15 @@ const io::Checkpoint& WeightLoader::checkpoint() const {
 bool WeightLoader::has(const std::string& name) const { return dummy() || ckpt_->contains(translate_(name)); }
 
 std::vector<float> WeightLoader::floats(const std::string& name, const std::vector<int64_t>& shape) const {
-  if (dummy()) return dummy_floats(dummy_.seed, name, shape);
+  if (dummy()) {
+    std::vector<float> v = dummy_floats(dummy_.seed, name, shape);
+    // The release stores float tensors as BF16 but the mHC parameters, attn_sink and the gate biases (F32).
+    const bool f32 = name.find("hc_") != std::string::npos || name.find("attn_sink") != std::string::npos ||
+                     name.find("gate.bias") != std::string::npos;
+    if (!f32)
+      for (float& x : v) x = round_to_bf16(x);
+    return v;
+  }
   return finite(ckpt_->read_f32(translate_(name), shape), *ckpt_, translate_(name));
 }
 

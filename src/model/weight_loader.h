@@ -43,14 +43,14 @@ struct StoredMatrix {
 // benchmarks of shapes no checkpoint here has (vLLM's --load-format dummy). Projections are FP8 e4m3
 // with UE8M0 scales per fp8 block (codes of magnitude <= 1.875, scale ~ 1 / sqrt(k)); names with
 // `fp4_infix` (the routed experts) are MXFP4, those with a `float_infixes` entry float; norm weights are 1; other float tensors uniform in
-// +-1/sqrt(last dim). Deterministic in (seed, name), generated in parallel on the host.
+// +-1/sqrt(last dim), rounded to bf16 as the release stores them (but the mHC parameters, attn_sink, gate biases: F32). Deterministic in (seed, name), generated in parallel on the host.
 struct DummyWeights {
   uint64_t seed = 0;
   std::string fp4_infix = ".ffn.experts.";  // empty: no MXFP4
   // Projections the release stores as BF16 (spec §7.2's precision map): float matrices here.
   // Their values are bf16s (the release's dtype). "head" also names the LM head.
   std::vector<std::string> float_infixes = {".compressor.", ".indexer.wk", ".indexer.weights_proj", ".markov_head.",
-                                            ".confidence_head.", "head"};
+                                            ".confidence_head.", "head", ".ffn.gate."};
 };
 
 class WeightLoader {

@@ -151,6 +151,12 @@ class Backend : public DeviceMemory {
   // quantization: linear()'s bits for kF32; kBf16 sums x (bf16 values here, as in the reference) times
   // the bf16 weight in fp32 in the backend's own order (the CPU: linear() on the widened weight).
   virtual void linear_plain(const float* x, int64_t m, const QWeight& w, float* y);
+  // Block-diagonal linear_plain (the DeepSeek attention's grouped wo_a): w stacks `groups` matrices
+  // [R, k] (w.n = groups * R, w.k = k); row i of x holds groups * k channels, group g's k channels times
+  // matrix g give columns [g * R, (g + 1) * R) of y [m, groups * R], each as linear_plain gives them,
+  // rounded to bf16 when bf16_out.
+  virtual void linear_block_diag(const float* x, int64_t m, const QWeight& w, int64_t groups, bool bf16_out,
+                                 float* y) = 0;
   // The format this backend keeps a weight stored as `stored` in (the CPU dequantizes at load).
   virtual WeightType weight_format(WeightType stored) const { return stored; }
   // On: every op gives a row the same bits whatever the batch size (kernels whose reduction order
@@ -166,6 +172,10 @@ class Backend : public DeviceMemory {
   // models keep in their state arena (the writes of a state row of a BF16 row kind).
   virtual void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
                                  const int32_t* dst_idx) = 0;
+  // copy_rows from bf16 rows (bits), widened exactly: the gather of tables kept in their stored BF16
+  // (the token embedding).
+  virtual void copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                                   const int32_t* dst_idx) = 0;
   // Strided block copy: dst[r * dst_ld + c] = src[r * src_ld + c] for r < rows, c < width.
   virtual void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) = 0;
   virtual void fill(float* x, int64_t n, float value) = 0;

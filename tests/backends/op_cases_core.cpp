@@ -175,6 +175,27 @@ std::vector<OpCase> core_op_cases() {
                                             r.out<float>("bf16 " + shape({m, k, n}), m * n));
                  }
                }});
+  // Block-diagonal (the attention's grouped wo_a): each group as linear_plain; the CPU's bits when exact
+  // (the CPU order on strided rows); else a few fp32 ulps, one bf16 ulp where bf16_out rounds them apart.
+  // Decode (the GEMV: 1 row a block, 2 and 4 rows a block), batch-invariant chunks and prefill (cuBLAS).
+  for (bool bf16_out : {false, true})
+    c.push_back({"linear_block_diag", bf16_out ? "linear_block_diag_bf16_out" : "linear_block_diag",
+                 linear_tol == 0 ? 0 : (bf16_out ? 4e-3 : 1e-5), [bf16_out](OpRun& r) {
+                   for (auto [m, G, R, k] : {std::tuple{1L, 8L, 64L, 256L}, std::tuple{2L, 4L, 300L, 128L},
+                                             std::tuple{3L, 8L, 1024L, 64L}, std::tuple{11L, 3L, 96L, 512L},
+                                             std::tuple{40L, 8L, 128L, 256L}}) {
+                     auto xh = r.uniform(m * G * k), wh = r.uniform(G * R * k);
+                     std::vector<uint16_t> bits(wh.size());
+                     for (auto& v : xh) v = round_to_bf16(v);
+                     for (size_t i = 0; i < wh.size(); ++i) wh[i] = bf16_to_float(bits[i] = float_to_bf16(wh[i]));
+                     const float* x = r.in(xh);
+                     const std::string s = shape({m, G, R, k});
+                     r.backend().linear_block_diag(x, m, {ops::WeightType::kF32, r.in(wh), nullptr, G * R, k, 0}, G,
+                                                   bf16_out, r.out<float>("f32 " + s, m * G * R));
+                     r.backend().linear_block_diag(x, m, {ops::WeightType::kBf16, r.in(bits), nullptr, G * R, k, 0}, G,
+                                                   bf16_out, r.out<float>("bf16 " + s, m * G * R));
+                   }
+                 }});
   // bit for bit (cpu::dot's order) under DEEPINFER_FP8_GEMM=exact; else a device may sum as a tree
   c.push_back({"rms_norm", "rms_norm", linear_tol == 0 ? 0 : 1e-6,
                [](OpRun& r) {

@@ -68,6 +68,25 @@ std::vector<OpCase> deepseek_op_cases() {
                    }
                  }
                }});
+  // Widening: every bf16 bit pattern, NaNs and infinities included, as the CPU's bf16_to_float (bits compared).
+  c.push_back({"copy_rows_from_bf16", "copy_rows_from_bf16", 0, [](OpRun& r) {
+                 for (int64_t width : {0, 1, 33, 512}) {
+                   const int64_t n = 37, rows = 50;
+                   std::vector<uint16_t> h(rows * width);
+                   for (auto& b : h) b = static_cast<uint16_t>(r.rng()());
+                   const uint16_t* src = r.in(h);
+                   std::vector<int32_t> si(n), di(rows);
+                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
+                   std::iota(di.begin(), di.end(), 0);
+                   std::shuffle(di.begin(), di.end(), r.rng());
+                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   for (int mode = 0; mode < 4; ++mode) {
+                     float* dst = r.inout(label("w", width) + label(" mode ", mode), r.uniform(rows * width));
+                     r.backend().copy_rows_from_bf16(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
+                                                     mode & 2 ? r.in(di) : nullptr);
+                   }
+                 }
+               }});
   c.push_back({"copy_2d,fill,scale,add", "copy_fill_scale_add", 0, [](OpRun& r) {
                  const int64_t rows = 9, width = 13, sld = 20, dld = 17;
                  const float* src = r.in(r.uniform(rows * sld));

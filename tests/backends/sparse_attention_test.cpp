@@ -38,11 +38,17 @@ class SparseAttentionTest : public ktest::KernelTest {
 // on the other side of a bf16 rounding step than the reference (each such flip moves that p by 2^-8
 // relative; in the fp32 CUDA op's test these flips measured 7.3e-5): 3e-4 as the op table allows. A bf16
 // output adds its own rounding (up to 2^-9 relative per element, ~1e-3 in the norm): 4e-3. A wrong row,
-// head, mask or rescale is of order 1.
+// head, mask or rescale is of order 1. Split over the index list (decode), the same bounds: each split
+// rounds its probabilities against its own running max, which moves them by the same bf16 steps.
 TEST_F(SparseAttentionTest, MatchesOnlineReference) {
-  struct Case { int64_t tokens, heads, k; };
+  struct Case { int64_t tokens, heads, k, splits; };
+  EXPECT_EQ(cuda::sparse_attention_splits(1, 64, 640, 132), 10);  // one CTA: a split per chunk
+  EXPECT_EQ(cuda::sparse_attention_splits(32, 64, 640, 132), 4);  // 32 CTAs x 4 splits of 3, 3, 3, 1 chunks
+  EXPECT_EQ(cuda::sparse_attention_splits(128, 64, 640, 132), 1);
+  EXPECT_EQ(cuda::sparse_attention_splits(1, 64, 64, 132), 1);  // one chunk
   for (const bool f32 : {false, true})
-    for (const Case cs : {Case{5, 64, 100}, Case{3, 128, 640}, Case{2, 64, 64}, Case{2, 64, 7}}) {
+    for (const Case cs : {Case{5, 64, 100, 1}, Case{3, 128, 640, 1}, Case{2, 64, 64, 1}, Case{2, 64, 7, 1},
+                          Case{1, 64, 640, 10}, Case{3, 128, 640, 4}, Case{2, 64, 100, 2}, Case{2, 64, 200, 8}}) {
       const int64_t T = cs.tokens, H = cs.heads, K = cs.k, D = 512, N = 300, F = 20;
       std::vector<uint16_t> qb, pb, fb;
       std::vector<float> qf, pf, ff;
@@ -74,6 +80,8 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
       a.idx = didx.get(), a.k = K, a.sink = dsink.get(), a.scale = scale;
       a.out = f32 ? static_cast<void*>(doutf.get()) : dout.get();
       a.tokens = T, a.heads = H, a.dim = D, a.f32 = f32;
+      DevBuf<float> partial(cuda::sparse_attention_partial_bytes(T, H, cs.splits) / sizeof(float));
+      a.splits = cs.splits, a.partial = cs.splits > 1 ? partial.get() : nullptr;
       cuda::sparse_attention_bf16(a, nullptr);
       std::vector<float> got(T * H * D);
       if (f32) {
@@ -91,14 +99,14 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
         den += static_cast<double>(ref[i]) * ref[i];
       }
       const double rel = den > 0 ? std::sqrt(num / den) : 0;
-      std::printf("[ sparse_attention_bf16 %s t %lld h %lld k %lld ] rel err %.3e, %lld non-finite, %lld nonzero in the empty token\n",
+      std::printf("[ sparse_attention_bf16 %s t %lld h %lld k %lld splits %lld ] rel err %.3e, %lld non-finite, %lld nonzero in the empty token\n",
                   f32 ? "fp32 io" : "bf16 io", static_cast<long long>(T), static_cast<long long>(H),
-                  static_cast<long long>(K), rel, static_cast<long long>(nonfinite),
+                  static_cast<long long>(K), static_cast<long long>(cs.splits), rel, static_cast<long long>(nonfinite),
                   static_cast<long long>(empty_nonzero));
       EXPECT_EQ(nonfinite, 0) << "seed " << seed_;
       EXPECT_EQ(empty_nonzero, 0) << "seed " << seed_;
       EXPECT_LE(rel, f32 ? 3e-4 : 4e-3) << (f32 ? "fp32" : "bf16") << " t " << T << " h " << H << " k " << K
-                                        << " seed " << seed_;
+                                        << " splits " << cs.splits << " seed " << seed_;
     }
 }
 

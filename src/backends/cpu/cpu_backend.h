@@ -37,6 +37,8 @@ class CpuBackend final : public ops::Backend {
   // quantized weights (cpu_quant_ops.cpp): kept dequantized
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
   void linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) override;
+  void linear_block_diag(const float* x, int64_t m, const ops::QWeight& w, int64_t groups, bool bf16_out,
+                         float* y) override;
   ops::WeightType weight_format(ops::WeightType) const override { return ops::WeightType::kF32; }
 
   // memory (host memory: the CPU backend's device is the host)
@@ -51,6 +53,8 @@ class CpuBackend final : public ops::Backend {
   // data movement (cpu_data_ops.cpp)
   void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                  const int32_t* dst_idx) override;
+  void copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                           const int32_t* dst_idx) override;
   void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
                          const int32_t* dst_idx) override;
   void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;

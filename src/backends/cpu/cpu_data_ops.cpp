@@ -37,6 +37,15 @@ void CpuBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int
   }
 }
 
+void CpuBackend::copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width,
+                                     float* dst, const int32_t* dst_idx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+    if (s >= 0 && d >= 0)
+      for (int64_t c = 0; c < width; ++c) dst[d * width + c] = bf16_to_float(src[s * width + c]);
+  }
+}
+
 void CpuBackend::copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
 }

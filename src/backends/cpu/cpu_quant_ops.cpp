@@ -1,6 +1,7 @@
 // The CPU backend's quantized linear: the reference's act_quant + block-scaled GEMM on dequantized
 // weights. The CPU keeps weights dequantized (weight_format: kF32); a stored-format QWeight is
 // dequantized for the call.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -51,6 +52,24 @@ void CpuBackend::linear_plain(const float* x, int64_t m, const ops::QWeight& w, 
   wf.resize(w.n * w.k);
   dequantize(w, wf.data());
   linear(x, m, w.k, wf.data(), w.n, y);
+}
+
+void CpuBackend::linear_block_diag(const float* x, int64_t m, const ops::QWeight& w, int64_t groups, bool bf16_out,
+                                   float* y) {
+  check(groups > 0 && w.n % groups == 0, "linear_block_diag: ", w.n, " rows do not split into ", groups, " groups");
+  const int64_t G = groups, R = w.n / G, k = w.k;
+  thread_local std::vector<float> xg, yg;  // one group's columns, contiguous
+  xg.resize(m * k);
+  yg.resize(m * R);
+  ops::QWeight stack = w;
+  stack.n = R;
+  stack.groups = G;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t i = 0; i < m; ++i) std::copy_n(x + (i * G + g) * k, k, xg.data() + i * k);
+    linear_plain(xg.data(), m, stack.group(g), yg.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < R; ++j) y[(i * G + g) * R + j] = bf16_out ? round_to_bf16(yg[i * R + j]) : yg[i * R + j];
+  }
 }
 
 void CpuBackend::linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) {

@@ -722,6 +722,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const int dev = impl_->device;
   check_cuda(cudaDeviceGetAttribute(&impl_->max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
              "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&impl_->sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   check_cuda(cudaStreamCreate(&impl_->stream), "cudaStreamCreate");
   check_cublas(cublasCreate(&impl_->blas), "cublasCreate");
   check_cublas(cublasSetStream(impl_->blas, impl_->stream), "cublasSetStream");
@@ -1024,6 +1025,10 @@ void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_
     SparseAttnArgs a;
     a.q = q, a.pool = pool, a.ld_pool = dim, a.fresh = fresh, a.ld_fresh = dim, a.idx = idx, a.k = k;
     a.sink = sink, a.scale = scale, a.out = out, a.tokens = tokens, a.heads = heads, a.dim = dim, a.f32 = true;
+    // Decode leaves most SMs idle at one CTA per (token, 64 heads): split the index list over them. The
+    // split depends on the batch's size, so batch-invariant mode never splits.
+    if (!impl_->batch_invariant) a.splits = sparse_attention_splits(tokens, heads, k, impl_->sms);
+    if (a.splits > 1) a.partial = static_cast<float*>(impl_->workspace(sparse_attention_partial_bytes(tokens, heads, a.splits)));
     sparse_attention_bf16(a, impl_->stream);
     return;
   }

@@ -70,6 +70,8 @@ class CudaBackend final : public ops::Backend {
   // Weights stay stored (FP8 / MXFP4); the call dequantizes into scratch (quant_linear.cu).
   void linear_quant(const float* x, int64_t m, const ops::QWeight& w, int64_t act_block, float* y) override;
   void linear_plain(const float* x, int64_t m, const ops::QWeight& w, float* y) override;
+  void linear_block_diag(const float* x, int64_t m, const ops::QWeight& w, int64_t groups, bool bf16_out,
+                         float* y) override;
   void linear_quant_grouped(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets, int64_t max_rows,
                             int64_t act_block, float* y) override;
   void set_batch_invariant(bool on) override;
@@ -81,6 +83,8 @@ class CudaBackend final : public ops::Backend {
   // fp32 operation order; selections (top-k) identical to the CPU's torch_topk, ties included.
   void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                  const int32_t* dst_idx) override;
+  void copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
+                           const int32_t* dst_idx) override;
   void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
                          const int32_t* dst_idx) override;
   void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;

@@ -56,6 +56,7 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   int max_smem_optin = 48 * 1024;
+  int sms = 1;  // streaming multiprocessors
   int attention_kernel = CudaBackend::kAttnAuto;
   bool linear_gemv = true;
   bool batch_invariant = false;  // fixed reduction orders (fp8_gemm never splits K)

@@ -47,14 +47,33 @@ struct Chunk<float> {
   }
 };
 
-// MM: the largest m this instance serves (rows i >= m are skipped, uniformly); R: weight rows per block.
+// The shape of one launch: x rows x_ld chunks apart; weight rows [g * group, (g + 1) * group) read the
+// channels [g * kv, (g + 1) * kv) of each x row (block-diagonal; group = n: a plain GEMV); bf16: the
+// outputs rounded to bf16 (the reference GEMM's dtype).
+struct GemvShape {
+  int m;
+  int64_t kv, x_ld;
+  int n, group;
+  bool bf16;
+};
+
+__device__ __forceinline__ float round_bf16_out(float v) {  // RNE, NaN -> canonical NaN (core/dtype.h)
+  if (isnan(v)) return __uint_as_float(0x7fc00000u);
+  const uint32_t u = __float_as_uint(v);
+  return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+// MM: the largest m this instance serves (rows i >= m are skipped, uniformly); R: weight rows per block
+// (all in one group).
 template <typename T, int MM, int R>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict__ x, int m, int64_t kv,
-                                                           const T* __restrict__ w, int n, float* __restrict__ y) {
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict__ x, GemvShape sh,
+                                                           const T* __restrict__ w, float* __restrict__ y) {
   constexpr int E = Chunk<T>::E;
   __shared__ float red[kGemvWarps][MM * R];
+  const int m = sh.m, n = sh.n;
+  const int64_t kv = sh.kv;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * R;
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const uint4* xv = reinterpret_cast<const uint4*>(x) + (j0 / sh.group) * kv;
   const uint4* wv[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // rows past n re-read row n - 1; their sums are dropped
@@ -76,7 +95,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict_
     for (int i = 0; i < MM; ++i) {
       if (i < m) {
         float xf[E];
-        Chunk<T>::unpack(__ldg(xv + i * kv + c), xf);
+        Chunk<T>::unpack(__ldg(xv + i * sh.x_ld + c), xf);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -119,33 +138,33 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict_
       float s = red[0][threadIdx.x];
 #pragma unroll
       for (int q = 1; q < kGemvWarps; ++q) s += red[q][threadIdx.x];
-      y[static_cast<int64_t>(i) * n + j0 + r] = s;
+      y[static_cast<int64_t>(i) * n + j0 + r] = sh.bf16 ? round_bf16_out(s) : s;
     }
   }
 }
 
 template <typename T, int MM>
-void launch_mm(const T* x, int m, int64_t kv, const T* w, int n, float* y, cudaStream_t s) {
+void launch_mm(const T* x, const GemvShape& sh, const T* w, float* y, cudaStream_t s) {
   // >= 2 blocks per SM (132 SMs on the H200) before taking more rows per block.
   constexpr int kMinBlocks = 264;
-  if (n >= 4 * kMinBlocks) {
-    gemv_kernel<T, MM, 4><<<(n + 3) / 4, kGemvThreads, 0, s>>>(x, m, kv, w, n, y);
-  } else if (n >= 2 * kMinBlocks) {
-    gemv_kernel<T, MM, 2><<<(n + 1) / 2, kGemvThreads, 0, s>>>(x, m, kv, w, n, y);
+  const int n = sh.n;
+  const bool one_group = sh.group == n;  // else a block's rows must not cross a group
+  if (n >= 4 * kMinBlocks && (one_group || sh.group % 4 == 0)) {
+    gemv_kernel<T, MM, 4><<<(n + 3) / 4, kGemvThreads, 0, s>>>(x, sh, w, y);
+  } else if (n >= 2 * kMinBlocks && (one_group || sh.group % 2 == 0)) {
+    gemv_kernel<T, MM, 2><<<(n + 1) / 2, kGemvThreads, 0, s>>>(x, sh, w, y);
   } else {
-    gemv_kernel<T, MM, 1><<<n, kGemvThreads, 0, s>>>(x, m, kv, w, n, y);
+    gemv_kernel<T, MM, 1><<<n, kGemvThreads, 0, s>>>(x, sh, w, y);
   }
 }
 
 template <typename T>
-void launch(const T* x, int64_t m, int64_t k, const T* w, int64_t n, float* y, void* stream) {
+void launch(const T* x, const GemvShape& sh, const T* w, float* y, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const int64_t kv = k / Chunk<T>::E;
-  const int mi = static_cast<int>(m), ni = static_cast<int>(n);
-  if (m <= 1) launch_mm<T, 1>(x, mi, kv, w, ni, y, s);
-  else if (m <= 2) launch_mm<T, 2>(x, mi, kv, w, ni, y, s);
-  else if (m <= 4) launch_mm<T, 4>(x, mi, kv, w, ni, y, s);
-  else launch_mm<T, 8>(x, mi, kv, w, ni, y, s);
+  if (sh.m <= 1) launch_mm<T, 1>(x, sh, w, y, s);
+  else if (sh.m <= 2) launch_mm<T, 2>(x, sh, w, y, s);
+  else if (sh.m <= 4) launch_mm<T, 4>(x, sh, w, y, s);
+  else launch_mm<T, 8>(x, sh, w, y, s);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA error in gemv_kernel: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
@@ -159,11 +178,20 @@ bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, in
 }
 
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream) {
-  launch<uint16_t>(x, m, k, w, n, y, stream);
+  const int64_t kv = k / Chunk<uint16_t>::E;
+  launch<uint16_t>(x, {static_cast<int>(m), kv, kv, static_cast<int>(n), static_cast<int>(n), false}, w, y, stream);
+}
+
+void gemv_bf16_block_diag(const uint16_t* x, int64_t m, int64_t k, int64_t groups, const uint16_t* w, int64_t rows,
+                          bool bf16_out, float* y, void* stream) {
+  const int64_t kv = k / Chunk<uint16_t>::E;
+  launch<uint16_t>(x, {static_cast<int>(m), kv, groups * kv, static_cast<int>(groups * rows), static_cast<int>(rows), bf16_out},
+                   w, y, stream);
 }
 
 void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream) {
-  launch<float>(x, m, k, w, n, y, stream);
+  const int64_t kv = k / Chunk<float>::E;
+  launch<float>(x, {static_cast<int>(m), kv, kv, static_cast<int>(n), static_cast<int>(n), false}, w, y, stream);
 }
 
 }  // namespace deepinfer::cuda

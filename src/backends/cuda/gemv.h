@@ -15,6 +15,10 @@ constexpr int64_t kGemvMaxM = 8;
 bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, int64_t elem_bytes);
 // bf16 x, w (uint16 bits), fp32 y and accumulation. Launches on `stream` (a cudaStream_t).
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream);
+// Block-diagonal: w stacks `groups` [rows, k] matrices, x rows hold groups * k channels, y [m, groups * rows]
+// (ops::Backend::linear_block_diag); each output's order as gemv_bf16's; bf16_out rounds the outputs.
+void gemv_bf16_block_diag(const uint16_t* x, int64_t m, int64_t k, int64_t groups, const uint16_t* w, int64_t rows,
+                          bool bf16_out, float* y, void* stream);
 // fp32 x, w (the router gate, the mHC projections at decode).
 void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream);
 

@@ -13,8 +13,8 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kRows = 8, kCols = 32, kChunk = 32;
-__global__ void linear_cpu_order_kernel(const float* __restrict__ x, int m, int k, const float* __restrict__ w, int n,
-                                        float* __restrict__ y) {
+__global__ void linear_cpu_order_kernel(const float* __restrict__ x, int64_t ldx, int m, int k,
+                                        const float* __restrict__ w, int n, float* __restrict__ y, int64_t ldy) {
   __shared__ float xs[kRows][kChunk + 1], ws[kCols][kChunk + 1];
   const int tj = threadIdx.x % kCols, ti = threadIdx.x / kCols;
   const int j = blockIdx.x * kCols + tj, i = blockIdx.y * kRows + ti;
@@ -26,7 +26,7 @@ __global__ void linear_cpu_order_kernel(const float* __restrict__ x, int m, int 
     }
     {
       const int ii = threadIdx.x / kChunk, cc = threadIdx.x % kChunk, gi = blockIdx.y * kRows + ii, gc = c0 + cc;
-      xs[ii][cc] = gi < m && gc < k ? x[static_cast<size_t>(gi) * k + gc] : 0.0f;
+      xs[ii][cc] = gi < m && gc < k ? x[gi * ldx + gc] : 0.0f;
     }
     __syncthreads();
     const int len = min(kChunk, k - c0);  // padded channels are not added (the CPU has none)
@@ -38,15 +38,20 @@ __global__ void linear_cpu_order_kernel(const float* __restrict__ x, int m, int 
     }
     __syncthreads();
   }
-  if (i < m && j < n) y[static_cast<size_t>(i) * n + j] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  if (i < m && j < n) y[i * ldy + j] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
 }  // namespace
 
 void linear_cpu_order(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream) {
+  linear_cpu_order_strided(x, k, m, k, w, n, y, n, stream);
+}
+
+void linear_cpu_order_strided(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+                              int64_t ldy, void* stream) {
   const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), static_cast<unsigned>((m + kRows - 1) / kRows));
   linear_cpu_order_kernel<<<grid, kRows * kCols, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, static_cast<int>(m), static_cast<int>(k), w, static_cast<int>(n), y);
+      x, ldx, static_cast<int>(m), static_cast<int>(k), w, static_cast<int>(n), y, ldy);
   const cudaError_t e = cudaGetLastError();
   check(e == cudaSuccess, "cuda: linear launch failed: ", cudaGetErrorString(e));
 }

@@ -28,6 +28,16 @@ __global__ void copy_rows_to_bf16_kernel(const float* __restrict__ src, const in
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = bf16_bits(src[s * width + c]);
 }
 
+// copy_rows_kernel from bf16 rows, widened exactly.
+__global__ void copy_rows_from_bf16_kernel(const uint16_t* __restrict__ src, const int32_t* __restrict__ src_idx,
+                                           int64_t width, float* __restrict__ dst, const int32_t* __restrict__ dst_idx) {
+  const int64_t i = blockIdx.x;
+  const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+  if (s < 0 || d < 0) return;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+    dst[d * width + c] = __uint_as_float(static_cast<uint32_t>(src[s * width + c]) << 16);
+}
+
 // One thread per 8 bytes: core random_bytes' words in closed form (random_word), masked.
 __global__ void random_fill_kernel(uint8_t* dst, size_t bytes, uint64_t stream, uint8_t and_mask, uint8_t or_mask) {
   const size_t w = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -180,6 +190,16 @@ void CudaBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, in
   copy_rows_to_bf16_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(src, src_idx, width,
                                                                                                    dst, dst_idx);
   check_launch("copy_rows_to_bf16_kernel");
+}
+
+void CudaBackend::copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width,
+                                      float* dst, const int32_t* dst_idx) {
+  check_sizes(n >= 0 && width >= 0 && n <= INT32_MAX, "copy_rows_from_bf16");
+  if (n == 0 || width == 0) return;
+  impl_->bind();
+  copy_rows_from_bf16_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(
+      src, src_idx, width, dst, dst_idx);
+  check_launch("copy_rows_from_bf16_kernel");
 }
 
 void CudaBackend::copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) {

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_internal.cuh"
 #include "backends/cuda/gemv.h"
 #include "backends/cuda/kernels/fp8_gemm.h"
+#include "backends/cuda/linear_f32.h"
 #include "ops/ops.h"
 
 namespace deepinfer::cuda {
@@ -157,6 +158,55 @@ void CudaBackend::linear_plain(const float* x, int64_t m, const ops::QWeight& w,
   if (!invariant_gemv) return linear_bf16(xb, m, w.k, wb, w.n, y);
   for (int64_t r = 0; r < m; r += kGemvMaxM)  // the same order for every row, whatever m
     gemv_bf16(xb + r * w.k, std::min<int64_t>(kGemvMaxM, m - r), w.k, wb, w.n, y + r * w.n, impl_->stream);
+}
+
+// The fast path: x to bf16 once, then one launch for every group: the block-diagonal GEMV at decode sizes
+// (the rounding in its epilogue), else cuBLAS's strided batched bf16 GEMM. The CPU's order (exact, or
+// batch-invariant past the GEMV, or float weights): the weight widened once, each group's columns through
+// linear()'s CPU-order kernel on strided rows.
+void CudaBackend::linear_block_diag(const float* x, int64_t m, const ops::QWeight& w, int64_t groups, bool bf16_out,
+                                    float* y) {
+  impl_->bind();
+  check(groups > 0 && w.n % groups == 0, "linear_block_diag: ", w.n, " rows do not split into ", groups, " groups");
+  check_sizes(m >= 0 && w.n >= 0 && w.k >= 0 && m <= INT32_MAX && w.n <= INT32_MAX && groups * w.k <= INT32_MAX,
+              "linear_block_diag");
+  if (m == 0 || w.n == 0) return;
+  check(w.type == ops::WeightType::kBf16 || w.type == ops::WeightType::kF32,
+        "cuda linear_block_diag: float weights only (kF32, kBf16)");
+  const int64_t G = groups, R = w.n / G, k = w.k, width = G * k;
+  const auto* wb = static_cast<const uint16_t*>(w.data);
+  const bool bf16 = w.type == ops::WeightType::kBf16;
+  const bool gemv = impl_->linear_gemv && bf16 && gemv_fits(wb, 1, k, wb, w.n, 2);
+  if (bf16 && !impl_->exact_gemm && (!impl_->batch_invariant || gemv)) {
+    auto* xb = static_cast<uint16_t*>(impl_->workspace(round_up(static_cast<size_t>(m * width) * 2, 256)));
+    to_bf16_kernel<<<grid_for(m * width, 256), 256, 0, impl_->stream>>>(x, m * width, xb);
+    check_launch("to_bf16_kernel");
+    if (gemv && (impl_->batch_invariant || m <= kLinearBf16GemvMaxM)) {
+      for (int64_t r = 0; r < m; r += kGemvMaxM)  // batch invariant: the same order for every row, whatever m
+        gemv_bf16_block_diag(xb + r * width, std::min<int64_t>(kGemvMaxM, m - r), k, G, wb, R, bf16_out,
+                             y + r * w.n, impl_->stream);
+      return;
+    }
+    // Row-major y_g [m, R] (ld G R) = x_g [m, k] (ld G k) w_g [R, k]^T, column-major as in linear_bf16.
+    const float one = 1.0f, zero = 0.0f;
+    check_cublas(cublasGemmStridedBatchedEx(impl_->blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(R), static_cast<int>(m),
+                                            static_cast<int>(k), &one, wb, CUDA_R_16BF, static_cast<int>(k), R * k, xb,
+                                            CUDA_R_16BF, static_cast<int>(width), k, &zero, y, CUDA_R_32F,
+                                            static_cast<int>(w.n), R, static_cast<int>(G), CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT),
+                 "linear_block_diag (cublasGemmStridedBatchedEx bf16)");
+  } else {
+    const float* wf = static_cast<const float*>(w.data);
+    if (bf16) {
+      auto* d = static_cast<float*>(impl_->workspace(static_cast<size_t>(w.n * k) * sizeof(float)));
+      widen_bf16_kernel<<<grid_for(w.n * k, 256), 256, 0, impl_->stream>>>(wb, w.n * k, d);
+      check_launch("widen_bf16_kernel");
+      wf = d;
+    }
+    for (int64_t g = 0; g < G; ++g)
+      linear_cpu_order_strided(x + g * k, width, m, k, wf + g * R * k, R, y + g * R, w.n, impl_->stream);
+  }
+  if (bf16_out) round_bf16(y, m * w.n);
 }
 
 void CudaBackend::set_batch_invariant(bool on) { impl_->batch_invariant = on; }

@@ -12,6 +12,22 @@ Param to_param(DeviceMemory& mem, const std::vector<float>& v) {
   return {upload_buffer(mem, v.data(), v.size() * sizeof(float)), static_cast<int64_t>(v.size())};
 }
 
+RowTable row_table(ops::Backend& be, const std::vector<float>& f32, int64_t rows, int64_t width) {
+  check(static_cast<int64_t>(f32.size()) == rows * width, "row table: ", f32.size(), " values for ", rows, " x ", width);
+  RowTable t{{}, rows, width, true};
+  std::vector<uint16_t> bits(f32.size());
+  for (size_t i = 0; i < bits.size() && t.bf16; ++i)
+    t.bf16 = bf16_to_float(bits[i] = float_to_bf16(f32[i])) == f32[i] || std::isnan(f32[i]);
+  t.buf = t.bf16 ? upload_buffer(be, bits.data(), bits.size() * sizeof(uint16_t))
+                 : upload_buffer(be, f32.data(), f32.size() * sizeof(float));
+  return t;
+}
+
+void RowTable::gather(ops::Backend& be, const int32_t* idx, int64_t n, float* dst) const {
+  if (bf16) be.copy_rows_from_bf16(static_cast<const uint16_t*>(buf.data()), idx, n, width, dst, nullptr);
+  else be.copy_rows(static_cast<const float*>(buf.data()), idx, n, width, dst, nullptr);
+}
+
 QLinear plain_linear(ops::Backend& be, std::vector<float> f32, int64_t n, int64_t k) {
   QLinear L;
   L.n = n;
@@ -138,23 +154,6 @@ QLinear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vector<
     L.q.scale_ue8m0 = static_cast<const uint8_t*>(L.scale_ue8m0.data());
   }
   return L;
-}
-
-
-void grouped_projection(ops::Backend& be, Workspace& ws, const float* o, int64_t n, const ops::QWeight& w,
-                        int64_t groups, bool bf16, float* u) {
-  const int64_t G = groups, R = w.n / G, gin = w.k;
-  Workspace::Scope scope(ws);
-  Tensor og = ws.f32({n, gin}), ug = ws.f32({n, R});
-  ops::QWeight stack = w;  // [G * R, gin] as G stacked [R, gin] matrices
-  stack.n = R;
-  stack.groups = G;
-  for (int64_t g = 0; g < G; ++g) {
-    be.copy_2d(o + g * gin, G * gin, n, gin, og.f32(), gin);
-    be.linear_plain(og.f32(), n, stack.group(g), ug.f32());
-    if (bf16) be.round_bf16(ug.f32(), n * R);
-    be.copy_2d(ug.f32(), R, n, R, u + g * R, G * R);
-  }
 }
 
 }  // namespace deepinfer::model

@@ -21,6 +21,18 @@ struct Param {
 
 Param to_param(DeviceMemory& mem, const std::vector<float>& host);
 
+// A lookup table [rows, width] (the token embedding) on the backend's device: its stored BF16 where the
+// values are bf16s (the release's dtype: half the bytes and no fp32 copy), else fp32.
+struct RowTable {
+  Buffer buf;
+  int64_t rows = 0, width = 0;
+  bool bf16 = false;
+  // dst row i = table row idx[i] (device I32; < 0 skips), widened to fp32.
+  void gather(ops::Backend& be, const int32_t* idx, int64_t n, float* dst) const;
+};
+
+RowTable row_table(ops::Backend& be, const std::vector<float>& f32, int64_t rows, int64_t width);
+
 // A projection: quant = stored FP8/FP4 and run as the reference's quantized linear (activations
 // FP8-quantized first). w holds the backend's format (ops::Backend::weight_format): the stored bytes
 // with `scale` (the GPU), or fp32 values (the CPU, and every plain linear); q is what the ops read.
@@ -43,11 +55,5 @@ QLinear plain_linear(ops::Backend& be, std::vector<float> f32, int64_t n, int64_
 // count, q.group(g) one of them (the grouped GEMM walks them by offset). plain: as load_linear.
 QLinear load_stacked(ops::Backend& be, const WeightLoader& w, const std::vector<std::string>& bases, int64_t n, int64_t k,
                      bool plain = false);
-
-// The grouped first output projection of the DeepSeek attention (wo_a, run plain): w holds `groups`
-// stacked [R, gin] matrices ([groups * R, gin]); head group g of o [n, groups * gin] times matrix g goes to
-// columns [g * R, (g + 1) * R) of u [n, groups * R], rounded to bf16 when `bf16` (V4.1's reference).
-void grouped_projection(ops::Backend& be, Workspace& ws, const float* o, int64_t n, const ops::QWeight& w,
-                        int64_t groups, bool bf16, float* u);
 
 }  // namespace deepinfer::model

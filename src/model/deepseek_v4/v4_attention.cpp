@@ -238,7 +238,7 @@ void V4Model::attend(int64_t l, Step& s, const float* q, const float* kv, const 
 void V4Model::output_projection(const V4Layer& L, const float* o, int64_t n, float* out) {
   Workspace::Scope scope(ws_);
   Tensor u = ws_.f32({n, c_.o_groups * c_.o_lora_rank});
-  grouped_projection(be_, ws_, o, n, L.wo_a.q, c_.o_groups, false, u.f32());
+  be_.linear_block_diag(o, n, L.wo_a.q, c_.o_groups, false, u.f32());
   lin(u.f32(), n, L.wo_b, out);
 }
 

@@ -204,7 +204,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
     std::vector<int32_t> rows(T * hc);
     for (int64_t i = 0; i < T * hc; ++i) rows[i] = s.ids[i / hc];
     Tensor r = ws_.upload(rows, DType::I32);
-    be_.copy_rows(w_.embed.data(), r.i32(), T * hc, D, X.f32(), nullptr);
+    w_.embed.gather(be_, r.i32(), T * hc, X.f32());
   }
   for (int64_t l = 0; l < c_.num_layers; ++l) {
     if (taps && taps->on_layer_input) {  // may overwrite the streams

@@ -71,7 +71,7 @@ V4Weights load_v4_weights(const V4Config& c, const WeightLoader& w, ops::Backend
   std::vector<float> embed = w.matrix("embed", c.vocab_size, D);
   const bool tied = c.tie_word_embeddings && !w.has("head.weight");
   m.head = tied ? plain_linear(be, embed, c.vocab_size, D) : P("head", c.vocab_size, D);
-  m.embed = to_param(be, embed);
+  m.embed = row_table(be, embed, c.vocab_size, D);
   m.norm = F("norm.weight", {D});
   m.hc_head = load_hc(be, w, "hc_head", hc, hc * D, 1);
   if (simulate && c.index_n_heads > 0) m.hadamard = plain_linear(be, hadamard_matrix(c.index_head_dim), c.index_head_dim, c.index_head_dim);

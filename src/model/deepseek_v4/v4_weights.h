@@ -42,7 +42,8 @@ struct V4Layer {
 };
 
 struct V4Weights {
-  Param embed, norm;
+  RowTable embed;
+  Param norm;
   QLinear head;
   V4Hc hc_head;
   std::vector<V4Layer> layers;

@@ -361,7 +361,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
 void V41Model::output_projection(const V41Block& B, const float* o, int64_t n, float* out) {
   Workspace::Scope scope(ws_);
   Tensor u = ws_.f32({n, c_.o_groups * c_.o_lora_rank});
-  grouped_projection(be_, ws_, o, n, B.wo_a.q, c_.o_groups, true, u.f32());
+  be_.linear_block_diag(o, n, B.wo_a.q, c_.o_groups, true, u.f32());
   lin(u.f32(), n, B.wo_b, out);
 }
 

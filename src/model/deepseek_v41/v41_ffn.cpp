@@ -22,7 +22,7 @@ void V41Model::moe(int64_t l, Step& s, const float* x, float* out) {
   Tensor logits = ws_.f32({n, E}), sel = ws_.i32({n, k}), wsel = ws_.f32({n, k});
   Tensor scores = taps && taps->on_route ? ws_.f32({n, E}) : Tensor{};
   prof_.section(s.dspark ? "draft_moe" : "moe_route");
-  be_.linear(x, n, D, B.gate.data(), E, logits.f32());  // fp32 router
+  be_.linear_plain(x, n, B.gate.q, logits.f32());  // fp32 router
   const ops::Backend::ScoreFunc sf = c_.score_func == "softmax" ? ops::Backend::ScoreFunc::kSoftmax
                                      : c_.score_func == "sigmoid" ? ops::Backend::ScoreFunc::kSigmoid
                                                                   : ops::Backend::ScoreFunc::kSqrtSoftplus;

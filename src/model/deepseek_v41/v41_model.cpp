@@ -150,7 +150,7 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
   }
   const int64_t E = c.experts_for(l), I = c.moe_inter_dim;
   const std::string f = p + "ffn.";
-  B.gate = F(f + "gate.weight", {E, D});
+  B.gate = load_linear(mem, w, f + "gate", E, D, true);
   B.gate_bias = F(f + "gate.bias", {E});
   if (w.has(f + "gate.bias_vl")) B.gate_bias_vl = F(f + "gate.bias_vl", {E});
   B.experts.resize(E);
@@ -180,7 +180,8 @@ void load_block(ops::Backend& mem, const V41Config& c, const WeightLoader& w, st
     }
     if (s == c.n_mtp_layers - 1) {
       B.final_norm = F(p + "norm.weight", {D});
-      B.markov_embed = F(p + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank});
+      B.markov_embed = row_table(mem, w.floats(p + "markov_head.embed.weight", {c.vocab_size, c.dspark_markov_rank}),
+                                 c.vocab_size, c.dspark_markov_rank);
       B.markov_head = load_linear(mem, w, p + "markov_head.head", c.vocab_size, c.dspark_markov_rank, true);
       B.confidence = load_linear(mem, w, p + "confidence_head.proj", 1, D + c.dspark_markov_rank, true);
     }
@@ -226,7 +227,7 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
     loader.emplace(*m->ckpt_, c.fp8_block, c.fp8_block, [](const std::string& n) { return n; });
   }
   const WeightLoader& w = *loader;
-  m->embed_ = to_param(m->be_, w.floats("embed.weight", {c.vocab_size, c.dim}));
+  m->embed_ = row_table(m->be_, w.floats("embed.weight", {c.vocab_size, c.dim}), c.vocab_size, c.dim);
   m->head_ = load_linear(m->be_, w, "head", c.vocab_size, c.dim, true);
   m->norm_ = to_param(m->be_, w.floats("norm.weight", {c.dim}));
   const int64_t nb = c.n_layers + (c.dspark_block_size > 0 ? c.n_mtp_layers : 0);
@@ -369,7 +370,7 @@ void V41Model::embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix
   pre_mix = fws_.upload(mix, DType::F32);
   Workspace::Scope scope(ws_);
   Tensor r = ws_.upload(rows, DType::I32);
-  be_.copy_rows(embed_.data(), r.i32(), n * hc, D, X.f32(), nullptr);
+  embed_.gather(be_, r.i32(), n * hc, X.f32());
   if (rows_for.empty()) return;
   const int64_t m = static_cast<int64_t>(rows_for.size());
   check(static_cast<int64_t>(rows_in.size()) == m * D, "forward: embed_rows holds ", rows_in.size(), " values for ", m,
@@ -702,7 +703,7 @@ std::vector<V41Draft> V41Model::draft(const std::vector<V41SequenceState*>& stat
     const int32_t* prev_d = i == 0 || forcing ? prev.i32() : toks.i32() + (i - 1) * S;
     const int32_t* rows_d = rows.i32() + i * S;
     int32_t* tok_d = toks.i32() + i * S;
-    be_.copy_rows(L.markov_embed.data(), prev_d, S, R, emb.f32(), nullptr);
+    L.markov_embed.gather(be_, prev_d, S, emb.f32());
     be_.linear_plain(emb.f32(), S, L.markov_head.q, bias.f32());
     be_.copy_rows(logits.f32(), rows_d, S, V, pick.f32(), nullptr);
     be_.add(pick.f32(), bias.f32(), S * V);

@@ -51,7 +51,8 @@ struct V41Block {
   V41Linear i_wq_b, i_weights_proj, i_wk;
   Param i_k_norm;
   // MoE
-  Param gate, gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
+  V41Linear gate;  // BF16 as released; the router's fp32 math on it (bf16 x, fp32 accumulation)
+  Param gate_bias, gate_bias_vl;  // bias_vl: expert selection of image-span tokens (may be absent)
   std::vector<V41Expert> experts;  // without expert parallelism: views into `routed`
   V41Expert routed;                // the routed experts stacked (q.groups = experts); empty with expert parallelism
   V41Expert shared;
@@ -66,7 +67,8 @@ struct V41Block {
   mutable std::vector<std::atomic<uint64_t>> e_checked;  // a bit per row: found finite (V41Model::check_engram_rows)
   // DSpark stage extras
   V41Linear main_proj;
-  Param main_norm, final_norm, markov_embed;
+  Param main_norm, final_norm;
+  RowTable markov_embed;
   V41Linear markov_head, confidence;
 };
 
@@ -241,7 +243,8 @@ class V41Model final : public CausalLM {
   int64_t image_token_ = -1, rollback_ = 0;
   std::unique_ptr<io::Checkpoint> ckpt_;
   std::vector<std::vector<uint8_t>> dummy_tables_;  // host tables of dummy weights (Engram)
-  Param embed_, norm_;
+  RowTable embed_;
+  Param norm_;
   V41Linear head_;  // fp32 logits (linear_plain) from the bf16 weight where the backend keeps it bf16
   std::vector<V41Block> blocks_;  // n_layers + n_mtp_layers
   RopeTableData rope_main_, rope_compress_;

@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -121,7 +122,7 @@ __device__ __forceinline__ void stage_indices(const SparseAttnArgs& a, const int
 template <bool kF32>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const SparseAttnArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int t = blockIdx.x, h0 = blockIdx.y * kHeads;  // tokens on x: up to 2^31 - 1 of them
+  const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;  // tokens on x: up to 2^31 - 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hg = warp % 4, dh = warp / 4;
   const int g = lane / 4, tq = lane % 4;
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -129,7 +130,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   uint8_t* valid = smem + 3 * kTileBytes + kExchBytes;                            // [2][64]
   int32_t* sidx = reinterpret_cast<int32_t*>(smem + 3 * kTileBytes + kExchBytes + 2 * kRows);  // [2][64]
   const int32_t* idx_t = a.idx + static_cast<int64_t>(t) * a.k;
-  const int nchunks = static_cast<int>((a.k + kRows - 1) / kRows);
+  const int all_chunks = static_cast<int>((a.k + kRows - 1) / kRows), per = (all_chunks + a.splits - 1) / a.splits;
+  const int c0 = min(all_chunks, split * per), c1 = min(all_chunks, c0 + per);  // this CTA's chunks
 
   // Prologue: this token's 64 heads of q, and chunk 0.
   using G = Gather;
@@ -137,9 +139,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   const T* q_t = static_cast<const T*>(a.q) + (static_cast<int64_t>(t) * a.heads + h0) * kD;
   for (int i = threadIdx.x; i < kHeads * 64; i += kThreads)
     sts_piece<kF32>(s_q + swz(i / 64, i % 64), ldg_piece<kF32>(q_t + static_cast<int64_t>(i / 64) * kD + (i % 64) * 8, true));
-  if (nchunks > 0) stage_indices(a, idx_t, 0, sidx, valid);
+  if (c0 < c1) stage_indices(a, idx_t, c0, sidx, valid);
   __syncthreads();
-  if (nchunks > 0)
+  if (c0 < c1)
 #pragma unroll
     for (int bt = 0; bt < G::kBatches; ++bt) store_batch(s_q + kTileBytes, load_batch(a, sidx, bt), bt);
 
@@ -148,10 +150,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {-1e30f, -1e30f}, z[2] = {0.0f, 0.0f};
 
-  for (int c = 0; c < nchunks; ++c) {
-    const int b = c & 1;
+  for (int c = c0; c < c1; ++c) {
+    const int b = (c - c0) & 1;
     const uint32_t s_rows = s_q + (1 + b) * kTileBytes, s_next = s_q + (2 - b) * kTileBytes;
-    const bool next = c + 1 < nchunks;
+    const bool next = c + 1 < c1;
     const int32_t* sidx_next = sidx + (b ^ 1) * kRows;
     __syncthreads();  // every warp is done with chunk c - 1, so its buffer may be refilled
     if (next) stage_indices(a, idx_t, c + 1, sidx + (b ^ 1) * kRows, valid + (b ^ 1) * kRows);
@@ -258,7 +260,24 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     }
   }
 
-  // out = O / (z + exp(sink - m)); rows with no index have z = 0, m = -1e30: 0 / inf = 0.
+  // out = O / (z + exp(sink - m)); rows with no index have z = 0, m = -1e30: 0 / inf = 0. A split writes
+  // O, m and z (the quad's lane 0 and half 0 of the channels: every lane of the quad holds the same m, z).
+  if (a.splits > 1) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int h = h0 + hg * 16 + g + 8 * hr;
+      const int64_t row = (static_cast<int64_t>(split) * a.tokens + t) * a.heads + h;
+      float* po = a.partial + row * kD;
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt)
+        *reinterpret_cast<float2*>(po + dh * 256 + nt * 8 + 2 * tq) = make_float2(o[nt][2 * hr], o[nt][2 * hr + 1]);
+      if (tq == 0 && dh == 0) {
+        float* mz = a.partial + static_cast<int64_t>(a.splits) * a.tokens * a.heads * kD + row * 2;
+        mz[0] = m[hr], mz[1] = z[hr];
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int h = h0 + hg * 16 + g + 8 * hr;
@@ -277,16 +296,57 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   }
 }
 
+// The splits of one (token, head) in split order: M = max m_s, O = sum O_s e^(m_s - M), z likewise, then
+// out = O / (z + e^(sink - M)). One CTA of 128 threads per (token, head), 4 channels a thread.
+template <bool kF32>
+__global__ void __launch_bounds__(128) sparse_attention_combine_kernel(const SparseAttnArgs a) {
+  const int64_t row = blockIdx.x, h = row % a.heads, rows = a.tokens * a.heads;
+  const float* mz = a.partial + a.splits * rows * kD;
+  float mx = -1e30f;
+  for (int64_t s = 0; s < a.splits; ++s) mx = fmaxf(mx, mz[(s * rows + row) * 2]);
+  float z = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int d = threadIdx.x * 4;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float w = expf(mz[(s * rows + row) * 2] - mx);
+    z += mz[(s * rows + row) * 2 + 1] * w;
+    const float4 v = *reinterpret_cast<const float4*>(a.partial + (s * rows + row) * kD + d);
+    o[0] += v.x * w, o[1] += v.y * w, o[2] += v.z * w, o[3] += v.w * w;
+  }
+  const float zt = z + expf(__ldg(a.sink + h) - mx);
+  if constexpr (kF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(a.out) + row * kD + d) =
+        make_float4(o[0] / zt, o[1] / zt, o[2] / zt, o[3] / zt);
+  } else {
+    auto* out = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + row * kD + d);
+    out[0] = __floats2bfloat162_rn(o[0] / zt, o[1] / zt);
+    out[1] = __floats2bfloat162_rn(o[2] / zt, o[3] / zt);
+  }
+}
+
 template <bool kF32>
 void launch(const SparseAttnArgs& a, cudaStream_t stream) {
   static const bool attr_set = cudaFuncSetAttribute(sparse_attention_kernel<kF32>,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
   check(attr_set, "sparse_attention_bf16: cannot reserve ", kSmem, " bytes of shared memory");
-  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads / kHeads));
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads / kHeads), static_cast<unsigned>(a.splits));
   sparse_attention_kernel<kF32><<<grid, kThreads, kSmem, stream>>>(a);
+  if (a.splits > 1)
+    sparse_attention_combine_kernel<kF32><<<static_cast<unsigned>(a.tokens * a.heads), 128, 0, stream>>>(a);
 }
 
 }  // namespace
+
+int64_t sparse_attention_splits(int64_t tokens, int64_t heads, int64_t k, int64_t sms) {
+  const int64_t ctas = tokens * (heads / kHeads), chunks = (k + kRows - 1) / kRows;
+  if (ctas <= 0 || ctas * 2 > sms || chunks < 2) return 1;  // half the SMs busy already: no split
+  const int64_t want = std::min<int64_t>(chunks, sms / ctas);
+  const int64_t per = (chunks + want - 1) / want;
+  return (chunks + per - 1) / per;  // every split gets chunks
+}
+
+size_t sparse_attention_partial_bytes(int64_t tokens, int64_t heads, int64_t splits) {
+  return static_cast<size_t>(splits * tokens * heads) * (kD + 2) * sizeof(float);
+}
 
 void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   check(a.dim == kD, "sparse_attention_bf16: dim must be 512, got ", a.dim);
@@ -298,6 +358,8 @@ void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   check(a.q && a.pool && a.idx && a.sink && a.out && aligned(a.q) && aligned(a.pool) && aligned(a.out) &&
             (!a.fresh || aligned(a.fresh)),
         "sparse_attention_bf16: null or unaligned pointer");
+  check(a.splits >= 1 && a.splits <= 1024 && (a.splits == 1 || aligned(a.partial)),
+        "sparse_attention_bf16: splits must be 1..1024, with 16-byte aligned partial scratch past 1");
   if (a.tokens == 0) return;
   SparseAttnArgs args = a;
   if (!args.fresh) args.fresh = args.pool;  // never read: only indices <= -2 point there

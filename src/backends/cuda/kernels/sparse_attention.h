@@ -21,6 +21,11 @@
 // before one stretch of this chunk's math and stored after it. S = Q K^T by
 // mma.sync m16n8k16 over each warp's 256 channels, the two halves summed through shared memory, then the
 // online softmax in registers and O += P V with P straight from the S registers.
+//
+// Split (flash-decoding): with splits > 1 each (token, 64 heads) is shared by `splits` CTAs, split s taking
+// chunks [s * c, (s + 1) * c) (c = ceil(chunks / splits)), each writing its unnormalized O, running max and
+// sum to `partial`; a second kernel combines them in split order. Used where tokens x heads / 64 leaves
+// the GPU's SMs idle (decode); the probabilities round against each split's own running max.
 #pragma once
 #include <cstdint>
 
@@ -39,7 +44,13 @@ struct SparseAttnArgs {
   void* out = nullptr;
   int64_t tokens = 0, heads = 0, dim = 512;
   bool f32 = false;  // q and out fp32 instead of bf16
+  int64_t splits = 1;
+  float* partial = nullptr;  // splits > 1: sparse_attention_partial_bytes of device scratch
 };
+
+// The splits that fill `sms` SMs for this shape (1: no split): a function of the shape only.
+int64_t sparse_attention_splits(int64_t tokens, int64_t heads, int64_t k, int64_t sms);
+size_t sparse_attention_partial_bytes(int64_t tokens, int64_t heads, int64_t splits);
 
 void sparse_attention_bf16(const SparseAttnArgs& args, void* stream);
 
