@@ -71,13 +71,15 @@ class Backend : public DeviceMemory {
   // y[m, n] = sum_k x[m, k] * w[n, k], fp32 accumulation in a fixed order (batch invariant).
   virtual void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) = 0;
 
-  // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (weight ? weight : 1); x may equal y.
-  virtual void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) = 0;
+  // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * (weight ? weight : 1), then bf16 when bf16_out; x may equal y.
+  virtual void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y,
+                        bool bf16_out) = 0;
 
   // Rotates the last rope_dim channels of each of the `heads` vectors (width dim) of every row, in
-  // interleaved pairs (2i, 2i+1), by positions[row]; inverse = rotate by the conjugate.
+  // interleaved pairs (2i, 2i+1), by positions[row]; inverse = rotate by the conjugate. bf16_out: the
+  // rotated channels rounded to bf16 (the others are left as they are: bf16 already where the models ask).
   virtual void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
-                    const RopeFreqs& freqs, bool inverse) = 0;
+                    const RopeFreqs& freqs, bool inverse, bool bf16_out) = 0;
 
   // Gather attention with a per-head sink (spec §2.5). For token t, head h:
   //   s_j = scale <q[t,h], pool[idx[t,j]]> over idx >= 0;  o = sum_j softmax_j(s, sink[h]) pool[idx[t,j]]
@@ -105,9 +107,10 @@ class Backend : public DeviceMemory {
   virtual void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
                             float* z) = 0;
 
-  // SwiGLU with the clamp: h = silu(min(g, limit)) * clamp(u, -limit, limit) * row_scale[r] (limit 0 = none).
+  // SwiGLU with the clamp: h = silu(min(g, limit)) * clamp(u, -limit, limit) * row_scale[r] (limit 0 = none),
+  // then bf16 when bf16_out.
   virtual void swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
-                      const float* row_scale, float* h) = 0;
+                      const float* row_scale, float* h, bool bf16_out) = 0;
 
   // In-place FP8 e4m3 fake quantization with UE8M0 scales per `block` channels of each row (act_quant).
   virtual void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) = 0;

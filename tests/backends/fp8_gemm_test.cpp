@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -187,6 +189,19 @@ TEST_F(Fp8GemmTest, MatchesFloat64Reference) {
       std::snprintf(what, sizeof what, "fp8_gemm blk %d m %lld n %lld k %lld ws %zu B", blk, static_cast<long long>(m),
                     static_cast<long long>(n), static_cast<long long>(k), wsb);
       expect_matches(what, y, m, n, ldy, k, dequant_act(a, as, m, k, lda, ld_as, blk), dequant_fp8_w(w, ws, 1, n, k, ld_ws, blk));
+      // The fp32 output (y_f32): the same bf16 values, widened, bit for bit (poisoned first).
+      std::vector<float> poison(m * ldy, std::numeric_limits<float>::quiet_NaN());
+      DevBuf<float> dyf(poison);
+      args.y = nullptr, args.y_f32 = dyf.get();
+      cuda::fp8_gemm(args, work.get(), nullptr);
+      const auto yf = dyf.host();
+      int64_t differ = 0;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          const float want = bf16_to_float(y[r * ldy + c]);
+          differ += std::memcmp(&want, &yf[r * ldy + c], sizeof(float)) != 0;
+        }
+      EXPECT_EQ(differ, 0) << what << " y_f32, seed " << seed_;
     }
 }
 

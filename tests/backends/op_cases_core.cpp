@@ -196,9 +196,11 @@ std::vector<OpCase> core_op_cases() {
                                                    bf16_out, r.out<float>("bf16 " + s, m * G * R));
                    }
                  }});
-  // bit for bit (cpu::dot's order) under DEEPINFER_FP8_GEMM=exact; else a device may sum as a tree
-  c.push_back({"rms_norm", "rms_norm", linear_tol == 0 ? 0 : 1e-6,
-               [](OpRun& r) {
+  // bit for bit (cpu::dot's order) under DEEPINFER_FP8_GEMM=exact; else a device may sum as a tree (and then
+  // a bf16 output may round a few values the other way: one bf16 step each).
+  for (bool bf16_out : {false, true})
+    c.push_back({"rms_norm", bf16_out ? "rms_norm_bf16_out" : "rms_norm", linear_tol == 0 ? 0 : (bf16_out ? 4e-3 : 1e-6),
+               [bf16_out](OpRun& r) {
                  for (auto [rows, dim, weighted, in_place] : {std::tuple{5L, 4096L, true, false},
                                                               std::tuple{9L, 100L, false, false},
                                                               std::tuple{3L, 7168L, true, true}}) {
@@ -206,10 +208,11 @@ std::vector<OpCase> core_op_cases() {
                    const float* w = weighted ? r.in(r.uniform(dim, 0.5f, 1.5f)) : nullptr;
                    const std::string name = shape({rows, dim}) + (in_place ? " in place" : "");
                    float* x = in_place ? r.inout(name, xh) : r.in(xh);
-                   r.backend().rms_norm(x, w, rows, dim, 1e-6f, in_place ? x : r.out<float>(name, rows * dim));
+                   r.backend().rms_norm(x, w, rows, dim, 1e-6f, in_place ? x : r.out<float>(name, rows * dim), bf16_out);
                  }
                }});
-  c.push_back({"rope", "rope", 1e-5, [](OpRun& r) {
+  for (bool bf16_out : {false, true})
+    c.push_back({"rope", bf16_out ? "rope_bf16_out" : "rope", bf16_out ? 4e-3 : 1e-5, [bf16_out](OpRun& r) {
                  const int64_t rows = 6, heads = 3, dim = 192, rope_dim = 64;
                  std::vector<float> inv(rope_dim / 2);
                  for (int64_t i = 0; i < rope_dim / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rope_dim);
@@ -219,7 +222,7 @@ std::vector<OpCase> core_op_cases() {
                  const int64_t* p = r.in(pos);
                  for (bool inverse : {false, true}) {
                    float* x = r.inout(inverse ? "inverse" : "forward", r.uniform(rows * heads * dim));
-                   r.backend().rope(x, rows, heads, dim, p, {f, rope_dim, 1.25f}, inverse);
+                   r.backend().rope(x, rows, heads, dim, p, {f, rope_dim, 1.25f}, inverse, bf16_out);
                  }
                }});
   // dims 128..512 take CUDA's tiled kernels (heads % 16 == 0) or the generic one, 72 the generic one.
@@ -301,7 +304,8 @@ std::vector<OpCase> core_op_cases() {
                  r.backend().softmax_pool(kv, r.in(gate), windows, slots, channels,
                                           r.out<float>("z", windows * channels));
                }});
-  c.push_back({"swiglu", "swiglu", 1e-5, [](OpRun& r) {
+  for (bool bf16_out : {false, true})
+    c.push_back({"swiglu", bf16_out ? "swiglu_bf16_out" : "swiglu", bf16_out ? 4e-3 : 1e-5, [bf16_out](OpRun& r) {
                  const int64_t rows = 7, dim = 1000;
                  for (float limit : {0.0f, 2.5f})
                    for (bool scaled : {false, true}) {
@@ -309,7 +313,7 @@ std::vector<OpCase> core_op_cases() {
                      const float* u = r.in(r.uniform(rows * dim, -6, 6));
                      const float* rs = scaled ? r.in(r.uniform(rows, 0.1f, 2.0f)) : nullptr;
                      const std::string name = std::string(limit > 0 ? "limit" : "no limit") + (scaled ? " scaled" : "");
-                     r.backend().swiglu(g, u, rows, dim, limit, rs, r.out<float>(name, rows * dim));
+                     r.backend().swiglu(g, u, rows, dim, limit, rs, r.out<float>(name, rows * dim), bf16_out);
                    }
                }});
   struct Quant {

@@ -224,7 +224,7 @@ TEST(CpuOps, RopeInverseUndoesRotationAndLeavesNopeChannels) {
   ops::RopeFreqs f{inv_freq.data(), rope_dim, 1.0f};
   std::vector<int64_t> pos = {0, 5, 100, 7777};
   auto x = randn(rows * heads * dim, 5), y = x;
-  be().rope(y.data(), rows, heads, dim, pos.data(), f, false);
+  be().rope(y.data(), rows, heads, dim, pos.data(), f, false, false);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h) {
       const float* a = x.data() + (r * heads + h) * dim;
@@ -236,7 +236,7 @@ TEST(CpuOps, RopeInverseUndoesRotationAndLeavesNopeChannels) {
       EXPECT_NEAR(b[dim - rope_dim + 2], ar[2] * std::cos(ang) - ar[3] * std::sin(ang), 1e-5);
       EXPECT_NEAR(b[dim - rope_dim + 3], ar[3] * std::cos(ang) + ar[2] * std::sin(ang), 1e-5);
     }
-  be().rope(y.data(), rows, heads, dim, pos.data(), f, true);
+  be().rope(y.data(), rows, heads, dim, pos.data(), f, true, false);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-5);
 }
 
@@ -293,7 +293,7 @@ TEST(CpuOps, SoftmaxPoolIgnoresMinusInfinitySlots) {
 
 TEST(CpuOps, SwigluClampsGateAndUp) {
   std::vector<float> g = {20.0f, -1.0f}, u = {-50.0f, 2.0f}, h(2), s = {2.0f};
-  be().swiglu(g.data(), u.data(), 1, 2, 10.0f, s.data(), h.data());
+  be().swiglu(g.data(), u.data(), 1, 2, 10.0f, s.data(), h.data(), false);
   EXPECT_NEAR(h[0], 10.0f / (1 + std::exp(-10.0f)) * -10.0f * 2.0f, 1e-4);
   EXPECT_NEAR(h[1], -1.0f / (1 + std::exp(1.0f)) * 2.0f * 2.0f, 1e-6);
 }

@@ -58,19 +58,22 @@ void CpuBackend::linear(const float* x, int64_t m, int64_t k, const float* w, in
   }, std::max<int64_t>(1, 256 / std::max<int64_t>(1, m)));
 }
 
-void CpuBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y,
+                          bool bf16_out) {
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
       float r_inv = 1.0f / std::sqrt(dot(xr, xr, dim) / static_cast<float>(dim) + eps);
       for (int64_t i = 0; i < dim; ++i) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
+      if (bf16_out)
+        for (int64_t i = 0; i < dim; ++i) yr[i] = round_to_bf16(yr[i]);
     }
   }, 16);
 }
 
 void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
-                      const ops::RopeFreqs& f, bool inverse) {
+                      const ops::RopeFreqs& f, bool inverse, bool bf16_out) {
   const int64_t pairs = f.rope_dim / 2;
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     std::vector<float> cs(pairs), sn(pairs);
@@ -87,6 +90,7 @@ void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const 
           float a = v[2 * i], b = v[2 * i + 1];
           v[2 * i] = a * cs[i] - b * sn[i];
           v[2 * i + 1] = b * cs[i] + a * sn[i];
+          if (bf16_out) v[2 * i] = round_to_bf16(v[2 * i]), v[2 * i + 1] = round_to_bf16(v[2 * i + 1]);
         }
       }
     }
@@ -194,7 +198,7 @@ void CpuBackend::softmax_pool(const float* kv, const float* gate, int64_t window
 }
 
 void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
-                        const float* row_scale, float* h) {
+                        const float* row_scale, float* h, bool bf16_out) {
   for (int64_t r = 0; r < rows; ++r) {
     float s = row_scale ? row_scale[r] : 1.0f;
     for (int64_t i = 0; i < dim; ++i) {
@@ -203,7 +207,8 @@ void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t di
         gv = std::min(gv, limit);
         uv = std::clamp(uv, -limit, limit);
       }
-      h[r * dim + i] = gv / (1.0f + std::exp(-gv)) * uv * s;
+      const float v = gv / (1.0f + std::exp(-gv)) * uv * s;
+      h[r * dim + i] = bf16_out ? round_to_bf16(v) : v;
     }
   }
 }

@@ -20,32 +20,6 @@
 namespace deepinfer::cuda {
 namespace {
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = v < w ? w : v;
-  }
-  return v;
-}
-
-// Block-wide sum; every thread gets the result. `red` holds 32 floats. blockDim.x is a multiple of 32.
-__device__ float block_sum(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // red may still be read by a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  v = lane < warps ? red[lane] : 0.0f;
-  return warp_sum(v);
-}
-
 // ---------------------------------------------------------------- rms_norm
 constexpr int kSumsqChunk = 2048;
 
@@ -102,19 +76,23 @@ __device__ float sumsq_row(const float* xr, int64_t n, bool cpu_order, float* st
 }
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
-                                bool cpu_order, float* y) {
+                                bool cpu_order, bool bf16_out, float* y) {
   __shared__ float stage[kSumsqChunk], part[8];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
   const float total = sumsq_row(xr, dim, cpu_order, stage, part);  // every read of x is done: in-place is safe
   const float r_inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
+    yr[i] = bf16_out ? bf16_round(v) : v;
+  }
 }
 
 // ---------------------------------------------------------------- rope
 // One block per row: the cos/sin table of the row's position in shared memory, then every head.
 __global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int64_t rope_dim, float attention_factor, float sign) {
+                            const float* __restrict__ inv_freq, int64_t rope_dim, float attention_factor, float sign,
+                            bool bf16_out) {
   extern __shared__ float tab[];  // cs[pairs], sn[pairs]
   const int64_t pairs = rope_dim / 2, r = blockIdx.x;
   float* cs = tab;
@@ -130,8 +108,9 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t*
     const int64_t h = e / pairs, i = e % pairs;
     float* v = x + (r * heads + h) * dim + (dim - rope_dim);
     const float a = v[2 * i], b = v[2 * i + 1];
-    v[2 * i] = a * cs[i] - b * sn[i];
-    v[2 * i + 1] = b * cs[i] + a * sn[i];
+    const float r0 = a * cs[i] - b * sn[i], r1 = b * cs[i] + a * sn[i];
+    v[2 * i] = bf16_out ? bf16_round(r0) : r0;
+    v[2 * i + 1] = bf16_out ? bf16_round(r1) : r1;
   }
 }
 
@@ -488,7 +467,7 @@ __global__ void softmax_pool_kernel(const float* __restrict__ kv, const float* _
 
 // ---------------------------------------------------------------- swiglu
 __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restrict__ u, int64_t rows, int64_t dim,
-                              float limit, const float* __restrict__ row_scale, float* __restrict__ h) {
+                              float limit, const float* __restrict__ row_scale, bool bf16_out, float* __restrict__ h) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= rows * dim) return;
   const float s = row_scale ? row_scale[e / dim] : 1.0f;
@@ -497,7 +476,8 @@ __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restri
     gv = limit < gv ? limit : gv;                                // std::min(gv, limit)
     uv = uv < -limit ? -limit : (limit < uv ? limit : uv);       // std::clamp(uv, -limit, limit)
   }
-  h[e] = gv / (1.0f + expf_cr(-gv)) * uv * s;
+  const float v = gv / (1.0f + expf_cr(-gv)) * uv * s;
+  h[e] = bf16_out ? bf16_round(v) : v;
 }
 
 // ---------------------------------------------------------------- fake quantization
@@ -812,17 +792,19 @@ void CudaBackend::linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uin
                "linear_bf16 (cublasGemmEx bf16)");
 }
 
-void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) {
+void CudaBackend::rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y,
+                           bool bf16_out) {
   impl_->bind();
   check_sizes(rows >= 0 && dim > 0 && rows <= INT32_MAX, "rms_norm");
   if (rows == 0) return;
   const int threads = dim >= 1024 ? 512 : 128;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, impl_->stream>>>(x, weight, dim, eps, impl_->exact_gemm, y);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, impl_->stream>>>(x, weight, dim, eps, impl_->exact_gemm, bf16_out,
+                                                                                      y);
   check_launch("rms_norm_kernel");
 }
 
 void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
-                       const ops::RopeFreqs& f, bool inverse) {
+                       const ops::RopeFreqs& f, bool inverse, bool bf16_out) {
   impl_->bind();
   check_sizes(rows >= 0 && heads >= 0 && f.rope_dim >= 0 && f.rope_dim % 2 == 0 && f.rope_dim <= dim &&
                   rows <= INT32_MAX && f.rope_dim * sizeof(float) <= 48 * 1024,
@@ -831,7 +813,7 @@ void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const
   const size_t smem = static_cast<size_t>(f.rope_dim) * sizeof(float);
   rope_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(x, heads, dim, positions, f.inv_freq,
                                                                          f.rope_dim, f.attention_factor,
-                                                                         inverse ? -1.0f : 1.0f);
+                                                                         inverse ? -1.0f : 1.0f, bf16_out);
   check_launch("rope_kernel");
 }
 
@@ -950,12 +932,12 @@ void CudaBackend::softmax_pool(const float* kv, const float* gate, int64_t windo
 }
 
 void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit,
-                         const float* row_scale, float* h) {
+                         const float* row_scale, float* h, bool bf16_out) {
   impl_->bind();
   check_sizes(rows >= 0 && dim >= 0, "swiglu");
   const int64_t n = rows * dim;
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(g, u, rows, dim, limit, row_scale, h);
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(g, u, rows, dim, limit, row_scale, bf16_out, h);
   check_launch("swiglu_kernel");
 }
 

@@ -42,10 +42,11 @@ class CudaBackend final : public ops::Backend {
   // fp32 GEMM in the CPU reference's summation order for every m (linear_f32.cu): bitwise equal to
   // the CPU backend and batch invariant. set_linear_gemv(false) takes cuBLAS instead (benchmarks).
   void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) override;
-  void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) override;
+  void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y,
+                bool bf16_out) override;
   // freqs.inv_freq and positions are device pointers.
   void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const int64_t* positions,
-            const ops::RopeFreqs& freqs, bool inverse) override;
+            const ops::RopeFreqs& freqs, bool inverse, bool bf16_out) override;
   void sparse_attention(const float* q, int64_t tokens, int64_t heads, int64_t dim, const float* pool,
                         const int32_t* idx, int64_t k, const float* sink, float scale, float* out) override;
   void hc_weights(const float* x, int64_t rows, int64_t hc, int64_t dim, const float* fn, const float* base,
@@ -58,7 +59,7 @@ class CudaBackend final : public ops::Backend {
   void softmax_pool(const float* kv, const float* gate, int64_t windows, int64_t slots, int64_t channels,
                     float* z) override;
   void swiglu(const float* g, const float* u, int64_t rows, int64_t dim, float limit, const float* row_scale,
-              float* h) override;
+              float* h, bool bf16_out) override;
   void fake_quant_fp8(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4(float* x, int64_t rows, int64_t dim, int64_t block) override;
   void fake_quant_fp4_e4m3(float* x, int64_t rows, int64_t dim, int64_t block) override;

@@ -26,6 +26,32 @@ inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>(
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = v < w ? w : v;
+  }
+  return v;
+}
+
+// Block-wide sum; every thread gets the result. `red` holds 32 floats. blockDim.x is a multiple of 32.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < warps ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+
 // exp / log1p through double, rounded once to float: the correctly rounded results, as glibc's expf and
 // log1pf (the CPU backend's) give in all but vanishingly rare cases. For the few serial transcendentals
 // whose 1-ulp differences decide discrete things (the routing's top-k, the mHC weights, the Engram gate), and

@@ -156,13 +156,16 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int32_t* _
   out[e] = bf16_round(__fadd_rn(acc, shared ? shared[e] : 0.0f));
 }
 
-// One block per (token, stream). The three sums keep the CPU's d order, so each is one serial chain:
-// the block stages h, key and w in shared memory, lane 0 of warps 0, 1, 2 runs one chain each (h . h,
-// key . key, (h * w) . key) from there, then every thread applies the gate to its channels.
+// One block per (token, stream). cpu_order (DEEPINFER_FP8_GEMM=exact): the three sums keep the CPU's d
+// order, so each is one serial chain: the block stages h, key and w in shared memory, lane 0 of warps 0,
+// 1, 2 runs one chain each (h . h, key . key, (h * w) . key) from there (~60 us a launch at 5120
+// channels). Else each thread sums a strided slice and the block adds them as a tree (an order fixed by
+// the row alone: batch invariant). Then every thread applies the gate to its channels.
 constexpr int kGateThreads = 256;
 __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, const float* __restrict__ kv,
                                                                    const float* __restrict__ qk, const uint8_t* image,
-                                                                   int64_t hc, int64_t D, float eps, float dscale) {
+                                                                   int64_t hc, int64_t D, float eps, float dscale,
+                                                                   bool cpu_order) {
   const int64_t t = blockIdx.x / hc, k = blockIdx.x % hc;
   if (image && image[t]) return;  // gate 0 for image-span tokens
   extern __shared__ float gate_smem[];
@@ -179,9 +182,20 @@ __global__ void __launch_bounds__(kGateThreads) engram_gate_kernel(float* x, con
     ws[d] = w[d];
   }
   __syncthreads();
-  __shared__ float sums[3];
+  __shared__ float sums[3], red[32];
   const int warp = threadIdx.x / 32;
-  if ((threadIdx.x & 31) == 0 && warp < 3) {  // 8 shared-memory loads issued before their 8 serial FMAs
+  if (!cpu_order) {
+    float hh = 0.0f, kk = 0.0f, hwk = 0.0f;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      hh = __fmaf_rn(hs[d], hs[d], hh);
+      kk = __fmaf_rn(ks[d], ks[d], kk);
+      hwk = __fmaf_rn(__fmul_rn(hs[d], ws[d]), ks[d], hwk);
+    }
+    hh = block_sum(hh, red);
+    kk = block_sum(kk, red);
+    hwk = block_sum(hwk, red);
+    if (threadIdx.x == 0) sums[0] = hh, sums[1] = kk, sums[2] = hwk;
+  } else if ((threadIdx.x & 31) == 0 && warp < 3) {  // 8 shared-memory loads issued before their 8 serial FMAs
     const float* a = warp == 1 ? ks : hs;
     const float* b = warp == 0 ? hs : ks;
     float acc = 0;
@@ -292,7 +306,7 @@ void CudaBackend::engram_gate(float* x, const float* kv, const float* qk, const 
   impl_->allow_smem(engram_gate_kernel, smem, "cudaFuncSetAttribute(engram_gate_kernel)", "cuda engram_gate: dim ",
                     dim, " needs more shared memory than the device has");
   engram_gate_kernel<<<static_cast<unsigned>(n * hc), kGateThreads, smem, impl_->stream>>>(x, kv, qk, image, hc, dim,
-                                                                                         eps, dscale);
+                                                                                         eps, dscale, impl_->exact_gemm);
   check_launch("engram_gate_kernel");
 }
 

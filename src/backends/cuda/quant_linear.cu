@@ -88,8 +88,11 @@ void CudaBackend::gemm_tensor_cores(const float* x, int64_t m, const ops::QWeigh
   uint8_t *aq = ws, *as = ws + qbytes;
   auto* yb = reinterpret_cast<uint16_t*>(ws + qbytes + sbytes);
   fp8_quantize_act(x, w.k, m, w.k, blk, aq, w.k, as, ld_as, impl_->stream);
-  a.a = aq, a.a_scale = as, a.y = yb;
+  a.a = aq, a.a_scale = as;
+  if (fp4) a.y = yb;  // the MXFP4 kernels write bf16: widened below
+  else a.y_f32 = y;
   fp8_gemm(a, gbytes ? ws + qbytes + sbytes + ybytes : nullptr, impl_->stream);
+  if (!fp4) return;
   widen_bf16_kernel<<<grid_for(m * w.n, 256), 256, 0, impl_->stream>>>(yb, m * w.n, y);
   check_launch("widen_bf16_kernel");
 }

@@ -95,9 +95,9 @@ void V4Model::compress(const V4Compressor& cw, int64_t l, bool index, Step& s, c
     be_.copy_rows(kvf.f32(), fs.i32(), nf, width, kvg.f32(), fd.i32());
     be_.copy_rows(gate.f32(), fs.i32(), nf, width, gg.f32(), fd.i32());
     be_.softmax_pool(kvg.f32(), gg.f32(), ng, slots, width, z.f32());
-    be_.rms_norm(z.f32(), cw.norm.data(), ng, width, static_cast<float>(c_.rms_norm_eps), z.f32());
+    be_.rms_norm(z.f32(), cw.norm.data(), ng, width, static_cast<float>(c_.rms_norm_eps), z.f32(), false);
     const ops::RopeFreqs rope{rope_compress_freq_.data(), rope_compress_.rope_dim, rope_compress_.attention_factor};
-    be_.rope(z.f32(), ng, 1, width, gp.i64(), rope, false);
+    be_.rope(z.f32(), ng, 1, width, gp.i64(), rope, false, false);
     if (simulate_) {  // the reference stores index keys FP4 (after the rotation), KV FP8 without the RoPE tail
       if (index) {
         hadamard(z.f32(), ng);
@@ -139,7 +139,7 @@ void V4Model::indexer(int64_t l, Step& s, const float* x, const float* qr, Tenso
   Tensor iq = ws_.f32({T, ih, id}), wts = ws_.f32({T, ih});
   lin(qr, T, L.index_wq_b, iq.f32());
   const ops::RopeFreqs rope{rope_compress_freq_.data(), rope_compress_.rope_dim, rope_compress_.attention_factor};
-  be_.rope(iq.f32(), T, ih, id, s.pos_d.i64(), rope, false);
+  be_.rope(iq.f32(), T, ih, id, s.pos_d.i64(), rope, false, false);
   if (simulate_) {
     hadamard(iq.f32(), T * ih);
     be_.fake_quant_fp4(iq.f32(), T * ih, id, 32);
@@ -250,13 +250,13 @@ void V4Model::attention(int64_t l, Step& s, const float* x, float* out) {
   Workspace::Scope scope(ws_);
   Tensor qr = ws_.f32({T, c_.q_lora_rank}), q = ws_.f32({T, H, hd}), kv = ws_.f32({T, hd});
   lin(x, T, L.wq_a, qr.f32());
-  be_.rms_norm(qr.f32(), L.q_norm.data(), T, c_.q_lora_rank, eps, qr.f32());
+  be_.rms_norm(qr.f32(), L.q_norm.data(), T, c_.q_lora_rank, eps, qr.f32(), false);
   lin(qr.f32(), T, L.wq_b, q.f32());
-  be_.rms_norm(q.f32(), nullptr, T * H, hd, eps, q.f32());  // per-head unweighted norm (V4 only)
-  be_.rope(q.f32(), T, H, hd, s.pos_d.i64(), rope, false);
+  be_.rms_norm(q.f32(), nullptr, T * H, hd, eps, q.f32(), false);  // per-head unweighted norm (V4 only)
+  be_.rope(q.f32(), T, H, hd, s.pos_d.i64(), rope, false, false);
   lin(x, T, L.wkv, kv.f32());
-  be_.rms_norm(kv.f32(), L.kv_norm.data(), T, hd, eps, kv.f32());
-  be_.rope(kv.f32(), T, 1, hd, s.pos_d.i64(), rope, false);
+  be_.rms_norm(kv.f32(), L.kv_norm.data(), T, hd, eps, kv.f32(), false);
+  be_.rope(kv.f32(), T, 1, hd, s.pos_d.i64(), rope, false, false);
   if (simulate_) quant_head(kv.f32(), T, hd, hd - c_.rope_dim);  // the latent's non-RoPE channels FP8-rounded
 
   Tensor sel;
@@ -268,7 +268,7 @@ void V4Model::attention(int64_t l, Step& s, const float* x, float* out) {
   }
   Tensor o = ws_.f32({T, H, hd});
   attend(l, s, q.f32(), kv.f32(), c_.attention[l] == AttentionKind::kCSA ? &sel : nullptr, ksel, o.f32());
-  be_.rope(o.f32(), T, H, hd, s.pos_d.i64(), rope, true);  // undo the values' RoPE at the query position
+  be_.rope(o.f32(), T, H, hd, s.pos_d.i64(), rope, true, false);  // undo the values' RoPE at the query position
   output_projection(L, o.f32(), T, out);
 }
 

@@ -150,7 +150,7 @@ void V4Model::block(int64_t l, Step& s, Tensor& X) {
     be_.hc_weights(X.f32(), n, hc, D, h.fn.data(), h.base.data(), h.scale.data(), eps, hc_eps, c_.hc_sinkhorn_iters,
                    pre.f32(), post.f32(), comb.f32());
     be_.hc_collapse(X.f32(), pre.f32(), n, hc, D, false, a.f32());
-    be_.rms_norm(a.f32(), norm.data(), n, D, eps, a.f32());
+    be_.rms_norm(a.f32(), norm.data(), n, D, eps, a.f32(), false);
     sublayer();
     be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, false, mixed.f32());
     be_.copy(X.data, mixed.data, mixed.bytes());
@@ -231,7 +231,7 @@ void V4Model::forward(const ForwardBatch& batch, std::vector<float>& logits, con
   be_.hc_weights(xr.f32(), R, hc, D, w_.hc_head.fn.data(), w_.hc_head.base.data(), w_.hc_head.scale.data(), eps,
                  static_cast<float>(c_.hc_eps), c_.hc_sinkhorn_iters, hpre.f32(), nullptr, nullptr);
   be_.hc_collapse(xr.f32(), hpre.f32(), R, hc, D, false, y.f32());
-  be_.rms_norm(y.f32(), w_.norm.data(), R, D, eps, yn.f32());
+  be_.rms_norm(y.f32(), w_.norm.data(), R, D, eps, yn.f32(), false);
   Tensor picked = yn;
   if (all) {
     taps->on_final(host(y.f32(), y.numel()), host(yn.f32(), yn.numel()));
@@ -260,7 +260,7 @@ void V4Model::expert_ffn(const V4Expert& ex, const float* x, int64_t m, const fl
   };
   L(x, ex.w1, g.f32());
   L(x, ex.w3, u.f32());
-  be_.swiglu(g.f32(), u.f32(), m, I, static_cast<float>(c_.swiglu_limit), row_scale, h.f32());  // weight before w2
+  be_.swiglu(g.f32(), u.f32(), m, I, static_cast<float>(c_.swiglu_limit), row_scale, h.f32(), false);  // weight before w2
   L(h.f32(), ex.w2, y);
 }
 

@@ -142,8 +142,7 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
     Tensor k = ws_.f32({ng, id});
     lin(lat.rows.f32(), ng, B.i_wk, k.f32());
     rmsnorm(k.f32(), B.i_k_norm, ng, id);
-    be_.rope(k.f32(), ng, 1, id, lat.pos_d.i64(), rope, false);
-    be_.round_bf16(k.f32(), ng * id);
+    be_.rope(k.f32(), ng, 1, id, lat.pos_d.i64(), rope, false, true);
     be_.fake_quant_fp4(k.f32(), ng, id, 32);
     std::vector<int32_t> dst;
     for (int64_t q = 0; q < s.num(); ++q) {
@@ -155,8 +154,7 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
   }
   Tensor iq = ws_.f32({T, ih, id}), wts = ws_.f32({T, ih});
   lin(qr, T, B.i_wq_b, iq.f32());
-  be_.rope(iq.f32(), T, ih, id, s.pos_d.i64(), rope, false);
-  be_.round_bf16(iq.f32(), T * ih * id);
+  be_.rope(iq.f32(), T, ih, id, s.pos_d.i64(), rope, false, true);  // the rest is bf16 (the GEMM's)
   be_.fake_quant_fp4(iq.f32(), T * ih, id, 32);
   lin(x, T, B.i_weights_proj, wts.f32());
   be_.scale(wts.f32(), T * ih, static_cast<float>(std::pow(static_cast<double>(id), -0.5) * std::pow(static_cast<double>(ih), -0.5)));
@@ -226,8 +224,7 @@ void V41Model::queries(const V41Block& B, const float* x, const Step& s, const o
   lin(x, T, B.wq_a, qr);
   rmsnorm(qr, B.q_norm, T, c_.q_lora_rank);
   lin(qr, T, B.wq_b, q);
-  be_.rope(q, T, H, hd, s.pos_d.i64(), rope, false);
-  be_.round_bf16(q, T * H * hd);
+  be_.rope(q, T, H, hd, s.pos_d.i64(), rope, false, true);
 }
 
 // The window K=V of rows x: wkv, kv_norm, RoPE, bf16, FP8 (all channels, rope tail included).
@@ -235,8 +232,7 @@ void V41Model::window_kv(const V41Block& B, const float* x, const Step& s, const
   const int64_t T = s.rows(), hd = c_.head_dim;
   lin(x, T, B.wkv, kv);
   rmsnorm(kv, B.kv_norm, T, hd);
-  be_.rope(kv, T, 1, hd, s.pos_d.i64(), rope, false);
-  be_.round_bf16(kv, T * hd);
+  be_.rope(kv, T, 1, hd, s.pos_d.i64(), rope, false, true);
   be_.fake_quant_fp8(kv, T, hd, c_.fp8_block);
 }
 
@@ -248,8 +244,7 @@ void V41Model::attend(const V41Block& B, const Step& s, const float* q, const ui
   be_.sparse_attention_online(q, T, H, hd, arena_bf16(s), kv, idx.i32(), K, B.attn_sink.data(),
                               static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o);
   be_.round_bf16(o, T * H * hd);
-  be_.rope(o, T, H, hd, s.pos_d.i64(), rope, true);
-  be_.round_bf16(o, T * H * hd);
+  be_.rope(o, T, H, hd, s.pos_d.i64(), rope, true, true);
 }
 
 // The arena rows of KV source src's compressed rows, per sequence, and where each row's sequence starts
@@ -315,8 +310,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
     ksel = s.sel_k[ix];
     // RoPE + FP4 (E4M3 block 16) of the latents into the compressed cache
     if (const int64_t ng = lat.count()) {
-      be_.rope(lat.rows.f32(), ng, 1, hd, lat.pos_d.i64(), rope, false);
-      be_.round_bf16(lat.rows.f32(), ng * hd);
+      be_.rope(lat.rows.f32(), ng, 1, hd, lat.pos_d.i64(), rope, false, true);
       be_.fake_quant_fp4_e4m3(lat.rows.f32(), ng, hd, 16);
       std::vector<int32_t> dst;
       for (int64_t qi = 0; qi < s.num(); ++qi)

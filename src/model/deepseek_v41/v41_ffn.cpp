@@ -63,8 +63,7 @@ void V41Model::expert_ffn(const V41Expert& ex, const float* x, int64_t m, const 
   };
   L(x, ex.w1, g);
   L(x, ex.w3, u);
-  be_.swiglu(g, u, m, I, static_cast<float>(c_.swiglu_limit), row_scale, h);
-  be_.round_bf16(h, m * I);
+  be_.swiglu(g, u, m, I, static_cast<float>(c_.swiglu_limit), row_scale, h, true);
   L(h, ex.w2, y);
 }
 

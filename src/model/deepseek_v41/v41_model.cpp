@@ -346,8 +346,7 @@ void V41Model::lin_grouped(const float* x, int64_t m, const V41Linear& W, const 
 }
 
 void V41Model::rmsnorm(float* x, const Param& w, int64_t rows, int64_t dim) {
-  be_.rms_norm(x, w.data(), rows, dim, static_cast<float>(c_.norm_eps), x);
-  be_.round_bf16(x, rows * dim);
+  be_.rms_norm(x, w.data(), rows, dim, static_cast<float>(c_.norm_eps), x, true);
 }
 
 const ops::RopeFreqs V41Model::rope_for(int64_t l) const {

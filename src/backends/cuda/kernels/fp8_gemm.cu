@@ -16,6 +16,9 @@
 namespace deepinfer::cuda {
 namespace {
 
+// v rounded to bf16 (RNE) and back: what the bf16 output then widened holds.
+__device__ __forceinline__ float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 using namespace sm90;
 
 constexpr int kBM = 128, kBK = 128, kThreads = 384, kMaxGroups = 512;
@@ -52,6 +55,7 @@ struct Params {
   const uint8_t* w_scale;
   int64_t ld_ws;
   uint16_t* y;
+  float* yf;  // set: y's values as fp32 (bf16-rounded), instead of y
   int64_t ldy;
   float* ws;  // [splits, m, n] fp32 partials, or null (bf16 straight to y)
   int m, n, k;
@@ -443,6 +447,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           if (ws) {
             ws[r0 * p.n + i] = v0;
             if (second) ws[(r0 + 1) * p.n + i] = v1;
+          } else if (p.yf) {
+            p.yf[r0 * p.ldy + i] = bf16_value(v0);
+            if (second) p.yf[(r0 + 1) * p.ldy + i] = bf16_value(v1);
           } else {
             auto* y = reinterpret_cast<__nv_bfloat16*>(p.y);
             y[r0 * p.ldy + i] = __float2bfloat16_rn(v0);
@@ -452,6 +459,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
           const int64_t r = t.a0 + i;
           if (ws) {
             *reinterpret_cast<float2*>(ws + r * p.n + j) = make_float2(v0, v1);
+          } else if (p.yf) {
+            *reinterpret_cast<float2*>(p.yf + r * p.ldy + j) = make_float2(bf16_value(v0), bf16_value(v1));
           } else {
             *reinterpret_cast<__nv_bfloat162*>(p.y + r * p.ldy + j) = __floats2bfloat162_rn(v0, v1);
           }
@@ -460,14 +469,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<BN, BLK, SWAP, W4>::kCtasPerSm)
   }
 }
 
-// y = bf16(sum of the splits' partials, in split order).
-__global__ void split_reduce_kernel(const float* ws, int splits, int m, int n, uint16_t* y, int64_t ldy) {
+// y = bf16(sum of the splits' partials, in split order); into yf as fp32 values where it is set.
+__global__ void split_reduce_kernel(const float* ws, int splits, int m, int n, uint16_t* y, float* yf, int64_t ldy) {
   const int64_t mn = static_cast<int64_t>(m) * n;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < mn;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
     for (int z = 0; z < splits; ++z) s += ws[z * mn + e];
-    reinterpret_cast<__nv_bfloat16*>(y)[(e / n) * ldy + e % n] = __float2bfloat16_rn(s);
+    if (yf) yf[(e / n) * ldy + e % n] = bf16_value(s);
+    else reinterpret_cast<__nv_bfloat16*>(y)[(e / n) * ldy + e % n] = __float2bfloat16_rn(s);
   }
 }
 
@@ -538,7 +548,7 @@ void launch(const Fp8GemmArgs& a, const Plan& pl, float* ws, cudaStream_t s) {
   const CUtensorMap mas = tensor_map(a.a_scale, a.k / BLK, a.m, a.ld_as, kBK / BLK, SWAP ? BN : kBM, false);
   Params p{};
   p.a_scale = a.a_scale, p.ld_as = a.ld_as, p.w_scale = a.w_scale, p.ld_ws = a.ld_ws;
-  p.y = a.y, p.ldy = a.ldy, p.ws = ws;
+  p.y = a.y, p.yf = a.y_f32, p.ldy = a.ldy, p.ws = ws;
   p.m = static_cast<int>(a.m), p.n = static_cast<int>(a.n), p.k = static_cast<int>(a.k);
   p.group_offsets = a.groups > 0 ? a.group_offsets : nullptr;
   p.groups = a.groups;
@@ -602,7 +612,8 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
                 : a.ld_ws >= a.k / a.blk),
         "fp8_gemm: scale strides too small or not multiples of 16 (a_scale; MXFP4 w_scale), or unaligned");
   check(!w4 || a.n % kBM == 0, "fp8_gemm: MXFP4 weights need n % 128 == 0, got ", a.n);
-  check(a.a && a.a_scale && a.w && a.w_scale && a.y, "fp8_gemm: null pointer");
+  check(a.a && a.a_scale && a.w && a.w_scale && (a.y != nullptr) != (a.y_f32 != nullptr) && (!a.y_f32 || !w4),
+        "fp8_gemm: null pointer, or not exactly one of y and y_f32 (y_f32: FP8 block weights only)");
   if (mxfp4_gemm_fits(a)) return mxfp4_gemm(a, workspace, stream);  // MXFP4: the expert kernels
   const Plan pl = plan_for(plan_rows(a), a.n, a.k, a.groups > 0, w4, a.batch_invariant);
   float* ws = pl.splits > 1 ? static_cast<float*>(workspace) : nullptr;
@@ -617,7 +628,8 @@ void fp8_gemm(const Fp8GemmArgs& a, void* workspace, void* stream) {
   if (ws) {
     const int64_t mn = a.m * a.n;
     const int blocks = static_cast<int>(std::min<int64_t>((mn + 255) / 256, 4 * sm_count()));
-    split_reduce_kernel<<<blocks, 256, 0, s>>>(ws, pl.splits, static_cast<int>(a.m), static_cast<int>(a.n), a.y, a.ldy);
+    split_reduce_kernel<<<blocks, 256, 0, s>>>(ws, pl.splits, static_cast<int>(a.m), static_cast<int>(a.n), a.y, a.y_f32,
+                                                a.ldy);
     e = cudaGetLastError();
     check(e == cudaSuccess, "fp8_gemm: split reduce launch failed: ", cudaGetErrorString(e));
   }

@@ -47,6 +47,9 @@ struct Fp8GemmArgs {
   int64_t ld_ws = 0;
   uint16_t* y = nullptr;
   int64_t ldy = 0;
+  // Instead of y (FP8 block weights only): the same bf16 values written widened to fp32 (the CUDA
+  // backend's activations), saving a widening pass. Exactly one of y and y_f32 is set.
+  float* y_f32 = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int blk = 128;  // K block of both scales (MXFP4: 32)
   WeightFormat wfmt = WeightFormat::kFp8Block;
