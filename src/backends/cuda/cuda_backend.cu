@@ -364,12 +364,14 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when
 // exact), then warp 0 runs the small Sinkhorn tail with one lane per matrix element (hc x hc <= 256, up to
 // 8 a lane): each lane sums its row or column from shared memory in the CPU's order, so the bits are the
-// CPU's, and the 20 iterations' divisions run side by side instead of on one thread.
+// CPU's, and the 20 iterations' divisions run side by side instead of on one thread. Up to 32 elements
+// (hc <= 5, the models' 4) the matrix stays in registers, a lane an element, the sums through shuffles in
+// the same order: no shared-memory round trip and no barrier per phase.
 constexpr int kHcThreads = 512, kHcMax = 16, kHcPerLane = kHcMax * kHcMax / 32;
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     const float* __restrict__ x, int hc, int64_t dim, const float* __restrict__ dots,
     const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
-    int64_t sinkhorn_iters, bool cpu_order, float* pre, float* post, float* comb) {
+    int64_t sinkhorn_iters, bool cpu_order, int splits, float* pre, float* post, float* comb) {
   __shared__ float stage[kSumsqChunk], part[8], c[kHcMax * kHcMax];
   const int64_t r = blockIdx.x;
   const int n = hc * hc, lane = threadIdx.x;
@@ -377,11 +379,44 @@ __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
   const float ss = sumsq_row(x + r * width, width, cpu_order, stage, part);
   if (threadIdx.x >= 32) return;
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
-  const float* mr = dots + r * outs;
-  auto mv = [&](int o) { return mr[o] * r_inv; };  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
+  const int64_t rows = gridDim.x;
+  auto mv = [&](int o) {  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order; dots' splits in order
+    float d = dots[r * outs + o];
+    for (int s = 1; s < splits; ++s) d += dots[(s * rows + r) * outs + o];
+    return d * r_inv;
+  };
   for (int i = lane; i < hc; i += 32) pre[r * hc + i] = sigmoidf_(mv(i) * scale[0] + base[i]) + hc_eps;
   if (!comb) return;
   for (int i = lane; i < hc; i += 32) post[r * hc + i] = 2.0f * sigmoidf_(mv(hc + i) * scale[1] + base[hc + i]);
+  if (n <= 32) {  // every lane shuffles; lanes >= n compute values nobody keeps
+    const int j = lane / hc, k = lane % hc;
+    float v = lane < n ? mv(2 * hc + lane) * scale[2] + base[2 * hc + lane] : 0.0f;
+    auto at = [&](int jj, int kk) { return __shfl_sync(0xffffffffu, v, (jj * hc + kk) & 31); };
+    auto row_sum = [&] {
+      float z = 0.0f;
+      for (int kk = 0; kk < hc; ++kk) z += at(j, kk);
+      return z;
+    };
+    auto col_sum = [&] {
+      float z = 0.0f;
+      for (int jj = 0; jj < hc; ++jj) z += at(jj, k);
+      return z;
+    };
+    float mx = -kInf;  // softmax over each row j (max, then exp), then + eps
+    for (int kk = 0; kk < hc; ++kk) {
+      const float w = at(j, kk);
+      mx = mx < w ? w : mx;
+    }
+    v = expf_cr(v - mx);
+    v = v / row_sum() + hc_eps;
+    v = v / (col_sum() + hc_eps);
+    for (int64_t it = 1; it < sinkhorn_iters; ++it) {
+      v = v / (row_sum() + hc_eps);
+      v = v / (col_sum() + hc_eps);
+    }
+    if (lane < n) comb[r * n + lane] = v;
+    return;
+  }
   for (int e = lane; e < n; e += 32) c[e] = mv(2 * hc + e) * scale[2] + base[2 * hc + e];
   __syncwarp();
   float v[kHcPerLane];
@@ -893,11 +928,21 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   if (rows == 0) return;
   const int64_t outs = comb ? (2 + hc) * hc : hc, width = hc * dim;
   check_sizes(width <= INT32_MAX && outs <= INT32_MAX, "hc_weights");
-  float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(rows * outs) * sizeof(float)));
-  linear(x, rows, width, fn, outs, dots);
+  // At decode the dots are few outputs over a long row: split K over 8 blocks an output (a fixed split,
+  // so a row's bits do not depend on the batch), the tail adding the splits. Else linear() (cuBLAS, or
+  // the CPU's order when exact).
+  const int64_t kSplits = 8;
+  const bool split = !impl_->exact_gemm && impl_->linear_gemv && (rows <= kGemvMaxM || impl_->batch_invariant) &&
+                     gemv_fits(x, 1, width, fn, outs, 4) && gemv_split_fits(width, kSplits, 4);
+  const int64_t splits = split ? kSplits : 1;
+  float* dots = static_cast<float*>(impl_->workspace(static_cast<size_t>(splits * rows * outs) * sizeof(float)));
+  if (!split) linear(x, rows, width, fn, outs, dots);
+  for (int64_t r = 0; split && r < rows; r += kGemvMaxM)  // [splits, rows, outs], chunks of rows (batch invariant)
+    gemv_f32_split(x + r * width, std::min<int64_t>(kGemvMaxM, rows - r), width, fn, outs, kSplits, dots + r * outs,
+                   rows * outs, impl_->stream);
   check(hc <= kHcMax, "cuda hc_weights: hc ", hc, " is above the supported ", kHcMax);
   hc_weights_tail_kernel<<<static_cast<unsigned>(rows), kHcThreads, 0, impl_->stream>>>(x, static_cast<int>(hc), dim, dots, base, scale, rms_eps, hc_eps,
-                                                                     sinkhorn_iters, impl_->exact_gemm, pre, post, comb);
+                                                                     sinkhorn_iters, impl_->exact_gemm, static_cast<int>(splits), pre, post, comb);
   check_launch("hc_weights_tail_kernel");
 }
 

@@ -47,14 +47,16 @@ struct Chunk<float> {
   }
 };
 
-// The shape of one launch: x rows x_ld chunks apart; weight rows [g * group, (g + 1) * group) read the
-// channels [g * kv, (g + 1) * kv) of each x row (block-diagonal; group = n: a plain GEMV); bf16: the
-// outputs rounded to bf16 (the reference GEMM's dtype).
+// The shape of one launch: x rows x_ld chunks apart, weight rows w_ld chunks apart; weight rows
+// [g * group, (g + 1) * group) read the channels [g * kv, (g + 1) * kv) of each x row (block-diagonal;
+// group = n: a plain GEMV); bf16: the outputs rounded to bf16 (the reference GEMM's dtype). Split K
+// (gridDim.y > 1): split s sums chunks [s * kv, (s + 1) * kv) into y + s * y_split.
 struct GemvShape {
   int m;
-  int64_t kv, x_ld;
+  int64_t kv, x_ld, w_ld;
   int n, group;
   bool bf16;
+  int64_t y_split;
 };
 
 __device__ __forceinline__ float round_bf16_out(float v) {  // RNE, NaN -> canonical NaN (core/dtype.h)
@@ -73,12 +75,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict_
   const int m = sh.m, n = sh.n;
   const int64_t kv = sh.kv;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * R;
-  const uint4* xv = reinterpret_cast<const uint4*>(x) + (j0 / sh.group) * kv;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kv;  // this split's first chunk
+  const uint4* xv = reinterpret_cast<const uint4*>(x) + (j0 / sh.group) * kv + k0;
+  y += blockIdx.y * sh.y_split;
   const uint4* wv[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // rows past n re-read row n - 1; their sums are dropped
     const int64_t j = j0 + r < n ? j0 + r : n - 1;
-    wv[r] = reinterpret_cast<const uint4*>(w) + j * kv;
+    wv[r] = reinterpret_cast<const uint4*>(w) + j * sh.w_ld + k0;
   }
   float acc[MM][R];
 #pragma unroll
@@ -144,27 +148,28 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict_
 }
 
 template <typename T, int MM>
-void launch_mm(const T* x, const GemvShape& sh, const T* w, float* y, cudaStream_t s) {
+void launch_mm(const T* x, const GemvShape& sh, const T* w, float* y, cudaStream_t s, int splits) {
   // >= 2 blocks per SM (132 SMs on the H200) before taking more rows per block.
   constexpr int kMinBlocks = 264;
   const int n = sh.n;
   const bool one_group = sh.group == n;  // else a block's rows must not cross a group
+  const auto grid = [&](int rows) { return dim3(static_cast<unsigned>((n + rows - 1) / rows), static_cast<unsigned>(splits)); };
   if (n >= 4 * kMinBlocks && (one_group || sh.group % 4 == 0)) {
-    gemv_kernel<T, MM, 4><<<(n + 3) / 4, kGemvThreads, 0, s>>>(x, sh, w, y);
+    gemv_kernel<T, MM, 4><<<grid(4), kGemvThreads, 0, s>>>(x, sh, w, y);
   } else if (n >= 2 * kMinBlocks && (one_group || sh.group % 2 == 0)) {
-    gemv_kernel<T, MM, 2><<<(n + 1) / 2, kGemvThreads, 0, s>>>(x, sh, w, y);
+    gemv_kernel<T, MM, 2><<<grid(2), kGemvThreads, 0, s>>>(x, sh, w, y);
   } else {
-    gemv_kernel<T, MM, 1><<<n, kGemvThreads, 0, s>>>(x, sh, w, y);
+    gemv_kernel<T, MM, 1><<<grid(1), kGemvThreads, 0, s>>>(x, sh, w, y);
   }
 }
 
 template <typename T>
-void launch(const T* x, const GemvShape& sh, const T* w, float* y, void* stream) {
+void launch(const T* x, const GemvShape& sh, const T* w, float* y, void* stream, int splits = 1) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (sh.m <= 1) launch_mm<T, 1>(x, sh, w, y, s);
-  else if (sh.m <= 2) launch_mm<T, 2>(x, sh, w, y, s);
-  else if (sh.m <= 4) launch_mm<T, 4>(x, sh, w, y, s);
-  else launch_mm<T, 8>(x, sh, w, y, s);
+  if (sh.m <= 1) launch_mm<T, 1>(x, sh, w, y, s, splits);
+  else if (sh.m <= 2) launch_mm<T, 2>(x, sh, w, y, s, splits);
+  else if (sh.m <= 4) launch_mm<T, 4>(x, sh, w, y, s, splits);
+  else launch_mm<T, 8>(x, sh, w, y, s, splits);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA error in gemv_kernel: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
@@ -179,19 +184,31 @@ bool gemv_fits(const void* x, int64_t m, int64_t k, const void* w, int64_t n, in
 
 void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, void* stream) {
   const int64_t kv = k / Chunk<uint16_t>::E;
-  launch<uint16_t>(x, {static_cast<int>(m), kv, kv, static_cast<int>(n), static_cast<int>(n), false}, w, y, stream);
+  launch<uint16_t>(x, {static_cast<int>(m), kv, kv, kv, static_cast<int>(n), static_cast<int>(n), false, 0}, w, y, stream);
 }
 
 void gemv_bf16_block_diag(const uint16_t* x, int64_t m, int64_t k, int64_t groups, const uint16_t* w, int64_t rows,
                           bool bf16_out, float* y, void* stream) {
   const int64_t kv = k / Chunk<uint16_t>::E;
-  launch<uint16_t>(x, {static_cast<int>(m), kv, groups * kv, static_cast<int>(groups * rows), static_cast<int>(rows), bf16_out},
+  launch<uint16_t>(x, {static_cast<int>(m), kv, groups * kv, kv, static_cast<int>(groups * rows), static_cast<int>(rows),
+                       bf16_out, 0},
                    w, y, stream);
 }
 
 void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream) {
   const int64_t kv = k / Chunk<float>::E;
-  launch<float>(x, {static_cast<int>(m), kv, kv, static_cast<int>(n), static_cast<int>(n), false}, w, y, stream);
+  launch<float>(x, {static_cast<int>(m), kv, kv, kv, static_cast<int>(n), static_cast<int>(n), false, 0}, w, y, stream);
+}
+
+bool gemv_split_fits(int64_t k, int64_t splits, int64_t elem_bytes) {
+  return splits >= 1 && splits <= 65535 && k % (splits * (16 / elem_bytes)) == 0;
+}
+
+void gemv_f32_split(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t splits, float* partial,
+                    int64_t split_stride, void* stream) {
+  const int64_t kv = k / Chunk<float>::E;
+  launch<float>(x, {static_cast<int>(m), kv / splits, kv, kv, static_cast<int>(n), static_cast<int>(n), false, split_stride},
+                w, partial, stream, static_cast<int>(splits));
 }
 
 }  // namespace deepinfer::cuda

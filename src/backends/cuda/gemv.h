@@ -19,7 +19,14 @@ void gemv_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64
 // (ops::Backend::linear_block_diag); each output's order as gemv_bf16's; bf16_out rounds the outputs.
 void gemv_bf16_block_diag(const uint16_t* x, int64_t m, int64_t k, int64_t groups, const uint16_t* w, int64_t rows,
                           bool bf16_out, float* y, void* stream);
-// fp32 x, w (the router gate, the mHC projections at decode).
+// fp32 x, w (the mHC projections at decode).
 void gemv_f32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, void* stream);
+// Split K for few outputs over a long k (the mHC's 24 outputs of 20,480 channels fill 24 blocks alone):
+// split s of `splits` sums its k / splits channels, as gemv_f32 sums a whole row, into row i, column j
+// of partial + s * split_stride (rows n apart); the caller adds the splits in order. gemv_split_fits: k
+// splits into whole 16-byte chunks.
+bool gemv_split_fits(int64_t k, int64_t splits, int64_t elem_bytes);
+void gemv_f32_split(const float* x, int64_t m, int64_t k, const float* w, int64_t n, int64_t splits, float* partial,
+                    int64_t split_stride, void* stream);
 
 }  // namespace deepinfer::cuda
