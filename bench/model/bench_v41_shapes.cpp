@@ -8,6 +8,7 @@
 //   bench_v41_shapes MODEL_DIR [auto|dummy] [batch sizes=1,8,32,128] [prefill lengths=128,1024,4096] [steps=4]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -39,6 +40,14 @@ std::vector<int64_t> csv(const char* s) {
   return v;
 }
 
+// Non-finite logits of the last timed forward read back: random weights that overflow would time a model
+// of NaNs (kernels with NaN inputs can take other paths), so every row reports it.
+int64_t g_nonfinite = 0;
+void count_nonfinite(const std::vector<float>& logits) {
+  g_nonfinite = 0;
+  for (float v : logits) g_nonfinite += !std::isfinite(v);
+}
+
 int32_t token(int64_t s, int64_t i, int64_t vocab) { return static_cast<int32_t>((s * 7919 + i * 104729 + 1000) % std::min<int64_t>(vocab, 100000)); }
 
 // Prefills `seqs` sequences with `prompt` tokens each (one forward), then times `steps` decode steps.
@@ -57,6 +66,7 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
   m.forward(b, logits);
   if (ranged) RANGE_POP();
   const double prefill = std::chrono::duration<double>(Clock::now() - t0).count();
+  count_nonfinite(logits);
   double best = 1e30;
   for (int64_t step = 0; step < steps; ++step) {
     bench::next_greedy_step(logits, V, b);
@@ -66,6 +76,7 @@ std::pair<double, double> run(model::V41Model& m, int64_t seqs, int64_t prompt, 
     m.forward(b, logits);
     if (ranged) RANGE_POP();
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    if (!draws) count_nonfinite(logits);
   }
   return {prefill, best};
 }
@@ -140,7 +151,8 @@ int main(int argc, char** argv) {
   for (int64_t p : prefills) {
     double best = 1e30;
     for (int r = 0; r < reps; ++r) best = std::min(best, run(*m, 1, p, 0).first);
-    std::printf("{\"prefill_tokens\": %lld, \"seconds\": %.6f}\n", static_cast<long long>(p), best);
+    std::printf("{\"prefill_tokens\": %lld, \"seconds\": %.6f, \"nonfinite_logits\": %lld}\n", static_cast<long long>(p), best,
+                static_cast<long long>(g_nonfinite));
     std::fflush(stdout);
   }
   const char* draws_env = std::getenv("BENCH_DEVICE_DRAWS");
@@ -149,8 +161,8 @@ int main(int argc, char** argv) {
   for (int64_t bs : batches)
     for (bool draws : modes) {
       const double step = run(*m, bs, 32, std::max<int64_t>(steps, 1), true, draws).second;
-      std::printf("{\"decode_batch\": %lld, \"device_draws\": %s, \"step_seconds\": %.6f}\n", static_cast<long long>(bs),
-                  draws ? "true" : "false", step);
+      std::printf("{\"decode_batch\": %lld, \"device_draws\": %s, \"step_seconds\": %.6f, \"nonfinite_logits\": %lld}\n",
+                  static_cast<long long>(bs), draws ? "true" : "false", step, static_cast<long long>(g_nonfinite));
       std::fflush(stdout);
     }
   for (int64_t bs : verify.empty() ? std::vector<int64_t>{} : batches) {
