@@ -176,7 +176,7 @@ TEST_F(CudaBackendTest, LargeDownloadsArriveWhole) {
 TEST_F(CudaBackendTest, BadArgumentsThrow) {
   EXPECT_THROW(gpu_->linear(nullptr, -1, 4, nullptr, 4, nullptr), Error);
   EXPECT_THROW(gpu_->fake_quant_fp8(nullptr, 1, 4, 0), Error);
-  EXPECT_THROW(gpu_->rope(nullptr, 1, 1, 4, nullptr, {nullptr, 3, 1.0f}, false), Error);
+  EXPECT_THROW(gpu_->rope(nullptr, 1, 1, 4, nullptr, {nullptr, 3, 1.0f}, false, false), Error);
 }
 
 }  // namespace
