@@ -98,7 +98,7 @@ class Backend : public DeviceMemory {
   virtual void hc_collapse(const float* x, const float* mix, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
                            float* y) = 0;
   // mHC expand: out[r, k, d] = post[r, k] sub[r, d] + (sum_j comb[r, j, k] x[r, j, d]) (j in order),
-  // then bf16 when bf16_out. out must not alias x.
+  // then bf16 when bf16_out. out may be x (in place: the streams updated without a copy).
   virtual void hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
                          int64_t hc, int64_t dim, bool bf16_out, float* out) = 0;
 

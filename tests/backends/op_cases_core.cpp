@@ -243,8 +243,10 @@ std::vector<OpCase> core_op_cases() {
   // bf16-rounded probabilities: scores one fp32 ulp apart (dot order, expf, tensor-core sums) flip a few
   // roundings. q holds bf16 values and the rows are bf16, as in the model (CUDA's tensor-core path for 64
   // heads x 512 at block 64 reads q as bf16); the second to fourth shapes take that path (k 640, 2 head
-  // groups with k % 64 != 0, k < 16).
-  c.push_back({"sparse_attention_online", "sparse_attention_online", 3e-4, [](OpRun& r) {
+  // groups with k % 64 != 0, k < 16). With few tokens CUDA splits the index list over CTAs, each split
+  // rounding its probabilities against its own running max: independent roundings, 6e-4 .. 1e-3 measured
+  // (backends/cuda/kernels/sparse_attention.h; the unsplit kernel's figures are in sparse_attention_test).
+  c.push_back({"sparse_attention_online", "sparse_attention_online", 1.5e-3, [](OpRun& r) {
                  for (auto [tokens, heads, dim, pool_rows, k, block] : {std::array<int64_t, 6>{8, 4, 512, 300, 37, 16},
                                                                         {4, 64, 512, 2048, 640, 64},
                                                                         {3, 128, 512, 500, 100, 64},
@@ -284,7 +286,8 @@ std::vector<OpCase> core_op_cases() {
     c.push_back({"hc_collapse,hc_expand", bf16 ? "hc_collapse_expand_bf16" : "hc_collapse_expand",
                  bf16 ? 8e-3 : 1e-5, [bf16](OpRun& r) {
                    const int64_t rows = 9, hc = 4, dim = 333;
-                   const float* x = r.in(r.uniform(rows * hc * dim, -3, 3));
+                   const std::vector<float> xh = r.uniform(rows * hc * dim, -3, 3);
+                   const float* x = r.in(xh);
                    const float* mix = r.in(r.uniform(rows * hc));
                    const float* sub = r.in(r.uniform(rows * dim, -3, 3));
                    const float* post = r.in(r.uniform(rows * hc));
@@ -292,6 +295,8 @@ std::vector<OpCase> core_op_cases() {
                    r.backend().hc_collapse(x, mix, rows, hc, dim, bf16, r.out<float>("collapse", rows * dim));
                    r.backend().hc_expand(x, sub, post, comb, rows, hc, dim, bf16,
                                          r.out<float>("expand", rows * hc * dim));
+                   float* xi = r.inout("expand in place", xh);  // the models' use: out = x
+                   r.backend().hc_expand(xi, sub, post, comb, rows, hc, dim, bf16, xi);
                  }});
   }
   c.push_back({"softmax_pool", "softmax_pool", 1e-5, [](OpRun& r) {

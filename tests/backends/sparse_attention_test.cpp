@@ -38,8 +38,10 @@ class SparseAttentionTest : public ktest::KernelTest {
 // on the other side of a bf16 rounding step than the reference (each such flip moves that p by 2^-8
 // relative; in the fp32 CUDA op's test these flips measured 7.3e-5): 3e-4 as the op table allows. A bf16
 // output adds its own rounding (up to 2^-9 relative per element, ~1e-3 in the norm): 4e-3. A wrong row,
-// head, mask or rescale is of order 1. Split over the index list (decode), the same bounds: each split
-// rounds its probabilities against its own running max, which moves them by the same bf16 steps.
+// head, mask or rescale is of order 1. Split over the index list (decode): each split rounds its
+// probabilities to bf16 against its own running max, not the reference's, so they are rounded
+// independently of the reference's (measured 6.3e-4 .. 7.8e-4 in the fp32 form on the H200, against ~1e-5
+// unsplit): 1.5e-3, still below the bf16 rounding the model applies to the output next (2^-9 relative).
 TEST_F(SparseAttentionTest, MatchesOnlineReference) {
   struct Case { int64_t tokens, heads, k, splits; };
   EXPECT_EQ(cuda::sparse_attention_splits(1, 64, 640, 132), 10);  // one CTA: a split per chunk
@@ -48,7 +50,7 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
   EXPECT_EQ(cuda::sparse_attention_splits(1, 64, 64, 132), 1);  // one chunk
   for (const bool f32 : {false, true})
     for (const Case cs : {Case{5, 64, 100, 1}, Case{3, 128, 640, 1}, Case{2, 64, 64, 1}, Case{2, 64, 7, 1},
-                          Case{1, 64, 640, 10}, Case{3, 128, 640, 4}, Case{2, 64, 100, 2}, Case{2, 64, 200, 8}}) {
+                          Case{2, 64, 640, 10}, Case{3, 128, 640, 4}, Case{2, 64, 100, 2}, Case{2, 64, 200, 8}}) {
       const int64_t T = cs.tokens, H = cs.heads, K = cs.k, D = 512, N = 300, F = 20;
       std::vector<uint16_t> qb, pb, fb;
       std::vector<float> qf, pf, ff;
@@ -105,7 +107,7 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
                   static_cast<long long>(empty_nonzero));
       EXPECT_EQ(nonfinite, 0) << "seed " << seed_;
       EXPECT_EQ(empty_nonzero, 0) << "seed " << seed_;
-      EXPECT_LE(rel, f32 ? 3e-4 : 4e-3) << (f32 ? "fp32" : "bf16") << " t " << T << " h " << H << " k " << K
+      EXPECT_LE(rel, f32 ? (cs.splits > 1 ? 1.5e-3 : 3e-4) : 4e-3) << (f32 ? "fp32" : "bf16") << " t " << T << " h " << H << " k " << K
                                         << " splits " << cs.splits << " seed " << seed_;
     }
 }

@@ -278,14 +278,18 @@ void CpuBackend::hc_collapse(const float* x, const float* mix, int64_t rows, int
 void CpuBackend::hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
                            int64_t hc, int64_t dim, bool bf16_out, float* out) {
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = r0; t < r1; ++t)
+    thread_local std::vector<float> row;  // row t's new streams: out may be x
+    row.resize(hc * dim);
+    for (int64_t t = r0; t < r1; ++t) {
       for (int64_t k = 0; k < hc; ++k)
         for (int64_t d = 0; d < dim; ++d) {
           float acc = 0;
           for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * x[(t * hc + j) * dim + d];
           const float v = post[t * hc + k] * sub[t * dim + d] + acc;
-          out[(t * hc + k) * dim + d] = bf16_out ? round_to_bf16(v) : v;
+          row[k * dim + d] = bf16_out ? round_to_bf16(v) : v;
         }
+      std::copy(row.begin(), row.end(), out + t * hc * dim);
+    }
   }, 4);
 }
 

@@ -468,16 +468,23 @@ __global__ void hc_collapse_kernel(const float* __restrict__ x, const float* __r
   y[e] = bf16_out ? round_bf16_hc(acc) : acc;
 }
 
-__global__ void hc_expand_kernel(const float* __restrict__ x, const float* __restrict__ sub,
-                                 const float* __restrict__ post, const float* __restrict__ comb, int64_t rows,
-                                 int64_t hc, int64_t dim, bool bf16_out, float* __restrict__ out) {
+// One thread per (row, channel): its hc stream values read once into registers, then every output stream,
+// each summed as before (so out may be x: all reads of a channel come before its writes).
+constexpr int kExpandMaxHc = 16;
+__global__ void hc_expand_kernel(const float* x, const float* __restrict__ sub, const float* __restrict__ post,
+                                 const float* __restrict__ comb, int64_t rows, int64_t hc, int64_t dim, bool bf16_out,
+                                 float* out) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= rows * hc * dim) return;
-  const int64_t t = e / (hc * dim), k = (e / dim) % hc, d = e % dim;
-  float acc = 0.0f;
-  for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * x[(t * hc + j) * dim + d];
-  const float v = post[t * hc + k] * sub[t * dim + d] + acc;
-  out[e] = bf16_out ? round_bf16_hc(v) : v;
+  if (e >= rows * dim) return;
+  const int64_t t = e / dim, d = e % dim;
+  float xs[kExpandMaxHc];
+  for (int64_t j = 0; j < hc; ++j) xs[j] = x[(t * hc + j) * dim + d];
+  for (int64_t k = 0; k < hc; ++k) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + k] * xs[j];
+    const float v = post[t * hc + k] * sub[t * dim + d] + acc;
+    out[(t * hc + k) * dim + d] = bf16_out ? round_bf16_hc(v) : v;
+  }
 }
 
 // ---------------------------------------------------------------- softmax_pool
@@ -959,8 +966,8 @@ void CudaBackend::hc_collapse(const float* x, const float* mix, int64_t rows, in
 void CudaBackend::hc_expand(const float* x, const float* sub, const float* post, const float* comb, int64_t rows,
                             int64_t hc, int64_t dim, bool bf16_out, float* out) {
   impl_->bind();
-  check_sizes(rows >= 0 && hc > 0 && dim >= 0, "hc_expand");
-  const int64_t n = rows * hc * dim;
+  check_sizes(rows >= 0 && hc > 0 && hc <= kExpandMaxHc && dim >= 0, "hc_expand");
+  const int64_t n = rows * dim;
   if (n == 0) return;
   hc_expand_kernel<<<grid_for(n, 256), 256, 0, impl_->stream>>>(x, sub, post, comb, rows, hc, dim, bf16_out, out);
   check_launch("hc_expand_kernel");

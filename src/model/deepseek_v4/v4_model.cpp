@@ -145,15 +145,14 @@ void V4Model::block(int64_t l, Step& s, Tensor& X) {
   const V4Layer& L = w_.layers[l];
   Workspace::Scope scope(ws_);
   Tensor pre = ws_.f32({n, hc}), post = ws_.f32({n, hc}), comb = ws_.f32({n, hc, hc});
-  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D}), mixed = ws_.f32({n, hc, D});
+  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D});
   auto site = [&](const V4Hc& h, const Param& norm, const std::function<void()>& sublayer) {
     be_.hc_weights(X.f32(), n, hc, D, h.fn.data(), h.base.data(), h.scale.data(), eps, hc_eps, c_.hc_sinkhorn_iters,
                    pre.f32(), post.f32(), comb.f32());
     be_.hc_collapse(X.f32(), pre.f32(), n, hc, D, false, a.f32());
     be_.rms_norm(a.f32(), norm.data(), n, D, eps, a.f32(), false);
     sublayer();
-    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, false, mixed.f32());
-    be_.copy(X.data, mixed.data, mixed.bytes());
+    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, false, X.f32());  // in place
   };
   site(L.hc_attn, L.attn_norm, [&] { attention(l, s, a.f32(), sub.f32()); });
   site(L.hc_ffn, L.ffn_norm, [&] { moe(l, s, a.f32(), sub.f32()); });

@@ -394,11 +394,10 @@ void V41Model::block_forward(int64_t l, Step& s, Tensor& X, Tensor& pre_mix) {
   const V41Block& B = blocks_[l];
   Workspace::Scope scope(ws_);
   Tensor pre = ws_.f32({n, hc}), attn_pre = ws_.f32({n, hc}), post = ws_.f32({n, hc}), comb = ws_.f32({n, hc, hc});
-  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D}), mixed = ws_.f32({n, hc, D});
+  Tensor a = ws_.f32({n, D}), sub = ws_.f32({n, D});
   auto collapse = [&](const Tensor& mix) { be_.hc_collapse(X.f32(), mix.f32(), n, hc, D, true, a.f32()); };
   auto expand = [&]() {
-    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, true, mixed.f32());
-    be_.copy(X.data, mixed.data, mixed.bytes());
+    be_.hc_expand(X.f32(), sub.f32(), post.f32(), comb.f32(), n, hc, D, true, X.f32());  // in place
   };
   prof_.section(s.dspark ? "draft_mhc" : "attn_mhc");
   be_.hc_weights(X.f32(), n, hc, D, B.hc_attn_fn.data(), B.hc_attn_base.data(), B.hc_attn_scale.data(), eps, hc_eps,
