@@ -121,7 +121,8 @@ TEST_F(CudaBackendTest, WeightFormatKeepsStored) {
 // The rows are bf16 (the state arena's); on a q that is NOT bf16 values the two are told apart: the
 // tensor-core kernel reads it rounded to bf16 (2^-9 relative per value, ~1e-3 in the scores), the fp32
 // kernel does not (~1e-5: bf16 flips of p only). On bf16 values (the model's) both are within the op
-// table's 3e-4.
+// table's bound: 3 tokens leave most SMs idle, so the tensor-core kernel splits the index list and rounds
+// each split's probabilities on its own (6.7e-4 measured; 1.5e-3, sparse_attention.h).
 TEST_F(CudaBackendTest, AttentionSwitch) {
   const int64_t T = 3, H = 64, D = 512, N = 200, K = 150;
   std::vector<int32_t> idx(T * K);
@@ -156,7 +157,7 @@ TEST_F(CudaBackendTest, AttentionSwitch) {
   EXPECT_GT(tensor_raw, 1e-4) << "the default did not take the tensor-core kernel (seed " << seed_ << ")";
   EXPECT_LE(tensor_raw, 1e-2);
   EXPECT_LE(exact_raw, 3e-4);
-  EXPECT_LE(tensor_bf16, 3e-4);
+  EXPECT_LE(tensor_bf16, 1.5e-3);
   EXPECT_LE(exact_bf16, 3e-4);
 }
 
