@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "core/counter_rng.h"
 #include "core/dtype.h"
@@ -16,6 +17,17 @@ namespace deepinfer::optest {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Row maps of a gather/scatter case: n source rows of `rows` (1 in 5 skipped with -1) and distinct
+// destination rows (every 7th skipped).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> row_maps(OpRun& r, int64_t n, int64_t rows) {
+  std::vector<int32_t> si(n), di(rows);
+  for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
+  std::iota(di.begin(), di.end(), 0);
+  std::shuffle(di.begin(), di.end(), r.rng());
+  for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+  return {si, di};
+}
 
 }  // namespace
 
@@ -35,11 +47,7 @@ std::vector<OpCase> deepseek_op_cases() {
                  for (int64_t width : {0, 1, 33, 300}) {
                    const int64_t n = 37, rows = 50;
                    const float* src = r.in(r.uniform(rows * width));
-                   std::vector<int32_t> si(n), di(rows);
-                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
-                   std::iota(di.begin(), di.end(), 0);
-                   std::shuffle(di.begin(), di.end(), r.rng());  // distinct destination rows
-                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   const auto [si, di] = row_maps(r, n, rows);
                    for (int mode = 0; mode < 4; ++mode) {
                      float* dst = r.inout(label("w", width) + label(" mode ", mode),
                                           r.uniform(rows * width));
@@ -55,11 +63,7 @@ std::vector<OpCase> deepseek_op_cases() {
                    std::vector<float> h = r.uniform(rows * width);
                    for (size_t i = 0; i < h.size(); i += 2) h[i] = round_to_bf16(h[i]);
                    const float* src = r.in(h);
-                   std::vector<int32_t> si(n), di(rows);
-                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
-                   std::iota(di.begin(), di.end(), 0);
-                   std::shuffle(di.begin(), di.end(), r.rng());
-                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   const auto [si, di] = row_maps(r, n, rows);
                    for (int mode = 0; mode < 4; ++mode) {
                      uint16_t* dst = r.inout(label("w", width) + label(" mode ", mode),
                                              OpRun::bf16_bits(r.uniform(rows * width)));
@@ -75,11 +79,7 @@ std::vector<OpCase> deepseek_op_cases() {
                    std::vector<uint16_t> h(rows * width);
                    for (auto& b : h) b = static_cast<uint16_t>(r.rng()());
                    const uint16_t* src = r.in(h);
-                   std::vector<int32_t> si(n), di(rows);
-                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
-                   std::iota(di.begin(), di.end(), 0);
-                   std::shuffle(di.begin(), di.end(), r.rng());
-                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
+                   const auto [si, di] = row_maps(r, n, rows);
                    for (int mode = 0; mode < 4; ++mode) {
                      float* dst = r.inout(label("w", width) + label(" mode ", mode), r.uniform(rows * width));
                      r.backend().copy_rows_from_bf16(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
