@@ -35,6 +35,7 @@
 #include "backends/cuda/kernels/mxfp4_internal.cuh"
 #include "backends/cuda/kernels/sm90.cuh"
 #include "backends/cuda/kernels/sm90_wgmma_bf16.cuh"
+#include "backends/cuda/kernels/sm90_wgmma_bf16_ss.cuh"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -282,6 +283,224 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_prefill_kernel(const Mxfp4P
   sm90::wgmma_wait<0>();
 }
 
+
+// ---- Warp-specialized form: a widening warpgroup feeding two MMA warpgroups through mbarriers ----
+// CTA = 3 warpgroups: WG 2 widens (thread r = weight row r of the 128-row slice) each stage's codes,
+// brought by TMA into a deep ring, into a bf16 [128][64] tile in shared memory (128-byte swizzle, the
+// pre-pass's K order); WG 0 / 1 multiply rows 64 c .. 64 c + 63 of it by the batch's activations (TMA,
+// 32-row boxes) with SS wgmma m64nNk16, N = the batch's rows (<= NT). Each role walks the same item
+// stream; rings: codes Sc deep (issued by the widener's thread 0 Sc - 1 stages ahead), widened tiles Sa,
+// activation tiles Sb (issued by consumer thread 0 as each stage is released).
+template <int NT>
+struct WsLayout {
+  static constexpr int kSc = NT == 256 ? 8 : 6, kSa = NT == 256 ? 3 : 2, kSb = NT == 256 ? 4 : 5;
+  static constexpr int kABytes = kSlice * 128, kBBytes = NT * 128, kCodeStage = kSlice * 32 + 2 * kSlice;
+  static constexpr int kAOff = 0, kBOff = kSa * kABytes, kCOff = kBOff + kSb * kBBytes;
+  static constexpr int kBarOff = kCOff + kSc * kCodeStage, kHeadOff = kBarOff + 2 * 8 * (kSc + kSa + kSb);
+  static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;
+  static_assert(kCOff % 1024 == 0 && kCodeStage % 128 == 0 && kHeadOff % 16 == 0, "alignment");
+  static_assert(NT == 256 ? kSmem <= 227 * 1024 : 2 * (kSmem + 1024) <= 228 * 1024, "shared memory");
+};
+
+template <int N, int R>
+__device__ __forceinline__ void mma4_ss(float (&d)[R], uint64_t da, uint64_t db, bool first) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) sm90::WgmmaBf16Ss<N>::mma(d, da + 2 * s, db + 2 * s, first && s == 0 ? 0 : 1);
+}
+template <int NT>
+__device__ __forceinline__ void mma_stage_ss(float (&d)[NT / 2], uint64_t da, uint64_t db, bool first, int rows) {
+  if (rows <= 16) return mma4_ss<16>(d, da, db, first);
+  if (rows <= 32) return mma4_ss<32>(d, da, db, first);
+  if (rows <= 48) return mma4_ss<48>(d, da, db, first);
+  if (NT == 64 || rows <= 64) return mma4_ss<64>(d, da, db, first);
+  if constexpr (NT == 256) {
+    if (rows <= 80) return mma4_ss<80>(d, da, db, first);
+    if (rows <= 96) return mma4_ss<96>(d, da, db, first);
+    if (rows <= 112) return mma4_ss<112>(d, da, db, first);
+    if (rows <= 128) return mma4_ss<128>(d, da, db, first);
+    if (rows <= 160) return mma4_ss<160>(d, da, db, first);
+    if (rows <= 192) return mma4_ss<192>(d, da, db, first);
+    if (rows <= 224) return mma4_ss<224>(d, da, db, first);
+    return mma4_ss<256>(d, da, db, first);
+  }
+}
+
+// (tile, batch, K stage) with the batch's rows; a group of R rows is split into ceil(R / NT) batches of
+// equal size (so no batch is a sliver).
+struct WsItem {
+  int tile, batch, st, g, row0, rows, col0, nb;
+};
+
+template <int NT>
+__global__ void __launch_bounds__(384, NT == 256 ? 1 : 2)
+    mxfp4_ws_kernel(const Mxfp4Params p, const __grid_constant__ CUtensorMap tm_w,
+                    const __grid_constant__ CUtensorMap tm_ws, const __grid_constant__ CUtensorMap tm_b) {
+  using L = WsLayout<NT>;
+  constexpr int Sc = L::kSc, Sa = L::kSa, Sb = L::kSb;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* const full_c = reinterpret_cast<uint64_t*>(base + L::kBarOff);
+  uint64_t *const empty_c = full_c + Sc, *const full_a = empty_c + Sc, *const empty_a = full_a + Sa,
+                  *const full_b = empty_a + Sa, *const empty_b = full_b + Sb;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Sc; ++i) sm90::mbar_init(full_c + i, 1), sm90::mbar_init(empty_c + i, 4);
+    for (int i = 0; i < Sa; ++i) sm90::mbar_init(full_a + i, 4), sm90::mbar_init(empty_a + i, 8);
+    for (int i = 0; i < Sb; ++i) sm90::mbar_init(full_b + i, 1), sm90::mbar_init(empty_b + i, 8);
+    sm90::fence_barrier_init();
+  }
+  __shared__ int n_active_s;
+  int* off = reinterpret_cast<int*>(base + L::kHeadOff);
+  int* active = off + kMxfp4MaxGroups + 1;
+  const int n_active = load_groups(p, off, active, &n_active_s);  // its __syncthreads publishes the inits
+  const int slices = p.n / kSlice, tiles = n_active * slices, stages = p.k / kStageK;
+  auto start = [&](WsItem& c) {
+    if (c.tile >= tiles) return;
+    const int gi = c.tile / slices;
+    c.g = active[gi];
+    const int r = off[c.g + 1] - off[c.g];
+    c.nb = (r + NT - 1) / NT;
+    const int bs = (r + c.nb - 1) / c.nb;
+    c.row0 = off[c.g] + c.batch * bs;
+    c.rows = min(bs, r - c.batch * bs);
+    c.col0 = (c.tile - gi * slices) * kSlice;
+  };
+  auto advance = [&](WsItem& c) {
+    if (++c.st < stages) return;
+    c.st = 0;
+    if (++c.batch >= c.nb) c.batch = 0, c.tile += gridDim.x;
+    start(c);
+  };
+  WsItem first{static_cast<int>(blockIdx.x), 0, 0, 0, 0, 0, 0, 1};
+  start(first);
+  const int lane = threadIdx.x & 31, wg = __shfl_sync(~0u, static_cast<int>(threadIdx.x) >> 7, 0);  // warp-uniform
+
+  if (wg == 2) {  // the widener; its thread 0 also issues the codes' copies
+    const int r = threadIdx.x - 256;
+    WsItem pc = first;
+    int pq = 0;
+    auto produce = [&]() {
+      if (pc.tile >= tiles) return;
+      const int slot = pq % Sc;
+      if (pq >= Sc) sm90::mbar_wait(empty_c + slot, ((pq / Sc) - 1) & 1);
+      uint8_t* const st = base + L::kCOff + slot * L::kCodeStage;
+      const int wrow = pc.g * p.n + pc.col0;
+      sm90::mbar_arrive_expect_tx(full_c + slot, L::kCodeStage);
+      sm90::tma_load_2d(st, &tm_w, pc.st * (kStageK / 2), wrow, full_c + slot);
+      sm90::tma_load_2d(st + kSlice * 32, &tm_ws, wrow, 2 * pc.st, full_c + slot);
+      advance(pc), ++pq;
+    };
+    if (r == 0)
+      for (int i = 0; i < Sc - 1; ++i) produce();
+    WsItem wc = first;
+    for (int q = 0; wc.tile < tiles; ++q, advance(wc)) {
+      if (r == 0) produce();  // stage q + Sc - 1, into the slot stage q - 1 freed
+      const int cs = q % Sc, as = q % Sa;
+      sm90::mbar_wait(full_c + cs, (q / Sc) & 1);
+      const uint8_t* const st = base + L::kCOff + cs * L::kCodeStage;
+      const uint4 w0 = *reinterpret_cast<const uint4*>(st + r * 32), w1 = *reinterpret_cast<const uint4*>(st + r * 32 + 16);
+      const int b0 = st[kSlice * 32 + r], b1 = st[kSlice * 32 + kSlice + r];
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(empty_c + cs);
+      // word j of the row (K 8 j .. 8 j + 7, scale block j / 4) -> v[j] = the pairs (8 j + i, + 4)
+      const Pow2 s0 = pow2_bf16x2(b0 - 1), s1 = pow2_bf16x2(b1 - 1);
+      const uint4 v[8] = {e2m1x8_to_bf16(w0.x, s0), e2m1x8_to_bf16(w0.y, s0), e2m1x8_to_bf16(w0.z, s0),
+                          e2m1x8_to_bf16(w0.w, s0), e2m1x8_to_bf16(w1.x, s1), e2m1x8_to_bf16(w1.y, s1),
+                          e2m1x8_to_bf16(w1.z, s1), e2m1x8_to_bf16(w1.w, s1)};
+      if (q >= Sa) sm90::mbar_wait(empty_a + as, ((q / Sa) - 1) & 1);
+      uint8_t* const at = base + L::kAOff + as * L::kABytes + r * 128;
+      auto pick = [](const uint4& u, int j) { return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w; };
+#pragma unroll
+      for (int qq = 0; qq < 8; ++qq) {  // 16-byte chunk qq = 2 c + h: for t4 = 0..3 the pair (16 t4 + 8 h + c, + 4)
+        const int c = qq >> 1, h = qq & 1;
+        *reinterpret_cast<uint4*>(at + ((qq ^ (r & 7)) * 16)) =
+            make_uint4(pick(v[h], c), pick(v[2 + h], c), pick(v[4 + h], c), pick(v[6 + h], c));
+      }
+      sm90::fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(full_a + as);
+    }
+    return;
+  }
+
+  // The MMA warpgroups. They issue the activation tiles, stage j + Sb as both have released stage j:
+  // every thread waits and walks the cursor, thread 0 issues (no branch: see sm90.cuh).
+  const int cw = wg, warp = (threadIdx.x >> 5) & 3, g8 = lane >> 2, t4 = lane & 3;
+  const bool issuer = threadIdx.x == 0;
+  WsItem bc = first;
+  int bq = 0;
+  auto produce_b = [&]() {
+    if (bc.tile >= tiles) return;
+    const int slot = bq % Sb, boxes = (bc.rows + 31) / 32;
+    if (bq >= Sb) sm90::mbar_wait(empty_b + slot, ((bq / Sb) - 1) & 1);
+    uint8_t* const st = base + L::kBOff + slot * L::kBBytes;
+    sm90::mbar_arrive_expect_tx_if(full_b + slot, boxes * 4096, issuer);
+    for (int i = 0; i < boxes; ++i)
+      sm90::tma_load_2d_if(st + i * 4096, &tm_b, bc.st * 128, bc.row0 + 32 * i, full_b + slot, issuer);
+    advance(bc), ++bq;
+  };
+  for (int i = 0; i < Sb; ++i) produce_b();
+  auto release = [&](int j) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty_a + j % Sa), sm90::mbar_arrive(empty_b + j % Sb);
+    produce_b();
+  };
+  float acc[NT / 2];
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i) acc[i] = 0.0f;
+  WsItem mc = first;
+  bool pending = false;  // stage q - 1 not yet released
+  for (int q = 0; mc.tile < tiles; ++q, advance(mc)) {
+    const int as = q % Sa, bs = q % Sb;
+    sm90::mbar_wait(full_a + as, (q / Sa) & 1);
+    sm90::mbar_wait(full_b + bs, (q / Sb) & 1);
+    sm90::wgmma_fence();
+    mma_stage_ss<NT>(acc, sm90::desc_k_sw128(smem_addr(base + L::kAOff + as * L::kABytes + cw * 8192)),
+                     sm90::desc_k_sw128(smem_addr(base + L::kBOff + bs * L::kBBytes)), mc.st == 0, mc.rows);
+    sm90::wgmma_commit();
+    if (mc.st < stages - 1) {
+      sm90::wgmma_wait<1>();  // stage q - 1's wgmmas: its tiles are free
+      if (pending) release(q - 1);
+      pending = true;
+      continue;
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(acc);
+    if (pending) release(q - 1);
+    release(q);
+    pending = false;
+    uint16_t* const y = p.y + static_cast<int64_t>(mc.row0) * p.ldy + mc.col0 + cw * 64 + warp * 16 + g8;
+#pragma unroll
+    for (int jn = 0; jn < NT / 8; ++jn)  // token 8 jn + 2 t4 + c gets weight rows g8, g8 + 8 of the warp's 16
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = 8 * jn + 2 * t4 + c;
+        if (tok >= mc.rows) continue;
+        y[tok * p.ldy] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + c]));
+        y[tok * p.ldy + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + 2 + c]));
+      }
+  }
+}
+
+template <int NT>
+void ws_launch(const Mxfp4Params& p, int64_t tiles, cudaStream_t s) {
+  using L = WsLayout<NT>;
+  static const int per_sm = [] {
+    int b = 0;
+    if (cudaFuncSetAttribute(mxfp4_ws_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mxfp4_ws_kernel<NT>, 384, L::kSmem) != cudaSuccess)
+      return 0;
+    return b;
+  }();
+  check(per_sm > 0, "mxfp4_prefill: cannot launch with ", L::kSmem, " bytes of shared memory");
+  const int64_t g = std::max(p.groups, 1);
+  const CUtensorMap tw = sm90::tensor_map_u8(p.w, g * p.n, p.k / 2, p.ldw, kSlice, kStageK / 2, false);
+  const CUtensorMap tws = sm90::tensor_map_u8(p.w_scale, p.k / 32, g * p.n, p.ld_ws, 2, kSlice, false);
+  const CUtensorMap tb = sm90::tensor_map_u8(reinterpret_cast<const uint8_t*>(p.ab), p.m, 2 * int64_t{p.k},
+                                             2 * int64_t{p.k}, 32, 128, true);
+  const int64_t grid = std::min<int64_t>(tiles, int64_t{per_sm} * sm90::sm_count());
+  mxfp4_ws_kernel<NT><<<static_cast<unsigned>(grid), 384, L::kSmem, s>>>(p, tw, tws, tb);
+}
+
 }  // namespace
 
 size_t mxfp4_prefill_workspace_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k * 2 + 255) / 256 * 256; }
@@ -291,6 +510,8 @@ void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch,
   const int64_t threads = static_cast<int64_t>(p.m) * (p.k / 64);
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
   const int64_t tiles = active_bound * (p.n / kSlice);
+  if (batch == -64) return ws_launch<64>(p, tiles, s);
+  if (batch == -256) return ws_launch<256>(p, tiles, s);
   if (batch <= 64) return launch_persistent<mxfp4_prefill_kernel<64>>(p, tiles, kThreads, Layout<64>::kSmem, s);
   launch_persistent<mxfp4_prefill_kernel<128>>(p, tiles, kThreads, Layout<128>::kSmem, s);
 }
