@@ -302,6 +302,7 @@ int prefill_batch(const Fp8GemmArgs& a) {
   if (force == "e4m3") return 0;
   if (force == "rs") return mean <= 24 ? 0 : mean <= 40 ? 64 : 128;
   if (force == "ws64") return -64;
+  if (force == "ws128") return -128;
   if (force == "ws256") return -256;
   return mean <= 24 ? 0 : mean <= 48 ? -64 : -256;
 }

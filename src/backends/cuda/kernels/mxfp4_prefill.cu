@@ -293,13 +293,13 @@ __global__ void __launch_bounds__(kThreads, 2) mxfp4_prefill_kernel(const Mxfp4P
 // activation tiles Sb (issued by consumer thread 0 as each stage is released).
 template <int NT>
 struct WsLayout {
-  static constexpr int kSc = NT == 256 ? 8 : 6, kSa = NT == 256 ? 3 : 2, kSb = NT == 256 ? 4 : 5;
+  static constexpr int kSc = NT == 64 ? 10 : 8, kSa = NT == 256 ? 3 : NT == 128 ? 5 : 6, kSb = NT == 64 ? 8 : 4;
   static constexpr int kABytes = kSlice * 128, kBBytes = NT * 128, kCodeStage = kSlice * 32 + 2 * kSlice;
   static constexpr int kAOff = 0, kBOff = kSa * kABytes, kCOff = kBOff + kSb * kBBytes;
   static constexpr int kBarOff = kCOff + kSc * kCodeStage, kHeadOff = kBarOff + 2 * 8 * (kSc + kSa + kSb);
   static constexpr int kSmem = 1024 + kHeadOff + kMxfp4HeadBytes;
   static_assert(kCOff % 1024 == 0 && kCodeStage % 128 == 0 && kHeadOff % 16 == 0, "alignment");
-  static_assert(NT == 256 ? kSmem <= 227 * 1024 : 2 * (kSmem + 1024) <= 228 * 1024, "shared memory");
+  static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
 template <int N, int R>
@@ -313,11 +313,13 @@ __device__ __forceinline__ void mma_stage_ss(float (&d)[NT / 2], uint64_t da, ui
   if (rows <= 32) return mma4_ss<32>(d, da, db, first);
   if (rows <= 48) return mma4_ss<48>(d, da, db, first);
   if (NT == 64 || rows <= 64) return mma4_ss<64>(d, da, db, first);
-  if constexpr (NT == 256) {
+  if constexpr (NT >= 128) {
     if (rows <= 80) return mma4_ss<80>(d, da, db, first);
     if (rows <= 96) return mma4_ss<96>(d, da, db, first);
     if (rows <= 112) return mma4_ss<112>(d, da, db, first);
-    if (rows <= 128) return mma4_ss<128>(d, da, db, first);
+    if (NT == 128 || rows <= 128) return mma4_ss<128>(d, da, db, first);
+  }
+  if constexpr (NT == 256) {
     if (rows <= 160) return mma4_ss<160>(d, da, db, first);
     if (rows <= 192) return mma4_ss<192>(d, da, db, first);
     if (rows <= 224) return mma4_ss<224>(d, da, db, first);
@@ -332,7 +334,7 @@ struct WsItem {
 };
 
 template <int NT>
-__global__ void __launch_bounds__(384, NT == 256 ? 1 : 2)
+__global__ void __launch_bounds__(384, 1)
     mxfp4_ws_kernel(const Mxfp4Params p, const __grid_constant__ CUtensorMap tm_w,
                     const __grid_constant__ CUtensorMap tm_ws, const __grid_constant__ CUtensorMap tm_b) {
   using L = WsLayout<NT>;
@@ -448,36 +450,36 @@ __global__ void __launch_bounds__(384, NT == 256 ? 1 : 2)
 #pragma unroll
   for (int i = 0; i < NT / 2; ++i) acc[i] = 0.0f;
   WsItem mc = first;
-  bool pending = false;  // stage q - 1 not yet released
-  for (int q = 0; mc.tile < tiles; ++q, advance(mc)) {
-    const int as = q % Sa, bs = q % Sb;
-    sm90::mbar_wait(full_a + as, (q / Sa) & 1);
-    sm90::mbar_wait(full_b + bs, (q / Sb) & 1);
-    sm90::wgmma_fence();
-    mma_stage_ss<NT>(acc, sm90::desc_k_sw128(smem_addr(base + L::kAOff + as * L::kABytes + cw * 8192)),
-                     sm90::desc_k_sw128(smem_addr(base + L::kBOff + bs * L::kBBytes)), mc.st == 0, mc.rows);
-    sm90::wgmma_commit();
-    if (mc.st < stages - 1) {
-      sm90::wgmma_wait<1>();  // stage q - 1's wgmmas: its tiles are free
-      if (pending) release(q - 1);
-      pending = true;
-      continue;
+  for (int q = 0; mc.tile < tiles;) {  // an item a pass; the stage loop carries the wgmmas in flight
+    const int rows = mc.rows;
+    for (int st = 0; st < stages; ++st, ++q) {
+      const int as = q % Sa, bs = q % Sb;
+      sm90::mbar_wait(full_a + as, (q / Sa) & 1);
+      sm90::mbar_wait(full_b + bs, (q / Sb) & 1);
+      sm90::wgmma_fence();
+      mma_stage_ss<NT>(acc, sm90::desc_k_sw128(smem_addr(base + L::kAOff + as * L::kABytes + cw * 8192)),
+                       sm90::desc_k_sw128(smem_addr(base + L::kBOff + bs * L::kBBytes)), st == 0, rows);
+      sm90::wgmma_commit();
+      if (st > 0) {
+        sm90::wgmma_wait<1>();  // stage q - 1's wgmmas: its tiles are free
+        release(q - 1);
+      }
     }
     sm90::wgmma_wait<0>();
     sm90::fence_regs(acc);
-    if (pending) release(q - 1);
-    release(q);
-    pending = false;
+    release(q - 1);
     uint16_t* const y = p.y + static_cast<int64_t>(mc.row0) * p.ldy + mc.col0 + cw * 64 + warp * 16 + g8;
 #pragma unroll
     for (int jn = 0; jn < NT / 8; ++jn)  // token 8 jn + 2 t4 + c gets weight rows g8, g8 + 8 of the warp's 16
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int tok = 8 * jn + 2 * t4 + c;
-        if (tok >= mc.rows) continue;
+        if (tok >= rows) continue;
         y[tok * p.ldy] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + c]));
         y[tok * p.ldy + 8] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[4 * jn + 2 + c]));
       }
+    mc.st = stages - 1;
+    advance(mc);
   }
 }
 
@@ -511,6 +513,7 @@ void mxfp4_prefill_launch(const Mxfp4Params& p, int64_t active_bound, int batch,
   act_to_bf16_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(p);
   const int64_t tiles = active_bound * (p.n / kSlice);
   if (batch == -64) return ws_launch<64>(p, tiles, s);
+  if (batch == -128) return ws_launch<128>(p, tiles, s);
   if (batch == -256) return ws_launch<256>(p, tiles, s);
   if (batch <= 64) return launch_persistent<mxfp4_prefill_kernel<64>>(p, tiles, kThreads, Layout<64>::kSmem, s);
   launch_persistent<mxfp4_prefill_kernel<128>>(p, tiles, kThreads, Layout<128>::kSmem, s);
