@@ -471,11 +471,8 @@ __global__ void split_reduce_kernel(const float* ws, int splits, int m, int n, u
   }
 }
 
-}  // namespace
-
-CUtensorMap sm90::tensor_map_u8(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols,
-                                bool swizzle128) {
-  static const auto encode = [] {
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult q{};
     check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
@@ -484,25 +481,24 @@ CUtensorMap sm90::tensor_map_u8(const uint8_t* base, int64_t rows, int64_t cols,
           "fp8_gemm: cuTensorMapEncodeTiled is not available from the driver");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
+  return fn;
+}
+
+// A [rows, cols] byte matrix (row stride ld bytes) read in boxes of box_cols bytes x box_rows; rows past
+// the end read as zeros. 128-byte boxes are 128B-swizzled (what wgmma reads), narrower ones plain.
+CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols = kBK,
+                       bool swizzle = true) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box, elem,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides,
+                                 box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 swizzle && box_cols == kBK ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   check(r == CUDA_SUCCESS, "fp8_gemm: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
   return map;
-}
-
-namespace {
-
-// 128-byte boxes are 128B-swizzled (what wgmma reads), narrower ones plain.
-CUtensorMap tensor_map(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols = kBK,
-                       bool swizzle = true) {
-  return sm90::tensor_map_u8(base, rows, cols, ld, box_rows, box_cols, swizzle && box_cols == kBK);
 }
 
 struct Plan {

@@ -5,8 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backends/cuda/kernels/mxfp4_gemm.h"
 #include "backends/cuda/kernels/mxfp4_internal.cuh"
@@ -295,18 +293,9 @@ int64_t mean_rows(const Fp8GemmArgs& a) {
 // than the bf16 kernel's former 256-token tiles).
 int prefill_batch(const Fp8GemmArgs& a) {
   const int64_t mean = mean_rows(a);  // m when ungrouped
-  static const std::string force = [] {  // MEASUREMENT ONLY (kernels10 call 1): e4m3 | rs | ws64 | ws256
-    const char* e = std::getenv("DEEPINFER_MXFP4_PREFILL");
-    return std::string(e ? e : "");
-  }();
-  if (force == "e4m3") return 0;
-  if (force == "rs") return mean <= 24 ? 0 : mean <= 40 ? 64 : 128;
-  if (force == "ws64") return -64;
-  if (force == "ws128") return -128;
-  if (force == "ws256") return -256;
-  return mean <= 24 ? 0 : mean <= 48 ? -64 : -256;
+  return mean <= 24 ? 0 : mean <= 40 ? 64 : 128;
 }
-bool use_prefill(const Fp8GemmArgs& a) { return prefill_batch(a) != 0; }
+bool use_prefill(const Fp8GemmArgs& a) { return prefill_batch(a) > 0; }
 
 }  // namespace
 

@@ -22,11 +22,6 @@ inline int sm_count() {
   return n;
 }
 
-// A [rows, cols] byte matrix (row stride ld bytes) as a TMA map read in boxes of box_cols bytes x box_rows,
-// 128B-swizzled or plain; rows and columns past the end read as zeros (defined in fp8_gemm.cu).
-CUtensorMap tensor_map_u8(const uint8_t* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int box_cols,
-                          bool swizzle128);
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -51,32 +46,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// Generic-proxy shared-memory writes (by this thread) -> later async-proxy reads (wgmma, TMA).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 // --- TMA: one 2D box {x = inner, y = outer} of `map` into shared memory, completing on `bar` ---
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int32_t x, int32_t y, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
           smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
-      : "memory");
-}
-// The same two issued by one thread of a converged group (`pred`) without a branch: a divergent branch
-// near wgmma makes ptxas serialize the wgmmas (C7520).
-__device__ __forceinline__ void mbar_arrive_expect_tx_if(uint64_t* bar, uint32_t bytes, bool pred) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n}\n" ::"r"(
-                   smem_addr(bar)),
-               "r"(bytes), "r"(static_cast<int>(pred))
-               : "memory");
-}
-__device__ __forceinline__ void tma_load_2d_if(void* dst, const CUtensorMap* map, int32_t x, int32_t y, uint64_t* bar,
-                                               bool pred) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
-      "@p cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n}\n" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y), "r"(static_cast<int>(pred))
       : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
