@@ -267,7 +267,7 @@ class Converter {
 
   const Json& resolve_pointer(const std::string& ref, const std::string& path) {
     if (ref == "#") return root_;
-    if (ref.rfind("#/", 0) != 0) unsupported(path, "$ref '" + ref + "' (only local '#/...' references)");
+    if (ref.rfind("#/", 0) != 0) unsupported(path, "$ref '" + ref + "' (a document not given: none is fetched)");
     const Json* cur = &root_;
     size_t pos = 2;
     while (pos <= ref.size()) {
@@ -1408,6 +1408,21 @@ class Converter {
         return g_.dfa(d);
       }
     }
+    if (auto [digits, exp] = s.contains("multipleOf") ? decimal_digits(s["multipleOf"], path) : std::pair{std::string(), 0L};
+        !integer && exp < 0) {  // a fractional multipleOf on numbers: 1.5, 0.25
+      const long a = digits.size() <= 7 ? std::stol(digits) : 0;
+      if (a == 0 || static_cast<size_t>(a) * (2 - exp) + 3 > kMaxDfaStates)
+        unsupported(path, "multipleOf " + s["multipleOf"].dump() + " on numbers (its automaton passes 4096 states)");
+      Grammar range;
+      const int rule = range.declare_rule("range");
+      range.define_rule(rule, lo || hi ? number_in_range(range, lo, hi) : range.seq({range.opt(range.lit("-")), range.plus(range.cls({{'0', '9'}})), range.opt(range.seq({range.lit("."), range.plus(range.cls({{'0', '9'}}))}))}));
+      range.set_root(rule);
+      const ByteDfa in_range = rule_dfa(range, rule), multiple = decimal_multiple_dfa(a, static_cast<int>(-exp));
+      const ByteDfa d = select_dfa(product_dfa({&in_range, &multiple}, kMaxDfaStates, "multipleOf together with minimum/maximum"),
+                                   [](uint64_t acc) { return acc == 3; });
+      if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
+      return g_.dfa(d);
+    }
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
@@ -1438,10 +1453,8 @@ class Converter {
     return 0;
   }
 
-  // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.
-  // Returns that integer modulus; numbers (not only integers) need m itself integral (their
-  // multiples are then integers, written without exponent: a safe subset).
-  long integer_modulus(const Json& m, bool integer, const std::string& path) {
+  // m = digits * 10^exp, the digits without leading zeros, and without trailing ones when exp < 0.
+  static std::pair<std::string, long> decimal_digits(const Json& m, const std::string& path) {
     if (!m.is_number() || m.get<double>() <= 0) fail("json schema: 'multipleOf' must be a positive number at ", path);
     std::string t = m.dump();
     long exp = 0;
@@ -1456,6 +1469,48 @@ class Converter {
     }
     while (exp < 0 && digits.size() > 1 && digits.back() == '0') { digits.pop_back(); ++exp; }
     digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+    return {digits, exp};
+  }
+
+  // Numbers (no exponent: a safe subset) that are multiples of m = a / 10^j, i.e. x * 10^j is an
+  // integer divisible by a: at most j fractional digits (then zeros), and the digits read with j
+  // places a multiple of a. States: start, '-', a lone 0, the integer part's remainders, then
+  // (remainder, fractional digits read) for 0..j digits. Trimmed (some remainders cannot end).
+  static ByteDfa decimal_multiple_dfa(long a, int j) {
+    const uint32_t frac0 = static_cast<uint32_t>(3 + a);
+    auto F = [&](long r, int p) { return static_cast<uint32_t>(frac0 + p * a + r); };
+    auto ends = [&](long r, int places) {  // r * 10^places divisible by a
+      for (int i = 0; i < places; ++i) r = r * 10 % a;
+      return r % a == 0;
+    };
+    ByteDfa d;
+    d.next.assign(frac0 + static_cast<size_t>(a) * (j + 1), {});
+    for (auto& row : d.next) row.fill(ByteDfa::kNone);
+    d.accepting.assign(d.next.size(), 0);
+    d.next[0]['-'] = 1;
+    for (uint32_t from : {0u, 1u}) {
+      d.next[from]['0'] = 2;
+      for (int c = 1; c <= 9; ++c) d.next[from]['0' + c] = static_cast<uint32_t>(3 + c % a);
+    }
+    d.accepting[2] = 1;
+    d.next[2]['.'] = F(0, 0);
+    for (long r = 0; r < a; ++r) {
+      d.accepting[3 + r] = ends(r, j);
+      d.next[3 + r]['.'] = F(r, 0);
+      for (int c = 0; c <= 9; ++c) d.next[3 + r]['0' + c] = static_cast<uint32_t>(3 + (10 * r + c) % a);
+      for (int p = 0; p < j; ++p)
+        for (int c = 0; c <= 9; ++c) d.next[F(r, p)]['0' + c] = F((10 * r + c) % a, p + 1);
+      for (int p = 1; p <= j; ++p) d.accepting[F(r, p)] = ends(r, j - p);
+      d.next[F(r, j)]['0'] = F(r, j);
+    }
+    return d;
+  }
+
+  // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.
+  // Returns that integer modulus; numbers (not only integers) need m itself integral (their
+  // multiples are then integers, written without exponent: a safe subset).
+  long integer_modulus(const Json& m, bool integer, const std::string& path) {
+    auto [digits, exp] = decimal_digits(m, path);
     const long kMax = 1000;
     if (digits.size() > 7 || exp > 3) unsupported(path, "multipleOf " + m.dump() + " (integer moduli up to 1000 only)");
     long a = std::stol(digits);
@@ -2202,8 +2257,23 @@ Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
   } catch (const std::exception& e) {
     fail("json schema: not valid JSON: ", e.what());
   }
+  std::map<std::string, Json> documents;
+  for (const auto& [uri, text] : opts.documents) {
+    const std::string u = uri.substr(0, uri.find('#'));
+    try {
+      documents[u] = Json::parse(text);
+    } catch (const std::exception& e) {
+      fail("json schema: document '", u, "' is not valid JSON: ", e.what());
+    }
+  }
   try {
-    return Converter(with_local_refs(j, Converter::draft_of(j)), opts).run();
+    const int draft = Converter::draft_of(j);
+    Json root = with_local_refs(j, draft, documents);
+    if (root.is_object() && root.contains(kDocuments))
+      for (auto& [u, doc] : root[kDocuments].items())
+        if (doc.is_object() && doc.contains("$schema") && Converter::draft_of(doc) != draft)
+          fail("json schema: $ref into document '", u, "' of another draft than the schema's");
+    return Converter(root, opts).run();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type, a malformed $ref escape, ...
