@@ -994,6 +994,11 @@ class Converter {
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
+    if (k == "patternProperties") {  // some key matching a pattern whose value it rejects: only where none can
+      for (auto& [pattern, sub] : v.items())
+        if (!is_never(negate(sub, path, depth + 1))) unsupported(path, "'not' of 'patternProperties' (a key matching '" + pattern + "' with a value its schema rejects)");
+      return Json(false);
+    }
     if (k == "propertyNames") return not_property_names(normalize(v), path);
     if (k == "contains") return Json{{"type", "array"}, {"items", negate(v, path, depth + 1)}};  // no item matches
     if (k == "prefixItems") {  // some item i its entry rejects (the array has at least i + 1)
