@@ -75,7 +75,7 @@ using Resolve = std::function<const Json&(const std::string&)>;
 // keywords, then its in-place applicators: allOf intersects, anyOf unites, oneOf matches a type
 // entirely where exactly one branch does and no other may (and none of a type two match
 // entirely), not swaps the sets, if/then/else goes by where `if` surely holds or fails, $ref
-// follows its target (at most 8 deep and 4,096 subschemas in all: beyond, nothing is known).
+// follows its target (at most 8 deep and 256 subschemas in all: beyond, nothing is known).
 std::pair<unsigned, unsigned> type_sets(const Json& s, const Resolve& resolve, int depth, int& budget) {
   if (s.is_boolean()) return s.get<bool>() ? std::pair{kAll, kAll} : std::pair{0u, 0u};
   if (!s.is_object() || depth > 8 || --budget < 0) return {kAll, 0};
@@ -148,7 +148,7 @@ Branch analyze(const Json& s0, const Resolve& resolve) {
   Branch b;
   b.schema = s0.is_object() && s0.contains("$ref") ? resolve(s0["$ref"].get<std::string>()) : s0;
   const Json& s = b.schema;
-  int budget = 4096;
+  int budget = 256;
   std::tie(b.t, b.f) = type_sets(s, resolve, 0, budget);
   if (s.is_boolean()) return b;
   if (s.contains("const")) b.lits = &s["const"];
