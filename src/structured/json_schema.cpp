@@ -2051,6 +2051,7 @@ class Converter {
     }
     if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() < static_cast<double>(n))
       nothing(path, "contains with maxItems below minContains (matches nothing)");
+    if (s.contains("prefixItems") && n == 1 && !s.contains(kAlsoContains)) return contains_with_prefix(s, path);
     for (const char* k : {"prefixItems", "maxItems", "uniqueItems"})
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
@@ -2071,6 +2072,44 @@ class Converter {
     }
     return g_.seq({g_.lit("["), ws(), hits_among(n, hit, item), ws(), g_.lit("]")});
   }
+  // contains C (one item) with prefixItems P: the anyOf of "entry i also matches C" (the array has
+  // at least i + 1 items) and "every entry present, then any items around one that matches
+  // items and C". Ambiguous where several items match C, which the parser allows; exact.
+  int contains_with_prefix(const Json& s, const std::string& path) {
+    for (const char* k : {"maxItems", "uniqueItems"})
+      if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with 'prefixItems' and '") + k + "'");
+    const Json& prefix = s["prefixItems"];
+    const long min_items = count_of(s, "minItems", 0);
+    if (min_items > static_cast<long>(prefix.size()) + 1) unsupported(path, "contains with prefixItems and minItems past them");
+    Json plain = s;
+    plain.erase("contains");
+    plain.erase("minContains");
+    plain["type"] = "array";  // this converts the array branch only
+    std::vector<int> alts;
+    for (size_t i = 0; i < prefix.size(); ++i) {  // entry i is the hit
+      Json t = plain;
+      t["prefixItems"][i] = Json{{"allOf", Json::array({prefix[i], s["contains"]})}};
+      t["minItems"] = std::max<long>(min_items, static_cast<long>(i) + 1);
+      if (const int e = convert_or_none(t, path); e >= 0) alts.push_back(e);
+    }
+    const Json items = s.contains("items") ? s["items"] : Json(true);
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    std::vector<int> body{g_.lit("["), ws()};
+    bool tail = !is_never(items);
+    for (size_t i = 0; i < prefix.size() && tail; ++i) {  // every entry present, then the hit after them
+      const int e = convert_or_none(prefix[i], path + "/prefixItems/" + std::to_string(i));
+      if (e < 0) tail = false;
+      else body.insert(body.end(), {e, sep});
+    }
+    const int hit = tail ? convert_or_none(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains") : -1;
+    if (hit >= 0) {
+      body.insert(body.end(), {hits_among(1, hit, convert(items, path + "/items")), ws(), g_.lit("]")});
+      alts.push_back(g_.seq(body));
+    }
+    if (alts.empty()) nothing(path, "contains that no item matches");
+    return g_.alt(alts);
+  }
+
   // An item for each of k contains (one item may serve several): rules A_S by the set S of those
   // met so far, A_S = (sep item A_S | sep hit_T A_{S|T} for T adding to S), A_all = (sep item)*.
   // Ambiguous where items serve several ways, which the parser allows; exact.

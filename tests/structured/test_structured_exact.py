@@ -365,6 +365,12 @@ CASES = [
     ({"oneOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["c"]}]},
      [{"a": 1}, {"b": 1}, {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {}, 1, "x"]),
     ({"not": {"patternProperties": {"x": True}, "required": ["xx"]}}, [{"xx": 1}, {"a": 1}, 1]),
+    # contains with prefixItems: the hit is an entry, or an item after them
+    ({"prefixItems": [{"type": "integer"}, {"type": "string"}], "contains": {"const": "x"}},
+     [[1, "x"], ["x"], [1, "a"], [1, "a", "x"], [1, "a", 2], [], "x", [1], ["x", "x"]]),
+    ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "contains": {"type": "integer", "minimum": 5},
+      "minItems": 2}, [[5], [1], [1, "a"], [7, "a"], [], [7, "a", "b"]]),
+    ({"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False}, [[1, "foo"], [1, 2], [1, 2, "foo"], ["a"], []]),
     ({"not": {"anyOf": [True, {"properties": {"foo": True}}], "unevaluatedProperties": False}}, [{"bar": 1}, {"foo": 1}, {}, 1]),
 ]
 
