@@ -4,7 +4,9 @@
 //   - ruled out when a key required by both has disjoint values (const/enum or types), or a
 //     key one requires is forbidden by the other (its schema false, or additionalProperties
 //     false without patternProperties);
-//   - a type in F of one branch is dropped from the other (every such value would match both);
+//   - a type in F of both is dropped from both (every such value matches both); in F of one
+//     only, the other's values of it must be excluded from it: the exact negations (the caller),
+//     or, in the safe subset, the type dropped from both;
 //   - objects: each branch forbids a key that only the other requires (a safe subset: an
 //     instance with that key but failing the other branch is rejected too);
 //   - otherwise the overlap is undecidable here and the schema is rejected.
@@ -230,9 +232,13 @@ std::vector<Json> exclusive_one_of(const Json& branches, const std::function<con
       unsigned both = shared_types(a, b, resolve);
       for (unsigned t = 1; t <= kFrac; t <<= 1) {
         if (!(both & t)) continue;
-        if (b.f & t) a.drop |= t;
-        if (a.f & t) b.drop |= t;
-        if ((b.f | a.f) & t) continue;
+        if ((b.f | a.f) & t) {  // every value of t matches one: none of them matches the other alone
+          a.drop |= t, b.drop |= t;
+          // the other may match only some: where it does not, the first alone holds (exact only
+          // through the negations; the safe subset drops t from both)
+          if (!((a.f & b.f) & t) && !forbid_keys) overlap_error(i, j, t == kObj ? "an object" : t == kStr ? "a string" : t == kArr ? "an array" : t == kNull ? "null" : t == kBool ? "a boolean" : "a number");
+          continue;
+        }
         if (t != kObj) overlap_error(i, j, t == kStr ? "a string" : t == kArr ? "an array" : "a number");
         auto only = [](const Branch& x, const Branch& y) {  // a key x requires and y does not
           for (const std::string& k : x.required) if (!y.required.count(k)) return k;

@@ -365,6 +365,11 @@ CASES = [
     ({"oneOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["c"]}]},
      [{"a": 1}, {"b": 1}, {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {}, 1, "x"]),
     ({"not": {"patternProperties": {"x": True}, "required": ["xx"]}}, [{"xx": 1}, {"a": 1}, 1]),
+    # a branch matching every value of a type excludes the values another matches (main accepted 1)
+    ({"oneOf": [{"const": 1}, {"type": "integer"}]}, [1, 2, 1.5, "x"]),
+    ({"oneOf": [{"const": 1}, {"maxLength": 1}]}, [1, 2, "x", "xy", None]),
+    ({"oneOf": [{"const": 1}, {"type": "integer"}, {"allOf": [True, {"items": {"type": "integer"}}, {"not": {"required": ["b"]}}]}]},
+     [1, 2, {}, {"b": 1}, [1]]),
     # contains with prefixItems: the hit is an entry, or an item after them
     ({"prefixItems": [{"type": "integer"}, {"type": "string"}], "contains": {"const": "x"}},
      [[1, "x"], ["x"], [1, "a"], [1, "a", "x"], [1, "a", 2], [], "x", [1], ["x", "x"]]),
