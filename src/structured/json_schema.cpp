@@ -1879,7 +1879,8 @@ class Converter {
     // perm rule counts every member (declared ones in its seen set, extra ones as a number).
     const long lo = s.contains("minProperties") ? static_cast<long>(s["minProperties"].get<double>()) : 0;
     const long hi = s.contains("maxProperties") ? static_cast<long>(s["maxProperties"].get<double>()) : -1;
-    if (lo > 4096 || hi > 4096 || (hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) unsupported(path, "minProperties/maxProperties bounds");
+    if ((hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) nothing(path, "object with minProperties above the members it can hold (matches nothing)");
+    if (lo > 4096 || hi > 4096) unsupported(path, "minProperties/maxProperties bounds above 4096");
     int members = -1;
     if ((lo > 0 || hi >= 0) && (!props.empty() || witness_body >= 0)) {
       info.min_count = static_cast<int>(lo);

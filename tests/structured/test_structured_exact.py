@@ -365,6 +365,9 @@ CASES = [
     ({"oneOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["c"]}]},
      [{"a": 1}, {"b": 1}, {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {}, 1, "x"]),
     ({"not": {"patternProperties": {"x": True}, "required": ["xx"]}}, [{"xx": 1}, {"a": 1}, 1]),
+    # minProperties above what the object can hold: objects match nothing, other types stay
+    ({"type": ["object", "string"], "minProperties": 2, "maxProperties": 1}, [{}, {"a": 1}, "x", 1]),
+    ({"properties": {"o": {"type": "object", "minProperties": 1, "additionalProperties": False}}}, [{}, {"o": {}}, {"o": 1}, {"p": 1}]),
     # a branch matching every value of a type excludes the values another matches (main accepted 1)
     ({"oneOf": [{"const": 1}, {"type": "integer"}]}, [1, 2, 1.5, "x"]),
     ({"oneOf": [{"const": 1}, {"maxLength": 1}]}, [1, 2, "x", "xy", None]),
