@@ -941,6 +941,15 @@ class Converter {
         if (k != "properties" && k != "additionalProperties") alts.push_back(negate(Json{{k, v}}, path, depth + 1));
       return any_of(alts);
     }
+    if (s.contains("if")) {  // (if and not then) or (not if and not else), or a sibling rejected
+      Json rest = s, alts = Json::array();
+      for (const char* k : {"if", "then", "else"}) rest.erase(k);
+      const Json no_then = negate(s.value("then", Json(true)), path, depth + 1), no_else = negate(s.value("else", Json(true)), path, depth + 1);
+      if (!is_never(no_then)) alts.push_back(Json{{"allOf", Json::array({s["if"], no_then})}});
+      if (!is_never(no_else)) alts.push_back(Json{{"allOf", Json::array({negate(s["if"], path, depth + 1), no_else})}});
+      if (!rest.empty()) alts.push_back(negate(rest, path, depth + 1));
+      return any_of(alts);
+    }
     if (s.size() > 1) {
       for (auto [a, b] : {std::pair{"prefixItems", "items"}, {"properties", "patternProperties"}, {"contains", "minContains"},
                           {"contains", "maxContains"}})

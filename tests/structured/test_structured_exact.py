@@ -365,6 +365,9 @@ CASES = [
     ({"oneOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["c"]}]},
      [{"a": 1}, {"b": 1}, {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {}, 1, "x"]),
     ({"not": {"patternProperties": {"x": True}, "required": ["xx"]}}, [{"xx": 1}, {"a": 1}, 1]),
+    # not of if/then/else: (if and not then) or (not if and not else), or a sibling rejected
+    ({"not": {"if": {"type": "object"}, "then": {"required": ["b"]}, "else": {"minimum": 2}}}, [{}, {"b": 1}, 1, 2, 0, "x"]),
+    ({"not": {"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 7}}}, [1, 6, 8, "x", 4.5, 5]),
     # minProperties above what the object can hold: objects match nothing, other types stay
     ({"type": ["object", "string"], "minProperties": 2, "maxProperties": 1}, [{}, {"a": 1}, "x", 1]),
     ({"properties": {"o": {"type": "object", "minProperties": 1, "additionalProperties": False}}}, [{}, {"o": {}}, {"o": 1}, {"p": 1}]),

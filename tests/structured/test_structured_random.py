@@ -1,8 +1,8 @@
 """Random nested applicators (oneOf / anyOf / allOf / not / if) over small leaf schemas, checked
 against `jsonschema` on a fixed set of instances: no instance the oracle rejects may be accepted
-(the `oneOf` type analysis and the negations are where main accepted such instances). Refusals and
-false rejections are counted, not asserted: some negations are spelled as a safe subset, and a few
-`not`s of `if` are still wrongly found to match nothing (docs/structured-output.md)."""
+(the `oneOf` type analysis and the negations are where main accepted such instances), and at most
+a few valid ones refused (the safe subset of overlapping `oneOf` object branches; main refused 74
+of these, its `not` of `if`/`then`/`else` matching nothing)."""
 import json
 import random
 
@@ -49,3 +49,4 @@ def test_no_false_accepts_on_random_applicators(grammar_tool, v3_tokenizer):
     print(f"\n{compiled} of 200 compiled, {refused_wrongly} valid instances refused")
     assert compiled >= 140
     assert not accepted_wrongly, accepted_wrongly[:5]
+    assert refused_wrongly <= 10
