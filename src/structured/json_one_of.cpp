@@ -4,7 +4,9 @@
 //   - ruled out when a key required by both has disjoint values (const/enum or types), or a
 //     key one requires is forbidden by the other (its schema false, or additionalProperties
 //     false without patternProperties);
-//   - a type in F of one branch is dropped from the other (every such value would match both);
+//   - a type in F of both is dropped from both (every such value matches both); in F of one
+//     only, the other's values of it must be excluded from it: the exact negations (the caller),
+//     or, in the safe subset, the type dropped from both;
 //   - objects: each branch forbids a key that only the other requires (a safe subset: an
 //     instance with that key but failing the other branch is rejected too);
 //   - otherwise the overlap is undecidable here and the schema is rejected.
@@ -12,6 +14,8 @@
 
 #include <map>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
@@ -48,7 +52,12 @@ unsigned applies_to(const std::string& k) {
       {"properties", kObj}, {"required", kObj}, {"additionalProperties", kObj}, {"patternProperties", kObj},
       {"propertyNames", kObj}, {"minProperties", kObj}, {"maxProperties", kObj}, {"items", kArr}, {"prefixItems", kArr},
       {"minItems", kArr}, {"maxItems", kArr}, {"contains", kArr}, {"uniqueItems", kArr}, {"type", 0}, {"nullable", 0},
-      {"title", 0}, {"description", 0}, {"default", 0}, {"examples", 0}, {"$comment", 0}, {"$schema", 0}, {"$defs", 0}};
+      {"title", 0}, {"description", 0}, {"default", 0}, {"examples", 0}, {"$comment", 0}, {"$schema", 0}, {"$defs", 0},
+      {"definitions", 0}, {"$id", 0}, {"$anchor", 0}, {"$dynamicAnchor", 0}, {"\x01dynamicScope", 0}, {"\x01refScope", 0},
+      {"dependentSchemas", kObj}, {"dependentRequired", kObj}, {"unevaluatedProperties", kObj}, {"unevaluatedItems", kArr},
+      {"minContains", kArr}, {"maxContains", kArr}, {"\x01levelAps", kObj},
+      // in-place applicators: type_sets follows them
+      {"allOf", 0}, {"anyOf", 0}, {"oneOf", 0}, {"not", 0}, {"if", 0}, {"then", 0}, {"else", 0}, {"$ref", 0}};
   auto it = m.find(k);
   return it == m.end() ? kAll : it->second;
 }
@@ -62,29 +71,90 @@ struct Branch {
   std::set<std::string> forbid;
 };
 
-Branch analyze(const Json& s0, const std::function<const Json&(const std::string&)>& resolve) {
-  Branch b;
-  b.schema = s0.is_object() && s0.contains("$ref") ? resolve(s0["$ref"].get<std::string>()) : s0;
-  const Json& s = b.schema;
-  if (s.is_boolean()) {
-    b.t = b.f = s.get<bool>() ? kAll : 0;
-    return b;
+using Resolve = std::function<const Json&(const std::string&)>;
+
+// The types s may match (a superset) and those whose every value it matches (a subset): its own
+// keywords, then its in-place applicators: allOf intersects, anyOf unites, oneOf matches a type
+// entirely where exactly one branch does and no other may (and none of a type two match
+// entirely), not swaps the sets, if/then/else goes by where `if` surely holds or fails, $ref
+// follows its target (at most 8 deep and 256 subschemas in all: beyond, nothing is known).
+std::pair<unsigned, unsigned> type_sets(const Json& s, const Resolve& resolve, int depth, int& budget) {
+  if (s.is_boolean()) return s.get<bool>() ? std::pair{kAll, kAll} : std::pair{0u, 0u};
+  if (!s.is_object() || depth > 8 || --budget < 0) return {kAll, 0};
+  unsigned t = kAll, f;
+  if (s.contains("type") && (s["type"].is_string() || s["type"].is_array())) {
+    t = 0;
+    for (const Json& x : s["type"].is_array() ? s["type"] : Json::array({s["type"]})) t |= x.is_string() ? type_bits(x.get<std::string>()) : 0;
   }
-  if (s.contains("type")) {
-    b.t = 0;
-    for (const Json& t : s["type"].is_array() ? s["type"] : Json::array({s["type"]})) b.t |= type_bits(t.get<std::string>());
-  }
-  if (s.value("nullable", false)) b.t |= kNull;
-  if (s.contains("const")) b.lits = &s["const"];
-  else if (s.contains("enum")) b.lits = &s["enum"];
-  if (b.lits) {
+  if (s.value("nullable", false)) t |= kNull;
+  if (s.contains("const") || (s.contains("enum") && s["enum"].is_array())) {
     unsigned lt = 0;
     for (const Json& v : s.contains("const") ? Json::array({s["const"]}) : s["enum"]) lt |= value_bits(v);
-    b.t &= lt;
+    t &= lt;
   }
   unsigned constrained = 0;
   for (auto& [k, v] : s.items()) constrained |= applies_to(k);
-  b.f = b.t & ~constrained;
+  f = t & ~constrained;
+  auto sub = [&](const char* k) { return type_sets(s[k], resolve, depth + 1, budget); };
+  if (s.contains("$ref") && s["$ref"].is_string()) {
+    try {
+      auto [rt, rf] = type_sets(resolve(s["$ref"].get<std::string>()), resolve, depth + 1, budget);
+      t &= rt, f &= rf;
+    } catch (const Error&) {  // not resolvable here (the conversion reports it): nothing known
+      f = 0;
+    }
+  }
+  if (s.contains("allOf"))
+    for (const Json& x : s["allOf"]) {
+      auto [xt, xf] = type_sets(x, resolve, depth + 1, budget);
+      t &= xt, f &= xf;
+    }
+  if (s.contains("anyOf")) {
+    unsigned at = 0, af = 0;
+    for (const Json& x : s["anyOf"]) {
+      auto [xt, xf] = type_sets(x, resolve, depth + 1, budget);
+      at |= xt, af |= xf;
+    }
+    t &= at, f &= af;
+  }
+  if (s.contains("oneOf")) {
+    std::vector<std::pair<unsigned, unsigned>> bs;
+    unsigned ot = 0, twice = 0;
+    for (const Json& x : s["oneOf"]) bs.push_back(type_sets(x, resolve, depth + 1, budget));
+    for (size_t i = 0; i < bs.size(); ++i) {
+      ot |= bs[i].first;
+      for (size_t j = i + 1; j < bs.size(); ++j) twice |= bs[i].second & bs[j].second;
+    }
+    unsigned of = 0;
+    for (size_t i = 0; i < bs.size(); ++i) {
+      unsigned others = 0;
+      for (size_t j = 0; j < bs.size(); ++j) others |= j != i ? bs[j].first : 0;
+      of |= bs[i].second & ~others;
+    }
+    t &= ot & ~twice, f &= of;
+  }
+  if (s.contains("not")) {
+    auto [nt, nf] = sub("not");
+    t &= ~nf, f &= ~nt;
+  }
+  if (s.contains("if")) {
+    auto [it, iff] = sub("if");
+    auto [tt, tf] = s.contains("then") ? sub("then") : std::pair{kAll, kAll};
+    auto [et, ef] = s.contains("else") ? sub("else") : std::pair{kAll, kAll};
+    t &= (it & tt) | (~iff & et), f &= (iff & tf) | (~it & ef) | (tf & ef);
+  }
+  return {t & kAll, f & t & kAll};
+}
+
+Branch analyze(const Json& s0, const Resolve& resolve) {
+  Branch b;
+  b.schema = s0.is_object() && s0.contains("$ref") ? resolve(s0["$ref"].get<std::string>()) : s0;
+  const Json& s = b.schema;
+  int budget = 256;
+  std::tie(b.t, b.f) = type_sets(s, resolve, 0, budget);
+  if (s.is_boolean()) return b;
+  if (s.contains("const")) b.lits = &s["const"];
+  else if (s.contains("enum")) b.lits = &s["enum"];
   if (s.contains("required")) for (const Json& r : s["required"]) b.required.insert(r.get<std::string>());
   return b;
 }
@@ -162,9 +232,13 @@ std::vector<Json> exclusive_one_of(const Json& branches, const std::function<con
       unsigned both = shared_types(a, b, resolve);
       for (unsigned t = 1; t <= kFrac; t <<= 1) {
         if (!(both & t)) continue;
-        if (b.f & t) a.drop |= t;
-        if (a.f & t) b.drop |= t;
-        if ((b.f | a.f) & t) continue;
+        if ((b.f | a.f) & t) {  // every value of t matches one: none of them matches the other alone
+          a.drop |= t, b.drop |= t;
+          // the other may match only some: where it does not, the first alone holds (exact only
+          // through the negations; the safe subset drops t from both)
+          if (!((a.f & b.f) & t) && !forbid_keys) overlap_error(i, j, t == kObj ? "an object" : t == kStr ? "a string" : t == kArr ? "an array" : t == kNull ? "null" : t == kBool ? "a boolean" : "a number");
+          continue;
+        }
         if (t != kObj) overlap_error(i, j, t == kStr ? "a string" : t == kArr ? "an array" : "a number");
         auto only = [](const Branch& x, const Branch& y) {  // a key x requires and y does not
           for (const std::string& k : x.required) if (!y.required.count(k)) return k;

@@ -81,6 +81,17 @@ class RefWalk {
  public:
   explicit RefWalk(int draft) : draft_(draft) {}
   std::map<std::string, std::string> index;  // absolute URI (resource or #anchor) -> pointer
+  std::set<std::string> missing;             // documents the rewritten $refs name that index lacks
+
+  // Walks the embedded documents of root (each with its URI as base), after root itself.
+  void walk_documents(Json& root, bool rewrite) {
+    if (!root.is_object() || !root.contains(kDocuments)) return;
+    for (auto& [uri, doc] : root[kDocuments].items()) {
+      const std::string p = "/" + pointer_token(kDocuments) + "/" + pointer_token(uri);
+      if (!rewrite) index.emplace(uri, p), resources_.insert(p);
+      walk(doc, p, uri, p, rewrite);
+    }
+  }
 
   // rewrite: false indexes, true rewrites the $refs of s (at pointer p, inside base).
   // resource: the pointer of the resource s is in.
@@ -108,6 +119,7 @@ class RefWalk {
       auto res = index.find(u), anchor = index.find(r);
       if (res != index.end() && (frag.empty() || frag[0] == '/')) s["$ref"] = "#" + res->second + frag;
       else if (!frag.empty() && anchor != index.end()) s["$ref"] = "#" + anchor->second;
+      else if (res == index.end()) missing.insert(u);
     }
     // $dynamicRef is a $ref unless it lands on a $dynamicAnchor whose name another one shares
     // (then the dynamic scope would decide: left as it is, refused).
@@ -116,6 +128,7 @@ class RefWalk {
       const std::string u = without_fragment(r), frag = r.size() > u.size() ? r.substr(u.size() + 1) : "";
       const bool pointer = frag.empty() || frag[0] == '/';
       auto res = index.find(u), anchor = index.find(r);
+      if (res == index.end()) missing.insert(u);
       if (pointer && res != index.end()) s["$ref"] = "#" + res->second + frag;
       else if (!pointer && anchor != index.end() && (!dynamic_uris_.count(r) || dynamic_names_[frag] == 1)) s["$ref"] = "#" + anchor->second;
       else if (!pointer && anchor != index.end())  // with the scope its default enters
@@ -157,13 +170,21 @@ class RefWalk {
 
 }  // namespace
 
-Json with_local_refs(const Json& root, int draft) {
+Json with_local_refs(const Json& root, int draft, const std::map<std::string, Json>& documents) {
   Json out = root;
-  RefWalk w(draft);
-  w.index.emplace(kDefaultBase, "");
-  w.walk(out, "", kDefaultBase, "", false);
-  w.walk(out, "", kDefaultBase, "", true);
-  return out;
+  for (;;) {  // each round embeds the registered documents that the refs so far name
+    RefWalk w(draft);
+    w.index.emplace(kDefaultBase, "");
+    w.walk(out, "", kDefaultBase, "", false);
+    w.walk_documents(out, false);
+    Json rewritten = out;
+    w.walk(rewritten, "", kDefaultBase, "", true);
+    w.walk_documents(rewritten, true);
+    bool more = false;
+    for (const std::string& u : w.missing)
+      if (auto it = documents.find(u); it != documents.end() && out.is_object()) out[kDocuments][u] = it->second, more = true;
+    if (!more) return rewritten;
+  }
 }
 
 }  // namespace deepinfer::structured

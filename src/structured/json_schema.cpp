@@ -267,7 +267,7 @@ class Converter {
 
   const Json& resolve_pointer(const std::string& ref, const std::string& path) {
     if (ref == "#") return root_;
-    if (ref.rfind("#/", 0) != 0) unsupported(path, "$ref '" + ref + "' (only local '#/...' references)");
+    if (ref.rfind("#/", 0) != 0) unsupported(path, "$ref '" + ref + "' (a document not given: none is fetched)");
     const Json* cur = &root_;
     size_t pos = 2;
     while (pos <= ref.size()) {
@@ -941,6 +941,15 @@ class Converter {
         if (k != "properties" && k != "additionalProperties") alts.push_back(negate(Json{{k, v}}, path, depth + 1));
       return any_of(alts);
     }
+    if (s.contains("if")) {  // (if and not then) or (not if and not else), or a sibling rejected
+      Json rest = s, alts = Json::array();
+      for (const char* k : {"if", "then", "else"}) rest.erase(k);
+      const Json no_then = negate(s.value("then", Json(true)), path, depth + 1), no_else = negate(s.value("else", Json(true)), path, depth + 1);
+      if (!is_never(no_then)) alts.push_back(Json{{"allOf", Json::array({s["if"], no_then})}});
+      if (!is_never(no_else)) alts.push_back(Json{{"allOf", Json::array({negate(s["if"], path, depth + 1), no_else})}});
+      if (!rest.empty()) alts.push_back(negate(rest, path, depth + 1));
+      return any_of(alts);
+    }
     if (s.size() > 1) {
       for (auto [a, b] : {std::pair{"prefixItems", "items"}, {"properties", "patternProperties"}, {"contains", "minContains"},
                           {"contains", "maxContains"}})
@@ -994,6 +1003,11 @@ class Converter {
       return alts.empty() ? Json(false) : Json{{"anyOf", alts}};
     }
     if (k == "multipleOf") return Json{{"type", "number"}, {kNotMultipleOf, Json::array({v})}};
+    if (k == "patternProperties") {  // some key matching a pattern whose value it rejects: only where none can
+      for (auto& [pattern, sub] : v.items())
+        if (!is_never(negate(sub, path, depth + 1))) unsupported(path, "'not' of 'patternProperties' (a key matching '" + pattern + "' with a value its schema rejects)");
+      return Json(false);
+    }
     if (k == "propertyNames") return not_property_names(normalize(v), path);
     if (k == "contains") return Json{{"type", "array"}, {"items", negate(v, path, depth + 1)}};  // no item matches
     if (k == "prefixItems") {  // some item i its entry rejects (the array has at least i + 1)
@@ -1408,6 +1422,21 @@ class Converter {
         return g_.dfa(d);
       }
     }
+    if (auto [digits, exp] = s.contains("multipleOf") ? decimal_digits(s["multipleOf"], path) : std::pair{std::string(), 0L};
+        !integer && exp < 0) {  // a fractional multipleOf on numbers: 1.5, 0.25
+      const long a = digits.size() <= 7 ? std::stol(digits) : 0;
+      if (a == 0 || static_cast<size_t>(a) * (2 - exp) + 3 > kMaxDfaStates)
+        unsupported(path, "multipleOf " + s["multipleOf"].dump() + " on numbers (its automaton passes 4096 states)");
+      Grammar range;
+      const int rule = range.declare_rule("range");
+      range.define_rule(rule, lo || hi ? number_in_range(range, lo, hi) : range.seq({range.opt(range.lit("-")), range.plus(range.cls({{'0', '9'}})), range.opt(range.seq({range.lit("."), range.plus(range.cls({{'0', '9'}}))}))}));
+      range.set_root(rule);
+      const ByteDfa in_range = rule_dfa(range, rule), multiple = decimal_multiple_dfa(a, static_cast<int>(-exp));
+      const ByteDfa d = select_dfa(product_dfa({&in_range, &multiple}, kMaxDfaStates, "multipleOf together with minimum/maximum"),
+                                   [](uint64_t acc) { return acc == 3; });
+      if (d.size() == 0) nothing(path, "multipleOf with no multiple between minimum and maximum (matches nothing)");
+      return g_.dfa(d);
+    }
     if (s.contains("multipleOf")) {
       const long n = integer_modulus(s["multipleOf"], integer, path);
       if (n > 1 || !integer) {
@@ -1438,10 +1467,8 @@ class Converter {
     return 0;
   }
 
-  // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.
-  // Returns that integer modulus; numbers (not only integers) need m itself integral (their
-  // multiples are then integers, written without exponent: a safe subset).
-  long integer_modulus(const Json& m, bool integer, const std::string& path) {
+  // m = digits * 10^exp, the digits without leading zeros, and without trailing ones when exp < 0.
+  static std::pair<std::string, long> decimal_digits(const Json& m, const std::string& path) {
     if (!m.is_number() || m.get<double>() <= 0) fail("json schema: 'multipleOf' must be a positive number at ", path);
     std::string t = m.dump();
     long exp = 0;
@@ -1456,6 +1483,48 @@ class Converter {
     }
     while (exp < 0 && digits.size() > 1 && digits.back() == '0') { digits.pop_back(); ++exp; }
     digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+    return {digits, exp};
+  }
+
+  // Numbers (no exponent: a safe subset) that are multiples of m = a / 10^j, i.e. x * 10^j is an
+  // integer divisible by a: at most j fractional digits (then zeros), and the digits read with j
+  // places a multiple of a. States: start, '-', a lone 0, the integer part's remainders, then
+  // (remainder, fractional digits read) for 0..j digits. Trimmed (some remainders cannot end).
+  static ByteDfa decimal_multiple_dfa(long a, int j) {
+    const uint32_t frac0 = static_cast<uint32_t>(3 + a);
+    auto F = [&](long r, int p) { return static_cast<uint32_t>(frac0 + p * a + r); };
+    auto ends = [&](long r, int places) {  // r * 10^places divisible by a
+      for (int i = 0; i < places; ++i) r = r * 10 % a;
+      return r % a == 0;
+    };
+    ByteDfa d;
+    d.next.assign(frac0 + static_cast<size_t>(a) * (j + 1), {});
+    for (auto& row : d.next) row.fill(ByteDfa::kNone);
+    d.accepting.assign(d.next.size(), 0);
+    d.next[0]['-'] = 1;
+    for (uint32_t from : {0u, 1u}) {
+      d.next[from]['0'] = 2;
+      for (int c = 1; c <= 9; ++c) d.next[from]['0' + c] = static_cast<uint32_t>(3 + c % a);
+    }
+    d.accepting[2] = 1;
+    d.next[2]['.'] = F(0, 0);
+    for (long r = 0; r < a; ++r) {
+      d.accepting[3 + r] = ends(r, j);
+      d.next[3 + r]['.'] = F(r, 0);
+      for (int c = 0; c <= 9; ++c) d.next[3 + r]['0' + c] = static_cast<uint32_t>(3 + (10 * r + c) % a);
+      for (int p = 0; p < j; ++p)
+        for (int c = 0; c <= 9; ++c) d.next[F(r, p)]['0' + c] = F((10 * r + c) % a, p + 1);
+      for (int p = 1; p <= j; ++p) d.accepting[F(r, p)] = ends(r, j - p);
+      d.next[F(r, j)]['0'] = F(r, j);
+    }
+    return d;
+  }
+
+  // multipleOf m on integers: k is a multiple of m = a / 10^j iff a / gcd(a, 10^j) divides k.
+  // Returns that integer modulus; numbers (not only integers) need m itself integral (their
+  // multiples are then integers, written without exponent: a safe subset).
+  long integer_modulus(const Json& m, bool integer, const std::string& path) {
+    auto [digits, exp] = decimal_digits(m, path);
     const long kMax = 1000;
     if (digits.size() > 7 || exp > 3) unsupported(path, "multipleOf " + m.dump() + " (integer moduli up to 1000 only)");
     long a = std::stol(digits);
@@ -1588,11 +1657,32 @@ class Converter {
     return s;
   }
 
+  // Witnesses less those another implies: any value (true) under a key none of names N, where
+  // another's key is none of a superset of N (`not` of two unevaluatedProperties cases).
+  static Json implied_witnesses_dropped(const Json& ws) {
+    auto names = [](const Json& w) {
+      std::set<std::string> n;
+      for (const Json& x : w["not_in"]) n.insert(x.get<std::string>());
+      return n;
+    };
+    Json kept = Json::array();
+    for (size_t i = 0; i < ws.size(); ++i) {
+      bool implied = false;
+      for (size_t j = 0; j < ws.size() && !implied; ++j) {
+        if (j == i || !(ws[i]["value"] == Json(true) || ws[i] == ws[j])) continue;
+        const std::set<std::string> a = names(ws[i]), b = names(ws[j]);
+        implied = std::includes(b.begin(), b.end(), a.begin(), a.end()) && (ws[i] != ws[j] || j < i);
+      }
+      if (!implied) kept.push_back(ws[i]);
+    }
+    return kept;
+  }
+
   // An object with witnesses (kSomeKey): the anyOf of "declared key k present, its value also
   // matching the witness's" for each declared k the witness may name, and "one more extra
   // member valued by additionalProperties and the witness" (a required member of the perm rule).
   int some_key(const Json& s, const std::string& path) {
-    Json rest = s, witnesses = s[kSomeKey];
+    Json rest = s, witnesses = implied_witnesses_dropped(s[kSomeKey]);
     rest.erase(kSomeKey);
     const Json w = witnesses[0];
     witnesses.erase(0);
@@ -1798,7 +1888,8 @@ class Converter {
     // perm rule counts every member (declared ones in its seen set, extra ones as a number).
     const long lo = s.contains("minProperties") ? static_cast<long>(s["minProperties"].get<double>()) : 0;
     const long hi = s.contains("maxProperties") ? static_cast<long>(s["maxProperties"].get<double>()) : -1;
-    if (lo > 4096 || hi > 4096 || (hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) unsupported(path, "minProperties/maxProperties bounds");
+    if ((hi >= 0 && lo > hi) || (lo > 0 && firsts.empty())) nothing(path, "object with minProperties above the members it can hold (matches nothing)");
+    if (lo > 4096 || hi > 4096) unsupported(path, "minProperties/maxProperties bounds above 4096");
     int members = -1;
     if ((lo > 0 || hi >= 0) && (!props.empty() || witness_body >= 0)) {
       info.min_count = static_cast<int>(lo);
@@ -1970,6 +2061,7 @@ class Converter {
     }
     if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() < static_cast<double>(n))
       nothing(path, "contains with maxItems below minContains (matches nothing)");
+    if (s.contains("prefixItems") && n == 1 && !s.contains(kAlsoContains)) return contains_with_prefix(s, path);
     for (const char* k : {"prefixItems", "maxItems", "uniqueItems"})
       if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with '") + k + "'");
     if (n > 16 || s.value("minItems", 0L) > n) unsupported(path, "contains with minContains above 16 or minItems above minContains");
@@ -1990,6 +2082,44 @@ class Converter {
     }
     return g_.seq({g_.lit("["), ws(), hits_among(n, hit, item), ws(), g_.lit("]")});
   }
+  // contains C (one item) with prefixItems P: the anyOf of "entry i also matches C" (the array has
+  // at least i + 1 items) and "every entry present, then any items around one that matches
+  // items and C". Ambiguous where several items match C, which the parser allows; exact.
+  int contains_with_prefix(const Json& s, const std::string& path) {
+    for (const char* k : {"maxItems", "uniqueItems"})
+      if (s.contains(k) && !(std::string(k) == "uniqueItems" && s[k] == Json(false))) unsupported(path, std::string("contains together with 'prefixItems' and '") + k + "'");
+    const Json& prefix = s["prefixItems"];
+    const long min_items = count_of(s, "minItems", 0);
+    if (min_items > static_cast<long>(prefix.size()) + 1) unsupported(path, "contains with prefixItems and minItems past them");
+    Json plain = s;
+    plain.erase("contains");
+    plain.erase("minContains");
+    plain["type"] = "array";  // this converts the array branch only
+    std::vector<int> alts;
+    for (size_t i = 0; i < prefix.size(); ++i) {  // entry i is the hit
+      Json t = plain;
+      t["prefixItems"][i] = Json{{"allOf", Json::array({prefix[i], s["contains"]})}};
+      t["minItems"] = std::max<long>(min_items, static_cast<long>(i) + 1);
+      if (const int e = convert_or_none(t, path); e >= 0) alts.push_back(e);
+    }
+    const Json items = s.contains("items") ? s["items"] : Json(true);
+    const int sep = g_.seq({ws(), g_.lit(","), ws()});
+    std::vector<int> body{g_.lit("["), ws()};
+    bool tail = !is_never(items);
+    for (size_t i = 0; i < prefix.size() && tail; ++i) {  // every entry present, then the hit after them
+      const int e = convert_or_none(prefix[i], path + "/prefixItems/" + std::to_string(i));
+      if (e < 0) tail = false;
+      else body.insert(body.end(), {e, sep});
+    }
+    const int hit = tail ? convert_or_none(Json{{"allOf", Json::array({items, s["contains"]})}}, path + "/contains") : -1;
+    if (hit >= 0) {
+      body.insert(body.end(), {hits_among(1, hit, convert(items, path + "/items")), ws(), g_.lit("]")});
+      alts.push_back(g_.seq(body));
+    }
+    if (alts.empty()) nothing(path, "contains that no item matches");
+    return g_.alt(alts);
+  }
+
   // An item for each of k contains (one item may serve several): rules A_S by the set S of those
   // met so far, A_S = (sep item A_S | sep hit_T A_{S|T} for T adding to S), A_all = (sep item)*.
   // Ambiguous where items serve several ways, which the parser allows; exact.
@@ -2202,8 +2332,23 @@ Grammar json_schema_grammar(const std::string& schema, const SchemaArgs& opts) {
   } catch (const std::exception& e) {
     fail("json schema: not valid JSON: ", e.what());
   }
+  std::map<std::string, Json> documents;
+  for (const auto& [uri, text] : opts.documents) {
+    const std::string u = uri.substr(0, uri.find('#'));
+    try {
+      documents[u] = Json::parse(text);
+    } catch (const std::exception& e) {
+      fail("json schema: document '", u, "' is not valid JSON: ", e.what());
+    }
+  }
   try {
-    return Converter(with_local_refs(j, Converter::draft_of(j)), opts).run();
+    const int draft = Converter::draft_of(j);
+    Json root = with_local_refs(j, draft, documents);
+    if (root.is_object() && root.contains(kDocuments))
+      for (auto& [u, doc] : root[kDocuments].items())
+        if (doc.is_object() && doc.contains("$schema") && Converter::draft_of(doc) != draft)
+          fail("json schema: $ref into document '", u, "' of another draft than the schema's");
+    return Converter(root, opts).run();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a keyword of the wrong JSON type, a malformed $ref escape, ...

@@ -1,5 +1,7 @@
 // Regex front end: a recursive-descent parser of the usual (Python/ECMAScript) syntax building
 // grammar expressions. Backreferences, lookaround, \b and inline flags are rejected by name.
+#include <iterator>
+#include <map>
 #include <string>
 
 #include "structured/structured.h"
@@ -8,6 +10,8 @@
 namespace deepinfer::structured {
 
 namespace {
+
+#include "tokenizer/unicode_tables.inc"  // general-category ranges (generated from HF tokenizers' data)
 
 class RegexParser {
  public:
@@ -200,7 +204,7 @@ class RegexParser {
       case 'b': if (in_class) { set = {{8, 8}}; break; } unsupported("word boundary \\b");
       case 'B': unsupported("word boundary \\B");
       case 'A': case 'Z': case 'z': case 'G': unsupported(std::string("anchor \\") + c);
-      case 'p': case 'P': unsupported(std::string("Unicode property \\") + c + "{...}");
+      case 'p': case 'P': set = property_ranges(c == 'P'); break;
       case 'k': unsupported("named backreference \\k");
       case 'n': set = {{'\n', '\n'}}; break;
       case 'r': set = {{'\r', '\r'}}; break;
@@ -238,6 +242,29 @@ class RegexParser {
       return -1;
     }
     return chars(set);
+  }
+
+  // After \p or \P: {Name} of a general category (L Letter, M Mark, N Number, P Punctuation,
+  // S Symbol, also as General_Category=/gc=), from the tokenizer's Unicode tables.
+  CodepointRanges property_ranges(bool negated) {
+    check(eat('{'), "regex: \\p needs {name} in /", s_, "/");
+    const size_t end = s_.find('}', pos_);
+    check(end != std::string::npos, "regex: missing '}' after \\p{ in /", s_, "/");
+    std::string name = s_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    for (const char* prefix : {"General_Category=", "gc="})
+      if (name.rfind(prefix, 0) == 0) name = name.substr(std::string(prefix).size());
+    static const std::map<std::string, std::pair<const uint32_t (*)[2], size_t>> kCategories = {
+        {"L", {kLetterRanges, std::size(kLetterRanges)}}, {"Letter", {kLetterRanges, std::size(kLetterRanges)}},
+        {"M", {kMarkRanges, std::size(kMarkRanges)}}, {"Mark", {kMarkRanges, std::size(kMarkRanges)}},
+        {"N", {kNumberRanges, std::size(kNumberRanges)}}, {"Number", {kNumberRanges, std::size(kNumberRanges)}},
+        {"P", {kPunctRanges, std::size(kPunctRanges)}}, {"Punctuation", {kPunctRanges, std::size(kPunctRanges)}},
+        {"S", {kSymbolRanges, std::size(kSymbolRanges)}}, {"Symbol", {kSymbolRanges, std::size(kSymbolRanges)}}};
+    auto it = kCategories.find(name);
+    if (it == kCategories.end()) unsupported("Unicode property \\p{" + name + "} (general categories L M N P S only)");
+    CodepointRanges set;
+    for (size_t i = 0; i < it->second.second; ++i) set.push_back({it->second.first[i][0], it->second.first[i][1]});
+    return negated ? negate_ranges(set) : set;
   }
 
   int parse_class() {

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -35,6 +36,9 @@ struct SchemaArgs {
   // true: objects without "additionalProperties" get no extra keys (as xgrammar's strict mode);
   // false: the JSON-schema default, extra keys of any value are allowed.
   bool strict_additional_properties = false;
+  // For "json": other documents a $ref may name, by absolute URI (text of a schema each): the
+  // only way a remote $ref resolves, since nothing is fetched.
+  std::map<std::string, std::string> documents;
 };
 
 // Precomputed token classification of one scanable FSM node (see docs/structured-output.md).

@@ -9,7 +9,7 @@
 //       "mask_us":[..]}: the compile's wall and thread CPU time (DEEPINFER_CPU_THREADS=1 compiles on
 //       this thread; CPU time stays meaningful on a loaded host), and the wall and thread CPU time of
 //       every mask filled along the accepted inputs (bench/structured/eval_schemas.py)
-// Options: "whitespace":"flexible", "strict":true. The vocabulary is the V3 one (test_vocab.h).
+// Options: "whitespace":"flexible", "strict":true, "documents":{uri: schema} (remote $ref targets). The vocabulary is the V3 one (test_vocab.h).
 #include <chrono>
 #include <ctime>
 #include <iostream>
@@ -32,6 +32,8 @@ SchemaArgs args_of(const json& req) {
   a.schema = s.is_string() ? s.get<std::string>() : s.dump();
   if (req.value("whitespace", "compact") == "flexible") a.whitespace = Whitespace::kFlexible;
   a.strict_additional_properties = req.value("strict", false);
+  if (req.contains("documents"))
+    for (auto& [uri, doc] : req["documents"].items()) a.documents[uri] = doc.is_string() ? doc.get<std::string>() : doc.dump();
   return a;
 }
 

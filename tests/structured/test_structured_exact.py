@@ -9,6 +9,8 @@ import json
 import pytest
 
 jsonschema = pytest.importorskip("jsonschema")
+referencing = pytest.importorskip("referencing")
+import referencing.jsonschema  # noqa: E402
 
 D4 = "http://json-schema.org/draft-04/schema#"
 D7 = "http://json-schema.org/draft-07/schema#"
@@ -347,17 +349,72 @@ CASES = [
       "$defs": {"list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#items"}, "$defs": {"items": {"$dynamicAnchor": "items"}}},
                 "strlist": {"$id": "strlist", "$ref": "list", "$defs": {"s": {"$dynamicAnchor": "items", "type": "string"}}}}},
      [{"strs": ["a"], "any": [1]}, {"strs": [1]}, {"any": [1, "a", None]}, {"strs": ["a", None]}]),
+    # remote $refs resolve against the documents given with the request (a pointer, an $anchor, a
+    # relative ref inside the remote document against its own URI, a document naming another)
+    ({"type": "object", "properties": {"id": {"$ref": "https://docs.example/defs.json#/$defs/pos"},
+                                       "item": {"$ref": "https://docs.example/nested/item.json"},
+                                       "tag": {"$ref": "https://docs.example/defs.json#tag"}}},
+     [{"id": 1}, {"id": 0}, {"item": {"n": "abc"}}, {"item": {"n": "abcd"}}, {"item": {}}, {"tag": True}, {"tag": 1}],
+     {"https://docs.example/defs.json": {"$defs": {"pos": {"type": "integer", "minimum": 1}, "str": {"type": "string", "maxLength": 3},
+                                                   "tag": {"$anchor": "tag", "type": "boolean"}}},
+      "https://docs.example/nested/item.json": {"type": "object", "properties": {"n": {"$ref": "../defs.json#/$defs/str"}}, "required": ["n"]}}),
+    # multipleOf a / 10^j on numbers: at most j fractional digits, x * 10^j divisible by a
+    ({"type": "number", "multipleOf": 1.5}, [0, 1.5, 3, 4.5, -4.5, 35, 2.25, 0.75, 7.5, 1.05]),
+    ({"multipleOf": 0.25, "minimum": -1, "maximum": 1}, [-1, -0.75, 0.5, 0.3, 1.25, 1, 0.125, "x"]),
+    # oneOf sees through nested applicators: non-objects match every object-only branch
+    ({"oneOf": [{"oneOf": [{"required": ["a"]}, {"required": ["b"]}]}, {"required": ["c"]}]},
+     [{"a": 1}, {"b": 1}, {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 1}, {"a": 1, "b": 1, "c": 1}, {}, 1, "x"]),
+    ({"not": {"patternProperties": {"x": True}, "required": ["xx"]}}, [{"xx": 1}, {"a": 1}, 1]),
+    # not of if/then/else: (if and not then) or (not if and not else), or a sibling rejected
+    ({"not": {"if": {"type": "object"}, "then": {"required": ["b"]}, "else": {"minimum": 2}}}, [{}, {"b": 1}, 1, 2, 0, "x"]),
+    ({"not": {"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 7}}}, [1, 6, 8, "x", 4.5, 5]),
+    # minProperties above what the object can hold: objects match nothing, other types stay
+    ({"type": ["object", "string"], "minProperties": 2, "maxProperties": 1}, [{}, {"a": 1}, "x", 1]),
+    ({"properties": {"o": {"type": "object", "minProperties": 1, "additionalProperties": False}}}, [{}, {"o": {}}, {"o": 1}, {"p": 1}]),
+    # a branch matching every value of a type excludes the values another matches (main accepted 1)
+    ({"oneOf": [{"const": 1}, {"type": "integer"}]}, [1, 2, 1.5, "x"]),
+    ({"oneOf": [{"const": 1}, {"maxLength": 1}]}, [1, 2, "x", "xy", None]),
+    ({"oneOf": [{"const": 1}, {"type": "integer"}, {"allOf": [True, {"items": {"type": "integer"}}, {"not": {"required": ["b"]}}]}]},
+     [1, 2, {}, {"b": 1}, [1]]),
+    # contains with prefixItems: the hit is an entry, or an item after them
+    ({"prefixItems": [{"type": "integer"}, {"type": "string"}], "contains": {"const": "x"}},
+     [[1, "x"], ["x"], [1, "a"], [1, "a", "x"], [1, "a", 2], [], "x", [1], ["x", "x"]]),
+    ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "contains": {"type": "integer", "minimum": 5},
+      "minItems": 2}, [[5], [1], [1, "a"], [7, "a"], [], [7, "a", "b"]]),
+    ({"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False}, [[1, "foo"], [1, 2], [1, 2, "foo"], ["a"], []]),
+    ({"not": {"anyOf": [True, {"properties": {"foo": True}}], "unevaluatedProperties": False}}, [{"bar": 1}, {"foo": 1}, {}, 1]),
 ]
 
 
 @pytest.mark.parametrize("idx", range(len(CASES)))
 def test_matches_jsonschema(grammar_tool, v3_tokenizer, idx):
-    schema, instances = CASES[idx]
+    schema, instances, documents = (CASES[idx] + ({},))[:3]
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    registry = referencing.Registry().with_resources(
+        (uri, referencing.Resource.from_contents(doc, default_specification=referencing.jsonschema.DRAFT202012))
+        for uri, doc in documents.items())
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER, registry=registry)
     texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
     inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
-    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, documents=documents)
     assert not resp.get("error"), resp["error"]
     for text, x, got in zip(texts, instances, resp["results"]):
         assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+
+
+def test_remote_ref_without_its_document_is_an_error(grammar_tool):
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema={"$ref": "https://docs.example/missing.json"}, inputs=[])
+    assert "https://docs.example/missing.json" in resp.get("error", "") and "none is fetched" in resp["error"]
+
+
+@pytest.mark.parametrize("pattern,category", [("^\\p{L}+$", "L"), ("^\\p{Letter}+$", "L"), ("^[\\p{N}]+$", "N")])
+def test_unicode_general_category(grammar_tool, v3_tokenizer, pattern, category):
+    # Python's re has no \p; unicodedata is the oracle (letters and digits common to every version)
+    import unicodedata
+    strings = ["Hello", "π", "ľščťžýáíé", "日本", "123", "٣", "a1", "", "a b", "!"]
+    texts = [json.dumps(x, ensure_ascii=False) for x in strings]
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema={"type": "string", "pattern": pattern},
+                                inputs=[v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts])
+    assert not resp.get("error"), resp["error"]
+    for x, got in zip(strings, resp["results"]):
+        assert got == (x != "" and all(unicodedata.category(c)[0] == category for c in x)), x

@@ -36,6 +36,7 @@ SCHEMAS = [
     {"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "q"}, "maxLength": 5},  # pattern minus pattern
     {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "uniqueItems": True, "minItems": 1},  # each value once
     {"type": "integer", "multipleOf": 7, "minimum": -50, "maximum": 300},  # range times remainders
+    {"type": "number", "multipleOf": 1.5, "minimum": -10, "maximum": 100},  # places and remainders: never a dead end
     {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 3, "not": {"enum": [0, 1, 2.5]}}, "minItems": 2,
      "maxItems": 4},  # numbers between the excluded values
     {"type": "array", "items": {"type": ["integer", "string"], "maxLength": 3, "maximum": 99},
