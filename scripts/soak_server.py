@@ -179,12 +179,21 @@ def metrics(port):
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(deepinfer_[a-z_]+(?:\{[^}]*\})?) (\S+)$", text, re.M)}
 
 
+def package_env(**extra):
+    """The environment of the server and the demo-model command: the source tree's package first, unless
+    the package under test is an installed one (DEEPINFER_TEST_INSTALLED: test.sh's venv, the sanitized
+    extension of scripts/sanitize.sh), which the source tree's copy, without its extension, would shadow."""
+    env = {**os.environ, **extra}
+    if not env.get("DEEPINFER_TEST_INSTALLED"):
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def start_server(model, a, log):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "DEEPINFER_BATCH_INVARIANT": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), *filter(None, [env.get("PYTHONPATH")])])
+    env = package_env(DEEPINFER_BATCH_INVARIANT="1")
     cmd = [sys.executable, "-m", "deepinfer", "serve", model, "--port", str(port), "--api-key", KEY,
            "--served-model-name", NAME, "--log-level", "warning", "--max-model-len", str(MAX_MODEL_LEN),
            "--max-num-seqs", "16", "--max-num-batched-tokens", "256"]
@@ -223,7 +232,7 @@ def main():
     if not model:
         model = str(tmp / "demo")
         subprocess.run([sys.executable, "-m", "deepinfer", "make-demo-model", model], check=True, capture_output=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+                       env=package_env())
     log = open(tmp / "server.log", "w")
     proc, port = start_server(model, a, log)
     r = random.Random(a.seed)

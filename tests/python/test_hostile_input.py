@@ -136,6 +136,16 @@ def test_v41_folder_without_tokenizer_is_refused_at_load(demo_model, tmp_path):
         LLM(str(out))
 
 
+def test_engram_fields_that_disagree_with_the_tables_or_tokenizer_name_file_and_field(demo_model, tmp_path):
+    """Checked when the tokenizer's token map meets the config, after the tensors: the errors named neither the
+    file nor engram_vocab_size ("engram: the primes of layer 1 sum to 41 ...", found by scripts/config_probe.py)."""
+    for key, value, needle in [("engram_vocab_size", 0, "engram_vocab_size = 0 does not fit engram_num_embeddings[0]"),
+                               ("engram_compressed_vocab_size", 0, "engram_compressed_vocab_size = 0: the tokenizer")]:
+        with pytest.raises(ValueError) as e:
+            LLM(variant(demo_model, tmp_path, key, text_config(key, value)))
+        assert "config.json: config: " in str(e.value) and needle in str(e.value), str(e.value)
+
+
 def test_device_errors_are_clear(demo_model):
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         LLM(demo_model, device="tpu")

@@ -3,7 +3,9 @@
 every good answer against the quiet server's, every malformed request's status and error, clients that leave
 mid-stream or before the answer (aborted by the server), and that /metrics shows no request, live state or
 reserved state memory afterwards (docs/reliability.md)."""
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -20,3 +22,17 @@ def test_soak_120_http_requests_on_the_demo_model(demo_model, tmp_path):
     assert r["failures"] == 0 and r["mismatched"] == 0
     assert r["good"] > 50 and r["bad"] > 10 and r["leave"] > 0
     assert r["state_budget_bytes"] > 0  # --num-state-blocks reached the engine
+
+
+def test_the_server_runs_the_package_under_test(monkeypatch):
+    """With DEEPINFER_TEST_INSTALLED the server imports the installed package (scripts/sanitize.sh's sanitized
+    one, test.sh's venv), not the source tree's, which shadowed it: under sanitize.sh the soak's server died
+    at import (the source tree has no extension there) and the soak failed before its first request."""
+    spec = importlib.util.spec_from_file_location("soak_server", ROOT / "scripts" / "soak_server.py")
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    monkeypatch.setenv("PYTHONPATH", "/installed")
+    monkeypatch.setenv("DEEPINFER_TEST_INSTALLED", "1")
+    assert soak.package_env(X="1")["PYTHONPATH"] == "/installed" and soak.package_env(X="1")["X"] == "1"
+    monkeypatch.delenv("DEEPINFER_TEST_INSTALLED")
+    assert soak.package_env()["PYTHONPATH"] == os.pathsep.join([str(ROOT / "python"), "/installed"])

@@ -80,9 +80,9 @@ std::vector<int64_t> engram_primes(int64_t vocab_size, int64_t n_heads, int64_t 
 EngramHasher::EngramHasher(const V41Config& c, std::vector<int64_t> token_map, int64_t compressed_size)
     : layer_ids_(c.engram_layer_ids), token_map_(std::move(token_map)), max_ngram_(c.engram_max_ngram_size),
       n_heads_(c.engram_n_heads) {
-  check(compressed_size == c.engram_compressed_vocab_size, "engram: the compressed token map has ", compressed_size,
-        " entries but engram_compressed_vocab_size is ", c.engram_compressed_vocab_size,
-        " (every hash would be wrong)");
+  check(compressed_size == c.engram_compressed_vocab_size, "config: engram_compressed_vocab_size = ",
+        c.engram_compressed_vocab_size, ": the tokenizer's compressed token map has ", compressed_size,
+        " entries (every hash would be wrong)");
   check(c.engram_pad_id >= 0 && c.engram_pad_id < static_cast<int64_t>(token_map_.size()), "engram: pad id out of range");
   pad_ = token_map_[c.engram_pad_id];
   primes_ = engram_primes(c.engram_vocab_size, n_heads_, max_ngram_, static_cast<int64_t>(layer_ids_.size()));
@@ -93,8 +93,9 @@ EngramHasher::EngramHasher(const V41Config& c, std::vector<int64_t> token_map, i
       offsets_.push_back(running);
       running += primes_[li * per_layer + i];
     }
-    check(running == c.engram_num_embeddings[li], "engram: the primes of layer ", layer_ids_[li], " sum to ", running,
-          " but engram_num_embeddings says ", c.engram_num_embeddings[li]);
+    check(running == c.engram_num_embeddings[li], "config: engram_vocab_size = ", c.engram_vocab_size,
+          " does not fit engram_num_embeddings[", li, "] = ", c.engram_num_embeddings[li], ": layer ", layer_ids_[li],
+          "'s table is its primes above engram_vocab_size (one per n-gram size and head) summed, ", running, " rows");
     auto m = engram_multipliers(layer_ids_[li], compressed_size, max_ngram_);
     multipliers_.insert(multipliers_.end(), m.begin(), m.end());
   }

@@ -245,7 +245,11 @@ std::unique_ptr<V41Model> V41Model::load(const std::string& dir, const V41Option
   const std::string tok_path = dir + "/tokenizer.json";
   if (!c.engram_layer_ids.empty() && std::ifstream(tok_path).good()) {
     const EngramTokenStrings strings = engram_token_strings(tokenizer::Tokenizer::load(tok_path));
-    m->set_engram_tokens(strings.decoded, strings.raw);
+    try {
+      m->set_engram_tokens(strings.decoded, strings.raw);
+    } catch (const Error& e) {  // the hasher checks config.json's Engram fields (against the tokenizer)
+      fail(dir, "/config.json: ", e.what());
+    }
   }
   return m;
 }
