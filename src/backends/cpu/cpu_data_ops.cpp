@@ -37,6 +37,17 @@ void CpuBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int
   }
 }
 
+void CpuBackend::quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
+                               uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) {
+  check(format == RowFormat::kFp8E8m0x32 || format == RowFormat::kFp4E4m3x16 || format == RowFormat::kFp4E8m0x32,
+        "quantize_rows: ", row_format_name(format), " is not a quantized row format");
+  const int64_t rb = row_bytes(format, width);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
+    if (s >= 0 && d >= 0) quantize_row(src + s * width, width, format, dst + paged_row_offset(d, rb, dst_block_bytes));
+  }
+}
+
 void CpuBackend::copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, width * sizeof(float));
 }
