@@ -167,10 +167,6 @@ class Backend : public DeviceMemory {
   // i < n, rows of `width` floats; an index < 0 skips row i. Destination rows must be distinct.
   virtual void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                          const int32_t* dst_idx) = 0;
-  // copy_rows into bf16 rows (bits): dst row = bf16(src row), RNE; exact for the bf16-valued rows the
-  // models keep in their state arena (the writes of a state row of a BF16 row kind).
-  virtual void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
-                                 const int32_t* dst_idx) = 0;
   // Rows into a stored format (the writes of the state arena's quantized row kinds): dst row j =
   // quantize_row(src row i) (core/row_format.h, bit for bit) with i = src_idx ? src_idx[r] : r and
   // j = dst_idx ? dst_idx[r] : r for r < n (an index < 0 skips r); dst rows paged in blocks of

@@ -48,26 +48,6 @@ std::vector<OpCase> deepseek_op_cases() {
                    }
                  }
                }});
-  // Narrowing: bf16 values stay exact, other values round to nearest even (bits compared).
-  c.push_back({"copy_rows_to_bf16", "copy_rows_to_bf16", 0, [](OpRun& r) {
-                 for (int64_t width : {0, 1, 33, 512}) {
-                   const int64_t n = 37, rows = 50;
-                   std::vector<float> h = r.uniform(rows * width);
-                   for (size_t i = 0; i < h.size(); i += 2) h[i] = round_to_bf16(h[i]);
-                   const float* src = r.in(h);
-                   std::vector<int32_t> si(n), di(rows);
-                   for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
-                   std::iota(di.begin(), di.end(), 0);
-                   std::shuffle(di.begin(), di.end(), r.rng());
-                   for (int64_t i = 0; i < n; i += 7) di[i] = -1;
-                   for (int mode = 0; mode < 4; ++mode) {
-                     uint16_t* dst = r.inout(label("w", width) + label(" mode ", mode),
-                                             OpRun::bf16_bits(r.uniform(rows * width)));
-                     r.backend().copy_rows_to_bf16(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
-                                                   mode & 2 ? r.in(di) : nullptr);
-                   }
-                 }
-               }});
   // The state arena's quantized rows, bit for bit: the three formats at widths of one and several scale
   // blocks, through source / destination indices (a skipped row keeps its bytes) into blocks rows do not tile.
   c.push_back({"quantize_rows", "quantize_rows", 0, [](OpRun& r) {

@@ -81,8 +81,6 @@ class CudaBackend final : public ops::Backend {
   // fp32 operation order; selections (top-k) identical to the CPU's torch_topk, ties included.
   void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                  const int32_t* dst_idx) override;
-  void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
-                         const int32_t* dst_idx) override;
   void quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
                      uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) override;
   void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;

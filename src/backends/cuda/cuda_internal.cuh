@@ -83,8 +83,5 @@ __device__ __forceinline__ float bf16_round(float x) {
   u += 0x7fff + ((u >> 16) & 1);
   return __uint_as_float(u & 0xffff0000u);
 }
-// bf16 bits widened (exact), and fp32 narrowed to bf16 bits as core/dtype.h's float_to_bf16.
-__device__ __forceinline__ float bf16_widen(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
-__device__ __forceinline__ uint16_t bf16_bits(float x) { return static_cast<uint16_t>(__float_as_uint(bf16_round(x)) >> 16); }
 
 }  // namespace deepinfer::cuda

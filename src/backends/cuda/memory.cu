@@ -19,15 +19,6 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* _
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = src[s * width + c];
 }
 
-// copy_rows_kernel into bf16 rows (RNE as float_to_bf16).
-__global__ void copy_rows_to_bf16_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_idx,
-                                         int64_t width, uint16_t* __restrict__ dst, const int32_t* __restrict__ dst_idx) {
-  const int64_t i = blockIdx.x;
-  const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
-  if (s < 0 || d < 0) return;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = bf16_bits(src[s * width + c]);
-}
-
 // quantize_rows: one thread per scale block of one row (core/row_format.cpp's quantize_row: the amax
 // floor, the scale, codes of v / s clamped to the format's range).
 __global__ void quantize_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_idx, int64_t n,
@@ -216,16 +207,6 @@ void CudaBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n,
   copy_rows_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(src, src_idx, width, dst,
                                                                                            dst_idx);
   check_launch("copy_rows_kernel");
-}
-
-void CudaBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width,
-                                    uint16_t* dst, const int32_t* dst_idx) {
-  check_sizes(n >= 0 && width >= 0 && n <= INT32_MAX, "copy_rows_to_bf16");
-  if (n == 0 || width == 0) return;
-  impl_->bind();
-  copy_rows_to_bf16_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(src, src_idx, width,
-                                                                                                   dst, dst_idx);
-  check_launch("copy_rows_to_bf16_kernel");
 }
 
 void CudaBackend::quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
