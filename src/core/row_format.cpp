@@ -1,6 +1,7 @@
 #include "core/row_format.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -105,14 +106,31 @@ void dequantize_row(const uint8_t* row, int64_t width, RowFormat f, float* out) 
     }
     return;
   }
+  // every code's value (the readers decode whole rows on their hot path)
+  static const auto tables = [] {
+    std::array<float, 256 + 16> t{};
+    for (int b = 0; b < 256; ++b) t[b] = e4m3_to_float(static_cast<uint8_t>(b));
+    for (int n = 0; n < 16; ++n) t[256 + n] = e2m1_to_float(static_cast<uint8_t>(n));
+    return t;
+  }();
+  const float* e4m3 = tables.data();
+  const float* e2m1 = tables.data() + 256;
   const int64_t block = scale_block(f);
   const bool fp4 = is_fp4(f);
   const uint8_t* scales = row + (fp4 ? width / 2 : width);
-  for (int64_t c = 0; c < width; ++c) {
-    const uint8_t sb = scales[c / block];
-    const float s = f == RowFormat::kFp4E4m3x16 ? e4m3_to_float(sb) : e8m0_to_float(sb);
-    const float v = fp4 ? e2m1_to_float((row[c / 2] >> (4 * (c % 2))) & 0xf) : e4m3_to_float(row[c]);
-    out[c] = v * s;
+  for (int64_t b = 0; b < width / block; ++b) {
+    const float s = f == RowFormat::kFp4E4m3x16 ? e4m3[scales[b]] : e8m0_to_float(scales[b]);
+    float* o = out + b * block;
+    if (fp4) {
+      const uint8_t* p = row + b * block / 2;
+      for (int64_t i = 0; i < block / 2; ++i) {
+        o[2 * i] = e2m1[p[i] & 0xf] * s;
+        o[2 * i + 1] = e2m1[p[i] >> 4] * s;
+      }
+    } else {
+      const uint8_t* p = row + b * block;
+      for (int64_t i = 0; i < block; ++i) o[i] = e4m3[p[i]] * s;
+    }
   }
 }
 
