@@ -21,7 +21,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Row maps of a gather/scatter case: n source rows of `rows` (1 in 5 skipped with -1) and distinct
 // destination rows (every 7th skipped).
 std::pair<std::vector<int32_t>, std::vector<int32_t>> row_maps(OpRun& r, int64_t n, int64_t rows) {
-  const auto [si, di] = row_maps(r, n, rows);
+  std::vector<int32_t> si(n), di(rows);
+  for (auto& s : si) s = r.chance(5) ? -1 : r.below(rows);
+  std::iota(di.begin(), di.end(), 0);
+  std::shuffle(di.begin(), di.end(), r.rng());
+  for (int64_t i = 0; i < n; i += 7) di[i] = -1;
   return {si, di};
 }
 
