@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/cuda_internal.cuh"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -58,12 +59,6 @@ struct GemvShape {
   bool bf16;
   int64_t y_split;
 };
-
-__device__ __forceinline__ float round_bf16_out(float v) {  // RNE, NaN -> canonical NaN (core/dtype.h)
-  if (isnan(v)) return __uint_as_float(0x7fc00000u);
-  const uint32_t u = __float_as_uint(v);
-  return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
 
 // MM: the largest m this instance serves (rows i >= m are skipped, uniformly); R: weight rows per block
 // (all in one group).
@@ -142,7 +137,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const T* __restrict_
       float s = red[0][threadIdx.x];
 #pragma unroll
       for (int q = 1; q < kGemvWarps; ++q) s += red[q][threadIdx.x];
-      y[static_cast<int64_t>(i) * n + j0 + r] = sh.bf16 ? round_bf16_out(s) : s;
+      y[static_cast<int64_t>(i) * n + j0 + r] = sh.bf16 ? bf16_round(s) : s;
     }
   }
 }

@@ -35,7 +35,7 @@ __global__ void copy_rows_from_bf16_kernel(const uint16_t* __restrict__ src, con
   const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
   if (s < 0 || d < 0) return;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
-    dst[d * width + c] = __uint_as_float(static_cast<uint32_t>(src[s * width + c]) << 16);
+    dst[d * width + c] = bf16_widen(src[s * width + c]);
 }
 
 // One thread per 8 bytes: core random_bytes' words in closed form (random_word), masked.
