@@ -12,12 +12,23 @@ Param to_param(DeviceMemory& mem, const std::vector<float>& v) {
   return {upload_buffer(mem, v.data(), v.size() * sizeof(float)), static_cast<int64_t>(v.size())};
 }
 
+namespace {
+
+// The bf16 bits of f32 when every value is a bf16 (NaNs count as one), else false (bits partly filled).
+bool bf16_bits_if_exact(const std::vector<float>& f32, std::vector<uint16_t>& bits) {
+  bits.resize(f32.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    if (bf16_to_float(bits[i] = float_to_bf16(f32[i])) != f32[i] && !std::isnan(f32[i])) return false;
+  return true;
+}
+
+}  // namespace
+
 RowTable row_table(ops::Backend& be, const std::vector<float>& f32, int64_t rows, int64_t width) {
   check(static_cast<int64_t>(f32.size()) == rows * width, "row table: ", f32.size(), " values for ", rows, " x ", width);
-  RowTable t{{}, rows, width, true};
-  std::vector<uint16_t> bits(f32.size());
-  for (size_t i = 0; i < bits.size() && t.bf16; ++i)
-    t.bf16 = bf16_to_float(bits[i] = float_to_bf16(f32[i])) == f32[i] || std::isnan(f32[i]);
+  RowTable t{{}, rows, width, false};
+  std::vector<uint16_t> bits;
+  t.bf16 = bf16_bits_if_exact(f32, bits);
   t.buf = t.bf16 ? upload_buffer(be, bits.data(), bits.size() * sizeof(uint16_t))
                  : upload_buffer(be, f32.data(), f32.size() * sizeof(float));
   return t;
@@ -35,11 +46,8 @@ QLinear plain_linear(ops::Backend& be, std::vector<float> f32, int64_t n, int64_
   if (be.weight_format(ops::WeightType::kBf16) == ops::WeightType::kBf16) {
     // A float weight of bf16 values (the release's BF16 projections and head) stays bf16 where the
     // backend keeps it so: half the bytes, and its tensor cores.
-    std::vector<uint16_t> bits(f32.size());
-    bool exact = true;
-    for (size_t i = 0; i < bits.size() && exact; ++i)
-      exact = bf16_to_float(bits[i] = float_to_bf16(f32[i])) == f32[i] || std::isnan(f32[i]);
-    if (exact) {
+    std::vector<uint16_t> bits;
+    if (bf16_bits_if_exact(f32, bits)) {
       L.w = {upload_buffer(be, bits.data(), bits.size() * sizeof(uint16_t)), 0};
       L.q = {ops::WeightType::kBf16, L.w.buf.data(), nullptr, n, k, 0};
       return L;
