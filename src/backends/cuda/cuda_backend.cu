@@ -360,37 +360,50 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_generic_kern
 // ---------------------------------------------------------------- hc_weights
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf_cr(-x)); }
 
-// dots [rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn; the
-// CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row: x . x (sumsq_row: the CPU's order when
-// exact), then warp 0 runs the small Sinkhorn tail with one lane per matrix element (hc x hc <= 256, up to
+// dots [splits, rows, outs] holds x . fn (linear: a GEMM across rows, not one block per row re-reading fn;
+// the CPU's order under DEEPINFER_FP8_GEMM=exact). One block per row. Thread o < outs loads output o's
+// splits, its base and the scales before the block computes x . x (sumsq_row: the CPU's order when exact),
+// so those loads' latency hides under the row's; then each such thread finishes its output (the splits
+// added in order) — one chain of dependent loads on warp 0 per output was most of this kernel's 24 us.
+// Warp 0 then runs the small Sinkhorn tail with one lane per matrix element (hc x hc <= 256, up to
 // 8 a lane): each lane sums its row or column from shared memory in the CPU's order, so the bits are the
 // CPU's, and the 20 iterations' divisions run side by side instead of on one thread. Up to 32 elements
 // (hc <= 5, the models' 4) the matrix stays in registers, a lane an element, the sums through shuffles in
 // the same order: no shared-memory round trip and no barrier per phase.
-constexpr int kHcThreads = 512, kHcMax = 16, kHcPerLane = kHcMax * kHcMax / 32;
+constexpr int kHcThreads = 512, kHcMax = 16, kHcPerLane = kHcMax * kHcMax / 32, kHcMaxSplits = 8;
 __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     const float* __restrict__ x, int hc, int64_t dim, const float* __restrict__ dots,
     const float* __restrict__ base, const float* __restrict__ scale, float rms_eps, float hc_eps,
     int64_t sinkhorn_iters, bool cpu_order, int splits, float* pre, float* post, float* comb) {
   __shared__ float stage[kSumsqChunk], part[8], c[kHcMax * kHcMax];
-  const int64_t r = blockIdx.x;
-  const int n = hc * hc, lane = threadIdx.x;
+  const int64_t r = blockIdx.x, rows = gridDim.x;
+  const int n = hc * hc, lane = threadIdx.x, o = threadIdx.x;
   const int64_t width = hc * dim, outs = comb ? (2 + hc) * hc : hc;
+  float d[kHcMaxSplits], b = 0.0f, sc = 0.0f;
+  if (o < outs) {  // every load issued before the first use
+#pragma unroll
+    for (int s = 0; s < kHcMaxSplits; ++s) d[s] = s < splits ? dots[(s * rows + r) * outs + o] : 0.0f;
+    b = base[o];
+    sc = scale[o < hc ? 0 : o < 2 * hc ? 1 : 2];
+  }
   const float ss = sumsq_row(x + r * width, width, cpu_order, stage, part);
-  if (threadIdx.x >= 32) return;
   const float r_inv = 1.0f / sqrtf(ss / static_cast<float>(width) + rms_eps);
-  const int64_t rows = gridDim.x;
-  auto mv = [&](int o) {  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order; dots' splits in order
-    float d = dots[r * outs + o];
-    for (int s = 1; s < splits; ++s) d += dots[(s * rows + r) * outs + o];
-    return d * r_inv;
-  };
-  for (int i = lane; i < hc; i += 32) pre[r * hc + i] = sigmoidf_(mv(i) * scale[0] + base[i]) + hc_eps;
+  if (o < outs) {  // (x . fn) * rsqrt(mean x^2 + eps), the reference's order
+    float dot = d[0];
+#pragma unroll
+    for (int s = 1; s < kHcMaxSplits; ++s)
+      if (s < splits) dot += d[s];
+    const float v = dot * r_inv * sc + b;
+    if (o < hc) pre[r * hc + o] = sigmoidf_(v) + hc_eps;
+    else if (o < 2 * hc) post[r * hc + o - hc] = 2.0f * sigmoidf_(v);
+    else c[o - 2 * hc] = v;
+  }
   if (!comb) return;
-  for (int i = lane; i < hc; i += 32) post[r * hc + i] = 2.0f * sigmoidf_(mv(hc + i) * scale[1] + base[hc + i]);
+  __syncthreads();  // c holds the mixing logits
+  if (threadIdx.x >= 32) return;
   if (n <= 32) {  // every lane shuffles; lanes >= n compute values nobody keeps
     const int j = lane / hc, k = lane % hc;
-    float v = lane < n ? mv(2 * hc + lane) * scale[2] + base[2 * hc + lane] : 0.0f;
+    float v = lane < n ? c[lane] : 0.0f;
     auto at = [&](int jj, int kk) { return __shfl_sync(0xffffffffu, v, (jj * hc + kk) & 31); };
     auto row_sum = [&] {
       float z = 0.0f;
@@ -417,8 +430,6 @@ __global__ void __launch_bounds__(kHcThreads) hc_weights_tail_kernel(
     if (lane < n) comb[r * n + lane] = v;
     return;
   }
-  for (int e = lane; e < n; e += 32) c[e] = mv(2 * hc + e) * scale[2] + base[2 * hc + e];
-  __syncwarp();
   float v[kHcPerLane];
   // Every lane computes its elements' new values from c, then all write them back.
   auto phase = [&](auto&& value) {
@@ -938,7 +949,7 @@ void CudaBackend::hc_weights(const float* x, int64_t rows, int64_t hc, int64_t d
   // At decode the dots are few outputs over a long row: split K over 8 blocks an output (a fixed split,
   // so a row's bits do not depend on the batch), the tail adding the splits. Else linear() (cuBLAS, or
   // the CPU's order when exact).
-  const int64_t kSplits = 8;
+  const int64_t kSplits = kHcMaxSplits;
   const bool split = !impl_->exact_gemm && impl_->linear_gemv && (rows <= kGemvMaxM || impl_->batch_invariant) &&
                      gemv_fits(x, 1, width, fn, outs, 4) && gemv_split_fits(width, kSplits, 4);
   const int64_t splits = split ? kSplits : 1;
