@@ -75,24 +75,57 @@ __device__ float sumsq_row(const float* xr, int64_t n, bool cpu_order, float* st
   return block_sum((acc[0] + acc[1]) + (acc[2] + acc[3]), stage);
 }
 
+// One block per row. Up to kNormVec float4 a thread, the row and the weight are loaded into registers
+// before the sum of squares, so the scaling pass waits on no load (it re-read x and weight one store
+// after another — y may alias x — which was most of a decode row's ~5 us).
+constexpr int kNormVec = 4;
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int64_t dim, float eps,
                                 bool cpu_order, bool bf16_out, float* y) {
   __shared__ float stage[kSumsqChunk], part[8];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
+  const int64_t n4 = dim / 4, bd = blockDim.x;
+  const bool vec = dim % 4 == 0 && n4 <= kNormVec * bd && reinterpret_cast<uintptr_t>(xr) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(yr) % 16 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+  float4 xv[kNormVec], wv[kNormVec];
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < kNormVec; ++q) {
+      const int64_t i = threadIdx.x + q * bd;
+      if (i < n4) {
+        xv[q] = reinterpret_cast<const float4*>(xr)[i];
+        wv[q] = weight ? reinterpret_cast<const float4*>(weight)[i] : float4{1.0f, 1.0f, 1.0f, 1.0f};
+      }
+    }
+  }
   const float total = sumsq_row(xr, dim, cpu_order, stage, part);  // every read of x is done: in-place is safe
   const float r_inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = weight ? weight[i] * (xr[i] * r_inv) : xr[i] * r_inv;
-    yr[i] = bf16_out ? bf16_round(v) : v;
+  auto out = [&](float xi, float wi) {
+    const float v = weight ? wi * (xi * r_inv) : xi * r_inv;
+    return bf16_out ? bf16_round(v) : v;
+  };
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < kNormVec; ++q) {
+      const int64_t i = threadIdx.x + q * bd;
+      if (i < n4)
+        reinterpret_cast<float4*>(yr)[i] = float4{out(xv[q].x, wv[q].x), out(xv[q].y, wv[q].y),
+                                                  out(xv[q].z, wv[q].z), out(xv[q].w, wv[q].w)};
+    }
+    return;
   }
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = out(xr[i], weight ? weight[i] : 1.0f);
 }
 
 // ---------------------------------------------------------------- rope
-// One block per row: the cos/sin table of the row's position in shared memory, then every head.
-__global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int64_t rope_dim, float attention_factor, float sign,
-                            bool bf16_out) {
+// Block (r, c): the cos/sin table of row r's position in shared memory, then elements [c * 256, c * 256 +
+// 256) of the row's heads x pairs, one a thread. Spreading a row over blocks matters at decode, where one
+// block per row ran its heads' read-modify-writes one after another (x may alias: no load runs ahead).
+constexpr int kRopeThreads = 256;
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int64_t heads, int64_t dim,
+                                                            const int64_t* __restrict__ positions,
+                                                            const float* __restrict__ inv_freq, int64_t rope_dim,
+                                                            float attention_factor, float sign, bool bf16_out) {
   extern __shared__ float tab[];  // cs[pairs], sn[pairs]
   const int64_t pairs = rope_dim / 2, r = blockIdx.x;
   float* cs = tab;
@@ -104,14 +137,14 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t dim, const int64_t*
     sn[i] = static_cast<float>(sin(static_cast<double>(angle))) * attention_factor * sign;
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < heads * pairs; e += blockDim.x) {
-    const int64_t h = e / pairs, i = e % pairs;
-    float* v = x + (r * heads + h) * dim + (dim - rope_dim);
-    const float a = v[2 * i], b = v[2 * i + 1];
-    const float r0 = a * cs[i] - b * sn[i], r1 = b * cs[i] + a * sn[i];
-    v[2 * i] = bf16_out ? bf16_round(r0) : r0;
-    v[2 * i + 1] = bf16_out ? bf16_round(r1) : r1;
-  }
+  const int64_t e = static_cast<int64_t>(blockIdx.y) * kRopeThreads + threadIdx.x;
+  if (e >= heads * pairs) return;
+  const int64_t h = e / pairs, i = e % pairs;
+  float* v = x + (r * heads + h) * dim + (dim - rope_dim);
+  const float a = v[2 * i], b = v[2 * i + 1];
+  const float r0 = a * cs[i] - b * sn[i], r1 = b * cs[i] + a * sn[i];
+  v[2 * i] = bf16_out ? bf16_round(r0) : r0;
+  v[2 * i + 1] = bf16_out ? bf16_round(r1) : r1;
 }
 
 // ---------------------------------------------------------------- sparse_attention
@@ -864,7 +897,10 @@ void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const
               "rope");
   if (rows == 0 || heads == 0 || f.rope_dim == 0) return;
   const size_t smem = static_cast<size_t>(f.rope_dim) * sizeof(float);
-  rope_kernel<<<static_cast<unsigned>(rows), 256, smem, impl_->stream>>>(x, heads, dim, positions, f.inv_freq,
+  const int64_t chunks = (heads * (f.rope_dim / 2) + kRopeThreads - 1) / kRopeThreads;
+  check_sizes(chunks <= 65535, "rope");
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
+  rope_kernel<<<grid, kRopeThreads, smem, impl_->stream>>>(x, heads, dim, positions, f.inv_freq,
                                                                          f.rope_dim, f.attention_factor,
                                                                          inverse ? -1.0f : 1.0f, bf16_out);
   check_launch("rope_kernel");
