@@ -1217,11 +1217,14 @@ class Converter {
   }
 
   // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
+  // Under JSON Schema's own semantics even in the strict mode: every key of a literal is named by
+  // the schema (its enum/const), so no key of it is one the strict mode keeps out.
   std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
     std::shared_ptr<const Automaton>& cached = value_checkers_[schema.dump()];  // the same one recurs (a $ref'd 'not')
     if (!cached) {
       SchemaArgs o = opts_;
       o.whitespace = Whitespace::kCompact;
+      o.strict_additional_properties = false;
       Converter sub(root_, o);
       sub.depth_ = depth_;  // bounds nesting across converters too
       try {
