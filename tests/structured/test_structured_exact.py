@@ -29,6 +29,12 @@ CASES = [
       {"é": 1}, {"é": "x"}, {"éé": "x"}, {"è": "x"}, {"": 1}, {"": "x"}, {"b": "x"}, {"ab": 1, "abc": "y"}]),
     # draft-04: 1.0 is not an integer; boolean exclusiveMinimum; items array + additionalItems
     ({"$schema": D4, "type": "integer"}, [1, 1.0, 10.0, -3]),
+    # ... nor in an enum/const of integers: each spelling of a literal (1, 1.0) only where its type fits
+    ({"$schema": D4, "type": "integer", "enum": [0, 1]}, [0, 1, 1.0, 0.0, 2]),
+    ({"$schema": D4, "type": "integer", "enum": [4.0]}, [4, 4.0, 5]),
+    ({"$schema": D4, "type": "number", "enum": [0, 1]}, [0, 1, 1.0, 2]),
+    ({"$schema": D4, "not": {"type": "integer"}, "enum": [4.0, 4, 5]}, [4, 4.0, 5, 5.0]),
+    ({"type": "integer", "enum": [0, 1]}, [0, 1, 1.0, 2]),
     ({"$schema": D4, "type": "number", "minimum": 5, "exclusiveMinimum": True}, [5, 5.5, 6, 4]),
     ({"$schema": D4, "type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
      [[1, "a"], [1], [1, "a", 2], ["a"], []]),
