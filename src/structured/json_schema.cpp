@@ -1205,23 +1205,30 @@ class Converter {
                    g_.star(d), g_.cls({{'1', '9'}}), g_.star(d)});
   }
 
-  static bool has_type(const Json& v, const std::vector<std::string>& types) {
+  // Whether v is of one of the types (before draft 06 a number with a fraction part, 1.0 too, is
+  // not an integer).
+  bool has_type(const Json& v, const std::vector<std::string>& types) const {
+    const bool integral = v.is_number_integer() ||
+                          (draft_ > 4 && v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
     for (const std::string& t : types) {
-      if (t == kNonInteger && v.is_number_float() && v.get<double>() != std::floor(v.get<double>())) return true;
+      if (t == kNonInteger && v.is_number() && !integral) return true;
       if ((t == "null" && v.is_null()) || (t == "boolean" && v.is_boolean()) || (t == "string" && v.is_string()) ||
           (t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "number" && v.is_number()) ||
-          (t == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))))
+          (t == "integer" && integral))
         return true;
     }
     return false;
   }
 
   // The values `schema` accepts: each one's compact JSON text parsed with the schema's grammar.
+  // Under JSON Schema's own semantics even in the strict mode: every key of a literal is named by
+  // the schema (its enum/const), so no key of it is one the strict mode keeps out.
   std::vector<Json> values_matching(const std::vector<Json>& values, const Json& schema, const std::string& path) {
     std::shared_ptr<const Automaton>& cached = value_checkers_[schema.dump()];  // the same one recurs (a $ref'd 'not')
     if (!cached) {
       SchemaArgs o = opts_;
       o.whitespace = Whitespace::kCompact;
+      o.strict_additional_properties = false;
       Converter sub(root_, o);
       sub.depth_ = depth_;  // bounds nesting across converters too
       try {
@@ -1257,18 +1264,18 @@ class Converter {
     std::vector<int> alts;
     std::set<std::string> seen;
     for (const Json& v : values) {
-      if (!has_type(v, types)) continue;
       if (v.is_object() || v.is_array()) {  // members in any order, numbers in either spelling
-        alts.push_back(literal_container(v, path));
+        if (has_type(v, types)) alts.push_back(literal_container(v, path));
         continue;
       }
-      std::vector<std::string> forms{v.dump(-1, ' ', false, Json::error_handler_t::strict)};
-      // 1.0 and 1 are the same JSON-schema value: accept either spelling.
+      // 1.0 and 1 are the same JSON-schema value: either spelling whose own type is allowed (under
+      // draft 04 with type integer, 1 only).
+      std::vector<std::pair<std::string, Json>> forms{{v.dump(-1, ' ', false, Json::error_handler_t::strict), v}};
       if (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e15)
-        forms.push_back(std::to_string(static_cast<long long>(v.get<double>())));
-      if (v.is_number_integer()) forms.push_back(v.dump() + ".0");
-      for (auto& f : forms)
-        if (seen.insert(f).second) alts.push_back(g_.lit(f));
+        forms.emplace_back(std::to_string(static_cast<long long>(v.get<double>())), Json(static_cast<long long>(v.get<double>())));
+      if (v.is_number_integer()) forms.emplace_back(v.dump() + ".0", Json(v.get<double>()));
+      for (auto& [f, x] : forms)
+        if (has_type(x, types) && seen.insert(f).second) alts.push_back(g_.lit(f));
     }
     if (alts.empty()) nothing(path, "enum/const with no value of the allowed type (matches nothing)");
     return g_.alt(alts);

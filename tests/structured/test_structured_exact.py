@@ -29,6 +29,12 @@ CASES = [
       {"é": 1}, {"é": "x"}, {"éé": "x"}, {"è": "x"}, {"": 1}, {"": "x"}, {"b": "x"}, {"ab": 1, "abc": "y"}]),
     # draft-04: 1.0 is not an integer; boolean exclusiveMinimum; items array + additionalItems
     ({"$schema": D4, "type": "integer"}, [1, 1.0, 10.0, -3]),
+    # ... nor in an enum/const of integers: each spelling of a literal (1, 1.0) only where its type fits
+    ({"$schema": D4, "type": "integer", "enum": [0, 1]}, [0, 1, 1.0, 0.0, 2]),
+    ({"$schema": D4, "type": "integer", "enum": [4.0]}, [4, 4.0, 5]),
+    ({"$schema": D4, "type": "number", "enum": [0, 1]}, [0, 1, 1.0, 2]),
+    ({"$schema": D4, "not": {"type": "integer"}, "enum": [4.0, 4, 5]}, [4, 4.0, 5, 5.0]),
+    ({"type": "integer", "enum": [0, 1]}, [0, 1, 1.0, 2]),
     ({"$schema": D4, "type": "number", "minimum": 5, "exclusiveMinimum": True}, [5, 5.5, 6, 4]),
     ({"$schema": D4, "type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
      [[1, "a"], [1], [1, "a", 2], ["a"], []]),
@@ -418,3 +424,40 @@ def test_unicode_general_category(grammar_tool, v3_tokenizer, pattern, category)
     assert not resp.get("error"), resp["error"]
     for x, got in zip(strings, resp["results"]):
         assert got == (x != "" and all(unicodedata.category(c)[0] == category for c in x)), x
+
+
+# The strict mode (no extra keys where additionalProperties is absent) forbids keys the schema does
+# not name; every key of an enum/const literal is named by it, so where a literal decides the
+# instance the strict mode changes nothing and jsonschema stays the oracle (keywords beside the
+# literal, also in allOf levels and under not, test it under JSON Schema's semantics).
+STRICT_LITERAL_CASES = [
+    ({"allOf": [{"enum": [{"bar": 2, "foo": 1}]}, {"not": {"properties": {"foo": {"not": {}}}}}]},
+     [{"bar": 2, "foo": 1}, {"bar": 2, "foo": 1, "baz": 3}, {"bar": 2}, {}]),
+    ({"allOf": [{"enum": [{"foo": 1}, {"foo": 1, "bar": True}, {"foo": 2, "bar": 3}]},
+                {"not": {"additionalProperties": {"type": "boolean"}}}]},
+     [{"foo": 1}, {"foo": 1, "bar": True}, {"foo": 2, "bar": 3}, {"foo": 2}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "const": {"a": 1, "b": [1, {"c": None}]}},
+     [{"a": 1, "b": [1, {"c": None}]}, {"a": 1}, {"b": [1, {"c": None}], "a": 1}, {"a": 1, "b": [1, {}]}]),
+]
+
+
+@pytest.mark.parametrize("idx", range(len(STRICT_LITERAL_CASES)))
+def test_strict_mode_keeps_literal_keys(grammar_tool, v3_tokenizer, idx):
+    schema, instances = STRICT_LITERAL_CASES[idx]
+    validator = jsonschema.Draft202012Validator(schema)
+    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
+    inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, strict=True)
+    assert not resp.get("error"), resp["error"]
+    for text, x, got in zip(texts, instances, resp["results"]):
+        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+
+
+def test_strict_mode_forbids_undeclared_keys_beside_a_not(grammar_tool, v3_tokenizer):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"required": ["b"]}}
+    instances = [{"a": 1}, {}, {"a": 1, "c": 2}, {"b": 1}]
+    inputs = [v3_tokenizer.encode(json.dumps(x, separators=(",", ":")), add_special_tokens=False).ids for x in instances]
+    assert grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, strict=True)["results"] == \
+        [True, True, False, False]
+    assert grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)["results"] == \
+        [True, True, True, False]
