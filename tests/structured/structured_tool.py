@@ -34,3 +34,13 @@ class GrammarTool:
 def load_tokenizer():
     tokenizers = pytest.importorskip("tokenizers")
     return tokenizers.Tokenizer.from_file(str(TOKENIZER))
+
+
+def assert_agrees_with(validator, grammar_tool, tokenizer, schema, instances, **request):
+    """The grammar's verdict on each instance (compact JSON, tokenized) is the `jsonschema` validator's."""
+    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
+    inputs = [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
+    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, **request)
+    assert not resp.get("error"), resp["error"]
+    for text, x, got in zip(texts, instances, resp["results"]):
+        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"

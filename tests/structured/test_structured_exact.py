@@ -11,6 +11,7 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 referencing = pytest.importorskip("referencing")
 import referencing.jsonschema  # noqa: E402
+from structured_tool import assert_agrees_with  # noqa: E402
 
 D4 = "http://json-schema.org/draft-04/schema#"
 D7 = "http://json-schema.org/draft-07/schema#"
@@ -400,12 +401,7 @@ def test_matches_jsonschema(grammar_tool, v3_tokenizer, idx):
         (uri, referencing.Resource.from_contents(doc, default_specification=referencing.jsonschema.DRAFT202012))
         for uri, doc in documents.items())
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER, registry=registry)
-    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
-    inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
-    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, documents=documents)
-    assert not resp.get("error"), resp["error"]
-    for text, x, got in zip(texts, instances, resp["results"]):
-        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+    assert_agrees_with(validator, grammar_tool, v3_tokenizer, schema, instances, documents=documents)
 
 
 def test_remote_ref_without_its_document_is_an_error(grammar_tool):
@@ -444,13 +440,8 @@ STRICT_LITERAL_CASES = [
 @pytest.mark.parametrize("idx", range(len(STRICT_LITERAL_CASES)))
 def test_strict_mode_keeps_literal_keys(grammar_tool, v3_tokenizer, idx):
     schema, instances = STRICT_LITERAL_CASES[idx]
-    validator = jsonschema.Draft202012Validator(schema)
-    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
-    inputs = [v3_tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
-    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs, strict=True)
-    assert not resp.get("error"), resp["error"]
-    for text, x, got in zip(texts, instances, resp["results"]):
-        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+    assert_agrees_with(jsonschema.Draft202012Validator(schema), grammar_tool, v3_tokenizer, schema, instances,
+                       strict=True)
 
 
 def test_strict_mode_forbids_undeclared_keys_beside_a_not(grammar_tool, v3_tokenizer):

@@ -7,16 +7,11 @@ import json
 import pytest
 
 jsonschema = pytest.importorskip("jsonschema")
+from structured_tool import assert_agrees_with  # noqa: E402
 
 
 def check(grammar_tool, tokenizer, schema, instances):
-    validator = jsonschema.Draft202012Validator(schema)
-    texts = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in instances]
-    inputs = [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
-    resp = grammar_tool.request(cmd="check", schema_type="json", schema=schema, inputs=inputs)
-    assert not resp.get("error"), resp["error"]
-    for text, x, got in zip(texts, instances, resp["results"]):
-        assert got == validator.is_valid(x), f"{text}: grammar says {got}, jsonschema says {not got}"
+    assert_agrees_with(jsonschema.Draft202012Validator(schema), grammar_tool, tokenizer, schema, instances)
 
 
 @pytest.mark.parametrize("schema_type,schema", [
