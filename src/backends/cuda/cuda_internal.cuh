@@ -110,5 +110,7 @@ __device__ __forceinline__ float bf16_round(float x) {
   u += 0x7fff + ((u >> 16) & 1);
   return __uint_as_float(u & 0xffff0000u);
 }
+// bf16 bits widened (exact).
+__device__ __forceinline__ float bf16_widen(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
 
 }  // namespace deepinfer::cuda
