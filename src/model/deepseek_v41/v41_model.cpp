@@ -49,6 +49,16 @@ void V41Model::check_pool(const BlockPool& pool) const {
         ", the model on ", be_.device().str());
 }
 
+int64_t V41Model::finest_block_bytes() const {
+  using St = V41SequenceState;
+  int64_t widest = 0;
+  for (auto [width, format] : {std::pair{c_.head_dim, St::kRingFormat}, {c_.head_dim, St::kCompressedFormat},
+                               {c_.index_head_dim, St::kIndexKeyFormat}, {c_.head_dim, St::kCarryFormat}})
+    widest = std::max(widest, row_bytes(format, width));
+  const int64_t carry = row_bytes(St::kCarryFormat, c_.head_dim);
+  return (widest + carry - 1) / carry * carry;
+}
+
 void V41Model::set_state_pool(std::shared_ptr<BlockPool> pool) {
   check(pool != nullptr, "set_state_pool: no pool");
   check_pool(*pool);

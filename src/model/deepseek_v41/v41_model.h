@@ -138,6 +138,8 @@ class V41Model final : public CausalLM {
   void set_state_pool(std::shared_ptr<BlockPool> pool) override;
   // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
   int64_t state_blocks_for(int64_t tokens) const override;
+  // The smallest state block set_state_pool accepts: whole carry rows with room for the widest row.
+  int64_t finest_block_bytes() const;
   DeviceMemory* state_memory() const override { return &be_; }
   void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
   bool can_copy_states() const override { return true; }
