@@ -293,8 +293,9 @@ int main(int argc, char** argv) {
   }
 
   // Sparse attention (V4.1: 64 heads x 512, top-512 + window 128 = 640 rows a token) over a 65536-row
-  // arena, ~5% of the indices empty. Bytes: q and out once, each token's rows once. Rows: the kernel on
-  // bf16 tensors; on fp32 q / out holding bf16 values and the bf16 state rows (what the CUDA backend's
+  // arena, ~5% of the indices empty. Bytes: q and out once, each token's rows once (128 FP8 window rows of
+  // 528 B, 512 FP4 compressed rows of 288 B: the state arena's packed rows, random codes read back to
+  // back). Rows: the kernel on bf16 tensors; on fp32 q / out holding bf16 values (what the CUDA backend's
   // sparse_attention_online hands it); and that op itself, by default (the same kernel) and with DEEPINFER_ATTENTION=exact (the
   // fp32 kernel; one launch at a time, no graph).
   float* attn_f32 = nullptr;  // [65536 rows + 1024 * 64 q rows, 512] random bf16 values
@@ -331,30 +332,30 @@ int main(int argc, char** argv) {
       auto call = [&](int) {
         deepinfer::cuda::SparseAttnArgs a;
         a.q = reinterpret_cast<const uint16_t*>(codes.slice(0, t * H * D * 2));  // e4m3 codes read as bf16: finite
-        a.pool = reinterpret_cast<const uint16_t*>(codes.slice(1, N * D * 2)), a.ld_pool = D;
-        a.idx = idx, a.k = K, a.sink = sink, a.scale = 0.04f, a.out = out;
+        a.pool = codes.slice(1, N * 528), a.pool_block_bytes = 0;
+        a.idx = idx, a.k = K, a.window = 128, a.sink = sink, a.scale = 0.04f, a.out = out;
         a.tokens = t, a.heads = H, a.dim = D;
         deepinfer::cuda::sparse_attention_bf16(a, s);
       };
       char shape[64];
       std::snprintf(shape, sizeof shape, "t%lld h64 d512 k640", static_cast<long long>(t));
-      row("sparse_attention bf16", shape, s, call, reps, 2.0 * t * H * D * 2 + t * K * (D * 2.0 + 4),
-          4.0 * t * H * K * D);
-      const auto* pool16 = reinterpret_cast<const uint16_t*>(attn_f32);  // bf16 bits (fp32 ones' halves: finite)
+      const double row_bytes = t * (128 * 528.0 + (K - 128) * 288.0 + K * 4);
+      row("sparse_attention bf16", shape, s, call, reps, 2.0 * t * H * D * 2 + row_bytes, 4.0 * t * H * K * D);
+      const auto* pool8 = reinterpret_cast<const uint8_t*>(codes.slice(1, N * 528));
       const float* q32 = attn_f32 + N * D;
       float* out32 = nullptr;
       ck(cudaMalloc(&out32, t * H * D * 4), "cudaMalloc out32");
       auto call32 = [&](int) {
         deepinfer::cuda::SparseAttnArgs a;
-        a.q = q32, a.pool = pool16, a.ld_pool = D, a.idx = idx, a.k = K, a.sink = sink, a.scale = 0.04f;
+        a.q = q32, a.pool = pool8, a.idx = idx, a.k = K, a.window = 128, a.sink = sink, a.scale = 0.04f;
         a.out = out32, a.tokens = t, a.heads = H, a.dim = D, a.f32 = true;
         deepinfer::cuda::sparse_attention_bf16(a, s);
       };
-      const double bytes32 = 2.0 * t * H * D * 4 + t * K * (D * 2.0 + 4);
+      const double bytes32 = 2.0 * t * H * D * 4 + row_bytes;
       row("sparse_attention bf16 (f32 q/out)", shape, s, call32, reps, bytes32, 4.0 * t * H * K * D);
       for (int e = 0; e < 2; ++e) {
         deepinfer::cuda::CudaBackend& be = *attn_be[e];
-        auto op = [&](int) { be.sparse_attention_online(q32, t, H, D, pool16, nullptr, idx, K, sink, 0.04f, 64, out32); };
+        auto op = [&](int) { be.sparse_attention_online(q32, t, H, D, pool8, 0, nullptr, idx, K, 128, sink, 0.04f, 64, out32); };
         row(e == 0 ? "sparse_attention_online op, tensor (bf16 mma)" : "sparse_attention_online op, exact (fp32 cores)",
             shape, static_cast<cudaStream_t>(be.stream()), op, e == 0 ? reps : 5, bytes32, 4.0 * t * H * K * D, e == 0);
       }
@@ -453,14 +454,14 @@ int main(int argc, char** argv) {
       }
   }
 
-  // Indexer scores (CudaBackend::index_scores, fp32 math on bf16 keys, dim 128, 32 heads): decode tokens with their own W
+  // Indexer scores (CudaBackend::index_scores, fp32 math on packed FP4 keys of 68 B, dim 128, 32 heads): decode tokens with their own W
   // keys each (random rows of a 2^20-row arena) and a prefill chunk of tokens sharing W keys. Bytes: the
   // key rows each token reads (once per sequence), q, weights and the scores; FLOPs: 2 * 32 * 128 a pair.
   if (!moe_only && !attention_only) {
     deepinfer::cuda::CudaBackend be;
     const auto bs = static_cast<cudaStream_t>(be.stream());
     const int64_t H = 32, D = 128, N = int64_t{1} << 20;
-    const auto* arena = reinterpret_cast<const uint16_t*>(codes.slice(0, N * D * 2));  // e4m3 bytes as bf16: finite
+    const auto* arena = reinterpret_cast<const uint8_t*>(codes.slice(0, N * 68));  // random bytes as FP4 keys
     const auto* arena_f32 = reinterpret_cast<const float*>(codes.slice(0, N * D * 4));  // q and weights
     struct Sc { int64_t t, w; bool shared; };
     for (const Sc c : {Sc{1, 8192, false}, Sc{64, 8192, false}, Sc{1, 65536, false}, Sc{64, 65536, false},
@@ -482,12 +483,12 @@ int main(int argc, char** argv) {
       ck(cudaMalloc(&wd, c.t * H * 4), "cudaMalloc w");
       ck(cudaMemcpy(wd, arena_f32 + 777 * D, c.t * H * 4, cudaMemcpyDeviceToDevice), "w");
       ck(cudaMalloc(&out, c.t * c.w * 4), "cudaMalloc scores");
-      auto call = [&](int) { be.index_scores(qd, wd, c.t, H, D, arena, rows, begin, width, width, c.w, out); };
+      auto call = [&](int) { be.index_scores(qd, wd, c.t, H, D, arena, 0, rows, begin, width, width, c.w, out); };
       char shape[64];
       std::snprintf(shape, sizeof shape, "t%lld w%lld h32 d128%s", static_cast<long long>(c.t),
                     static_cast<long long>(c.w), c.shared ? " shared" : "");
-      const double key_bytes = (c.shared ? 1.0 : static_cast<double>(c.t)) * c.w * D * 2;
-      row("index_scores bf16 keys", shape, bs, call, c.t * c.w > 1 << 22 ? 5 : reps,
+      const double key_bytes = (c.shared ? 1.0 : static_cast<double>(c.t)) * c.w * 68;
+      row("index_scores fp4 keys", shape, bs, call, c.t * c.w > 1 << 22 ? 5 : reps,
           key_bytes + c.t * H * (D + 1) * 4.0 + c.t * c.w * 4.0, 2.0 * c.t * c.w * H * D);
       cudaFree(rows), cudaFree(begin), cudaFree(width), cudaFree(qd), cudaFree(wd), cudaFree(out);
     }

@@ -192,7 +192,7 @@ int main(int argc, char** argv) try {
   // ---- sparse_attention: 64 heads, dim 512, k = 128 window + 512 compressed/selected
   const int64_t heads = 64, dim = 512, k = 640, pool_rows = 65536;
   float* pool = dev_random<float>(pool_rows * dim, rng);
-  const auto* pool16 = reinterpret_cast<const uint16_t*>(pool);  // V4.1's bf16 rows: the same bytes, finite bf16
+  const auto* pool8 = reinterpret_cast<const uint8_t*>(pool);  // V4.1's packed FP8 window rows: the same bytes
   float* sink = dev_random<float>(heads, rng);
   for (int64_t tokens : linear_only ? std::vector<int64_t>{}
                         : quick || profile ? std::vector<int64_t>{1024} : std::vector<int64_t>{64, 256, 1024}) {
@@ -233,14 +233,14 @@ int main(int argc, char** argv) try {
       cudaFree(q); cudaFree(out); cudaFree(didx);
       continue;
     }
-    // The default is the BF16 tensor-core kernel (q read as bf16, the rows bf16; these random fp32 inputs are
+    // The default is the BF16 tensor-core kernel (q read as bf16, the rows packed FP8 decoded to bf16; these random inputs are
     // not bf16 values, which changes nothing in the timing); DEEPINFER_ATTENTION=exact the fp32 one.
     double t = time_ms(be, [&](int) {
-      be.sparse_attention_online(q, tokens, heads, dim, pool16, nullptr, didx, k, sink, 0.044f, 64, out);
+      be.sparse_attention_online(q, tokens, heads, dim, pool8, 0, nullptr, didx, k, k, sink, 0.044f, 64, out);
     }, quick ? 3 : 10);
     report("sparse_attn_online b64 (bf16 mma)", shape, t, bytes, flops, bw, bf16_rate);
     t = time_ms(exact_attn, [&](int) {
-      exact_attn.sparse_attention_online(q, tokens, heads, dim, pool16, nullptr, didx, k, sink, 0.044f, 64, out);
+      exact_attn.sparse_attention_online(q, tokens, heads, dim, pool8, 0, nullptr, didx, k, k, sink, 0.044f, 64, out);
     }, quick ? 3 : 10);
     report("sparse_attn_online b64 (exact fp32)", shape, t, bytes, flops, bw, fp32_rate);
     cudaFree(q); cudaFree(out); cudaFree(didx);

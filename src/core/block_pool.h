@@ -39,10 +39,12 @@ class BlockPool {
 
   // The arena's first byte: every block lies in [base(), base() + reserved_blocks() * block_bytes()).
   std::byte* base() const { return base_; }
-  // Index of a `row_bytes`-wide row at `p` in units of row_bytes from base() (rows never straddle
-  // blocks when block_bytes() is a multiple of row_bytes, which the model checks).
+  // Index of a `row_bytes`-wide row at `p` when every block holds block_bytes() / row_bytes rows of
+  // that width from its start (PagedRows): block * rows-per-block + slot, the inverse of
+  // paged_row_offset (core/row_format.h); r * row_bytes from base() when row_bytes divides block_bytes().
   int64_t row_index(const void* p, int64_t row_bytes) const {
-    return (static_cast<const std::byte*>(p) - base_) / row_bytes;
+    const int64_t off = static_cast<const std::byte*>(p) - base_;
+    return off / block_bytes_ * (block_bytes_ / row_bytes) + off % block_bytes_ / row_bytes;
   }
 
  private:

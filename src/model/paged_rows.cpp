@@ -7,9 +7,8 @@
 
 namespace deepinfer::model {
 
-PagedRows::PagedRows(BlockPool* pool, int64_t width, DType dtype)
-    : pool_(pool), width_(width), row_bytes_(width * static_cast<int64_t>(dtype_bits(dtype)) / 8), dtype_(dtype) {
-  check(dtype == DType::F32 || dtype == DType::BF16, "PagedRows: rows of ", dtype_name(dtype), " are not supported");
+PagedRows::PagedRows(BlockPool* pool, int64_t width, RowFormat format)
+    : pool_(pool), width_(width), row_bytes_(deepinfer::row_bytes(format, width)), format_(format) {
   per_block_ = pool->block_bytes() / row_bytes_;
   check(per_block_ >= 1, "state block of ", pool->block_bytes(), " bytes cannot hold a row of ", row_bytes_, " bytes");
 }
@@ -20,7 +19,7 @@ PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
     pool_ = o.pool_;
     width_ = o.width_;
     row_bytes_ = o.row_bytes_;
-    dtype_ = o.dtype_;
+    format_ = o.format_;
     per_block_ = o.per_block_;
     rows_ = o.rows_;
     blocks_ = std::move(o.blocks_);
@@ -81,13 +80,9 @@ void PagedRows::copy_to(void* out) const {
 
 std::vector<float> PagedRows::floats() const {
   std::vector<float> out(rows_ * width_);
-  if (dtype_ == DType::F32) {
-    copy_to(out.data());
-    return out;
-  }
-  std::vector<uint16_t> bits(rows_ * width_);
-  copy_to(bits.data());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  std::vector<uint8_t> bytes(rows_ * row_bytes_);
+  copy_to(bytes.data());
+  for (int64_t r = 0; r < rows_; ++r) dequantize_row(bytes.data() + r * row_bytes_, width_, format_, out.data() + r * width_);
   return out;
 }
 
@@ -97,7 +92,7 @@ void PagedRows::share_from(const PagedRows& src) {
   pool_ = src.pool_;
   width_ = src.width_;
   row_bytes_ = src.row_bytes_;
-  dtype_ = src.dtype_;
+  format_ = src.format_;
   per_block_ = src.per_block_;
   for (void* b : src.blocks_) pool_->retain(b);
   blocks_ = src.blocks_;
@@ -110,7 +105,7 @@ void PagedRows::copy_from(const PagedRows& src) {
   pool_ = src.pool_;
   width_ = src.width_;
   row_bytes_ = src.row_bytes_;
-  dtype_ = src.dtype_;
+  format_ = src.format_;
   per_block_ = src.per_block_;
   extend(src.rows_);
   for (int64_t r = 0; r < rows_; r += per_block_)

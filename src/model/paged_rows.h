@@ -1,7 +1,7 @@
-// A growable array of fixed-width rows of one dtype stored in blocks of a BlockPool (the per-sequence
-// state's window rings, compressed rows, index keys and compressor carry). Rows never move once
-// written; a row is row_bytes() bytes (width elements of dtype), and ops address it by its index in
-// units of row_bytes() from the pool's base. share_from() makes an array that holds the same blocks by
+// A growable array of fixed-width rows of one stored format stored in blocks of a BlockPool (the
+// per-sequence state's window rings, compressed rows, index keys and compressor carry). Rows never move
+// once written; a row is row_bytes() bytes (width values in `format`, core/row_format.h), a block holds
+// block_bytes / row_bytes of them, and ops address a row by its index (BlockPool::row_index). share_from() makes an array that holds the same blocks by
 // reference (a cached prefix's compressed rows); a block that is shared is copied before a row is
 // appended into it (copy on write), so the rows one holder sees never change under another.
 #pragma once
@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "core/dtype.h"
+#include "core/row_format.h"
 
 namespace deepinfer::model {
 
 class PagedRows {
  public:
   PagedRows() = default;
-  PagedRows(BlockPool* pool, int64_t width, DType dtype = DType::F32);
+  PagedRows(BlockPool* pool, int64_t width, RowFormat format = RowFormat::kF32);
   PagedRows(PagedRows&& o) noexcept { *this = std::move(o); }
   PagedRows& operator=(PagedRows&& o) noexcept;
   PagedRows(const PagedRows&) = delete;
@@ -26,7 +26,7 @@ class PagedRows {
 
   int64_t size() const { return rows_; }
   int64_t width() const { return width_; }
-  DType dtype() const { return dtype_; }
+  RowFormat format() const { return format_; }
   int64_t row_bytes() const { return row_bytes_; }
   int64_t blocks() const { return static_cast<int64_t>(blocks_.size()); }
   const BlockPool* pool_ptr() const { return pool_; }  // null for a default-constructed (unused) array
@@ -44,7 +44,7 @@ class PagedRows {
   void truncate(int64_t rows);     // shrinks to `rows` rows and returns the blocks no longer needed
   void clear();                    // no rows, every block back to the pool
   void copy_to(void* out) const;   // all rows, contiguous, as stored
-  std::vector<float> floats() const;      // all rows, contiguous, widened to fp32 (tests, inspection)
+  std::vector<float> floats() const;      // all rows, contiguous, decoded to fp32 (tests, inspection)
   void share_from(const PagedRows& src);  // the same rows, the blocks shared by reference
   void copy_from(const PagedRows& src);   // the same rows in blocks of its own
 
@@ -55,7 +55,7 @@ class PagedRows {
   void own_tail();                 // the partly filled last block, if shared, becomes a private copy
   BlockPool* pool_ = nullptr;
   int64_t width_ = 0, row_bytes_ = 0, per_block_ = 1, rows_ = 0;
-  DType dtype_ = DType::F32;
+  RowFormat format_ = RowFormat::kF32;
   std::vector<void*> blocks_;
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/row_format.h"
 #include "ops/token_draw.h"
 
 namespace deepinfer::ops {
@@ -129,14 +130,18 @@ class Backend : public DeviceMemory {
   // sparse_attention as DeepSeek's V4.1 kernel computes it: an online softmax over blocks of `block`
   // indices, the running max starting at -1e30 and excluding the sink, probabilities rounded to bf16
   // (relative to the running max) before the P.V product, exp(sink - max) added to the denominator.
-  // Rows (bf16 bits, rows of `dim`) come from two places: r >= 0 is row r of `pool` (the state arena,
-  // read in place), r <= -2 is row fresh_row_index(r) of `fresh` (this step's rows, not yet in the
-  // arena), r == -1 is no row. q holds bf16 values in the model; a backend may read it as bf16 and sum in
-  // its own order (CUDA's tensor-core kernel at 64 heads x 512, block 64; DEEPINFER_ATTENTION=exact keeps
-  // fp32 arithmetic).
+  // Rows (of `dim` values) come from two places: r >= 0 is row r of the state arena `pool` (read in
+  // place, paged in blocks of pool_block_bytes: core/row_format.h's paged_row_offset), r <= -2 is row
+  // fresh_row_index(r) of `fresh` (this step's window rows, back to back), r == -1 is no row. The first
+  // `window` columns of a token's k indices are window rows (RowFormat::kFp8E8m0x32), the others
+  // compressed rows (kFp4E4m3x16, arena rows only): both are decoded to their exact values (bf16 holds
+  // them) on load. q holds bf16 values in the model; a backend may read it as bf16 and sum in its own
+  // order (CUDA's tensor-core kernel at 64 heads x 512, block 64; DEEPINFER_ATTENTION=exact keeps fp32
+  // arithmetic).
   virtual void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                       const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k,
-                                       const float* sink, float scale, int64_t block, float* out) = 0;
+                                       const uint8_t* pool, int64_t pool_block_bytes, const uint8_t* fresh,
+                                       const int32_t* idx, int64_t k, int64_t window, const float* sink, float scale,
+                                       int64_t block, float* out) = 0;
 
   // The reference's quantized linear (act_quant + block-scaled GEMM): x FP8-quantized as
   // fake_quant_fp8(x, act_block), times the dequantized weight, summed per K block of 32 and the
@@ -171,14 +176,16 @@ class Backend : public DeviceMemory {
   // i < n, rows of `width` floats; an index < 0 skips row i. Destination rows must be distinct.
   virtual void copy_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                          const int32_t* dst_idx) = 0;
-  // copy_rows into bf16 rows (bits): dst row = bf16(src row), RNE; exact for the bf16-valued rows the
-  // models keep in their state arena (the writes of a state row of a BF16 row kind).
-  virtual void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
-                                 const int32_t* dst_idx) = 0;
   // copy_rows from bf16 rows (bits), widened exactly: the gather of tables kept in their stored BF16
   // (the token embedding).
   virtual void copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                                    const int32_t* dst_idx) = 0;
+  // Rows into a stored format (the writes of the state arena's quantized row kinds): dst row j =
+  // quantize_row(src row i) (core/row_format.h, bit for bit) with i = src_idx ? src_idx[r] : r and
+  // j = dst_idx ? dst_idx[r] : r for r < n (an index < 0 skips r); dst rows paged in blocks of
+  // dst_block_bytes (0: back to back). format: kFp8E8m0x32, kFp4E4m3x16 or kFp4E8m0x32.
+  virtual void quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
+                             uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) = 0;
   // Strided block copy: dst[r * dst_ld + c] = src[r * src_ld + c] for r < rows, c < width.
   virtual void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) = 0;
   virtual void fill(float* x, int64_t n, float value) = 0;
@@ -235,14 +242,15 @@ class Backend : public DeviceMemory {
                          int32_t* perm, float* row_weight, int32_t* slot, int32_t* offsets) = 0;
 
   // V4.1 indexer scores of each token over its sequence's keys. Token t's key w (w < width[t]) is row
-  // key_rows[key_begin[t] + w] of `keys` (bf16 bits, rows of `dim`: the state arena's index keys). For
-  // w < visible[t]:
+  // key_rows[key_begin[t] + w] of `keys` (the state arena's index keys: RowFormat::kFp4E8m0x32 rows of
+  // `dim`, paged in blocks of key_block_bytes, decoded exactly on load). For w < visible[t]:
   //   s = bf16(sum_h bf16(max(bf16(dot(q[t,h], key_w)), 0) * weight[t,h])), h in order, fp32,
   // dot as cpu::dot orders it on the CPU; w >= visible[t] (and w in [width[t], ld)) -> -inf.
   // scores [tokens, ld].
   virtual void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
-                            const uint16_t* keys, const int32_t* key_rows, const int32_t* key_begin,
-                            const int32_t* width, const int32_t* visible, int64_t ld, float* scores) = 0;
+                            const uint8_t* keys, int64_t key_block_bytes, const int32_t* key_rows,
+                            const int32_t* key_begin, const int32_t* width, const int32_t* visible, int64_t ld,
+                            float* scores) = 0;
   // V4 indexer scores in fp32 (the transformers reference), addressed as index_scores: for w < visible[t]
   // (and w < width[t]) s = sum_h (max(dot(q[t,h], key_w), 0) * scale) * weight[t,h], h in order, the dot
   // summed in channel order; other columns (up to ld) -inf. scores [tokens, ld].

@@ -118,7 +118,7 @@ TEST_F(CudaBackendTest, WeightFormatKeepsStored) {
 }
 
 // DEEPINFER_ATTENTION picks sparse_attention_online's kernel at V4.1's shape (64 heads x 512, block 64).
-// The rows are bf16 (the state arena's); on a q that is NOT bf16 values the two are told apart: the
+// The rows are the state arena's FP8 window rows (16 KiB blocks); on a q that is NOT bf16 values the two are told apart: the
 // tensor-core kernel reads it rounded to bf16 (2^-9 relative per value, ~1e-3 in the scores), the fp32
 // kernel does not (~1e-5: bf16 flips of p only). On bf16 values (the model's) both are within the op
 // table's bound: 3 tokens leave most SMs idle, so the tensor-core kernel splits the index list and rounds
@@ -131,19 +131,22 @@ TEST_F(CudaBackendTest, AttentionSwitch) {
   Dev<int32_t> didx(idx);
   Dev<float> dsink(sink);
   const float scale = 4.0f / std::sqrt(static_cast<float>(D));
-  auto run = [&](cuda::CudaBackend& be, const std::vector<float>& q, const std::vector<uint16_t>& pool) {
+  const int64_t BB = 16384, rb = row_bytes(RowFormat::kFp8E8m0x32, D);
+  auto run = [&](cuda::CudaBackend& be, const std::vector<float>& q, const std::vector<uint8_t>& pool) {
     std::vector<float> ref(T * H * D);
-    cpu().sparse_attention_online(q.data(), T, H, D, pool.data(), nullptr, idx.data(), K, sink.data(), scale, 64,
-                                  ref.data());
+    cpu().sparse_attention_online(q.data(), T, H, D, pool.data(), BB, nullptr, idx.data(), K, K, sink.data(), scale,
+                                  64, ref.data());
     Dev<float> dq(q), dout(T * H * D);
-    Dev<uint16_t> dp(pool);
-    be.sparse_attention_online(dq.get(), T, H, D, dp.get(), nullptr, didx.get(), K, dsink.get(), scale, 64,
+    Dev<uint8_t> dp(pool);
+    be.sparse_attention_online(dq.get(), T, H, D, dp.get(), BB, nullptr, didx.get(), K, K, dsink.get(), scale, 64,
                                dout.get());
     return rel_error(dout.host(), ref);
   };
   auto q = uniform(T * H * D);
-  std::vector<uint16_t> pool;
-  for (float x : uniform(N * D)) pool.push_back(float_to_bf16(x));
+  std::vector<uint8_t> pool(paged_row_offset(N, rb, BB) + BB);
+  const std::vector<float> rows = uniform(N * D);
+  for (int64_t i = 0; i < N; ++i)
+    quantize_row(rows.data() + i * D, D, RowFormat::kFp8E8m0x32, pool.data() + paged_row_offset(i, rb, BB));
   setenv("DEEPINFER_ATTENTION", "exact", 1);
   cuda::CudaBackend exact;
   setenv("DEEPINFER_ATTENTION", "fast", 1);

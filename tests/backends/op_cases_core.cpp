@@ -241,25 +241,44 @@ std::vector<OpCase> core_op_cases() {
                  }
                }});
   // bf16-rounded probabilities: scores one fp32 ulp apart (dot order, expf, tensor-core sums) flip a few
-  // roundings. q holds bf16 values and the rows are bf16, as in the model (CUDA's tensor-core path for 64
-  // heads x 512 at block 64 reads q as bf16); the second to fourth shapes take that path (k 640, 2 head
-  // groups with k % 64 != 0, k < 16). With few tokens CUDA splits the index list over CTAs, each split
-  // rounding its probabilities against its own running max: independent roundings, 6e-4 .. 1e-3 measured
-  // (backends/cuda/kernels/sparse_attention.h; the unsplit kernel's figures are in sparse_attention_test).
+  // roundings. q holds bf16 values and the rows are the state arena's packed rows (the first `window` index
+  // columns FP8 window rows, arena or fresh; the rest FP4 compressed rows), as in the model (CUDA's
+  // tensor-core path for 64 heads x 512 at block 64 reads q as bf16); the second to fourth shapes take that
+  // path (k 640, 2 head groups with k % 64 != 0, k < 16). 16 KiB blocks: 31 window rows (528 B) a block.
+  // With few tokens CUDA splits the index list over CTAs, each split rounding its probabilities against its
+  // own running max: independent roundings, 6e-4 .. 1e-3 measured (backends/cuda/kernels/sparse_attention.h;
+  // the unsplit kernel's figures are in sparse_attention_test).
   c.push_back({"sparse_attention_online", "sparse_attention_online", 1.5e-3, [](OpRun& r) {
                  for (auto [tokens, heads, dim, pool_rows, k, block] : {std::array<int64_t, 6>{8, 4, 512, 300, 37, 16},
                                                                         {4, 64, 512, 2048, 640, 64},
                                                                         {3, 128, 512, 500, 100, 64},
                                                                         {2, 64, 512, 100, 7, 64},
-                                                                        {6, 3, 72, 100, 21, 8}}) {
-                   const int64_t fresh_rows = 17;
+                                                                        {6, 3, 96, 100, 21, 8}}) {
+                   const int64_t fresh_rows = 17, window = k / 2, bb = dim == 512 ? 16384 : 1024;
+                   const int64_t wb = row_bytes(RowFormat::kFp8E8m0x32, dim), cb = row_bytes(RowFormat::kFp4E4m3x16, dim);
+                   const int64_t first_c = (pool_rows + bb / wb - 1) / (bb / wb) * (bb / cb);  // compressed row 0
+                   std::vector<uint8_t> arena(paged_row_offset(first_c + pool_rows, cb, bb) + bb);
+                   const std::vector<float> wv = r.uniform(pool_rows * dim), cv = r.uniform(pool_rows * dim, -3, 3);
+                   for (int64_t i = 0; i < pool_rows; ++i) {
+                     quantize_row(wv.data() + i * dim, dim, RowFormat::kFp8E8m0x32, arena.data() + paged_row_offset(i, wb, bb));
+                     quantize_row(cv.data() + i * dim, dim, RowFormat::kFp4E4m3x16,
+                                  arena.data() + paged_row_offset(first_c + i, cb, bb));
+                   }
+                   std::vector<uint8_t> fresh(fresh_rows * wb);
+                   const std::vector<float> fv = r.uniform(fresh_rows * dim);
+                   for (int64_t i = 0; i < fresh_rows; ++i)
+                     quantize_row(fv.data() + i * dim, dim, RowFormat::kFp8E8m0x32, fresh.data() + i * wb);
+                   std::vector<int32_t> idx = attention_indices(r, tokens, k, pool_rows, fresh_rows);
+                   for (int64_t t = 0; t < tokens; ++t)
+                     for (int64_t j = window; j < k; ++j) {
+                       int32_t& ix = idx[t * k + j];
+                       if (ix != -1) ix = static_cast<int32_t>(first_c + (ix >= 0 ? ix : -2 - ix));
+                     }
                    const float* q = r.in(bf16_values(r.uniform(tokens * heads * dim)));
-                   const uint16_t* pool = r.in(OpRun::bf16_bits(r.uniform(pool_rows * dim)));
-                   const uint16_t* fresh = r.in(OpRun::bf16_bits(r.uniform(fresh_rows * dim)));
                    const float* sink = r.in(r.uniform(heads));
-                   const int32_t* idx = r.in(attention_indices(r, tokens, k, pool_rows, fresh_rows));
                    const float scale = 4.0f / std::sqrt(static_cast<float>(dim));
-                   r.backend().sparse_attention_online(q, tokens, heads, dim, pool, fresh, idx, k, sink, scale, block,
+                   r.backend().sparse_attention_online(q, tokens, heads, dim, r.in(arena), bb, r.in(fresh), r.in(idx), k,
+                                                       window, sink, scale, block,
                                                        r.out<float>(shape({heads, dim, k}), tokens * heads * dim));
                  }
                }});

@@ -56,21 +56,27 @@ std::vector<OpCase> deepseek_op_cases() {
                    }
                  }
                }});
-  // Narrowing: bf16 values stay exact, other values round to nearest even (bits compared).
-  c.push_back({"copy_rows_to_bf16", "copy_rows_to_bf16", 0, [](OpRun& r) {
-                 for (int64_t width : {0, 1, 33, 512}) {
-                   const int64_t n = 37, rows = 50;
-                   std::vector<float> h = r.uniform(rows * width);
-                   for (size_t i = 0; i < h.size(); i += 2) h[i] = round_to_bf16(h[i]);
-                   const float* src = r.in(h);
-                   const auto [si, di] = row_maps(r, n, rows);
-                   for (int mode = 0; mode < 4; ++mode) {
-                     uint16_t* dst = r.inout(label("w", width) + label(" mode ", mode),
-                                             OpRun::bf16_bits(r.uniform(rows * width)));
-                     r.backend().copy_rows_to_bf16(src, mode & 1 ? r.in(si) : nullptr, n, width, dst,
-                                                   mode & 2 ? r.in(di) : nullptr);
+  // The state arena's quantized rows, bit for bit: the three formats at widths of one and several scale
+  // blocks, through source / destination indices (a skipped row keeps its bytes) into blocks rows do not tile.
+  c.push_back({"quantize_rows", "quantize_rows", 0, [](OpRun& r) {
+                 for (RowFormat f : {RowFormat::kFp8E8m0x32, RowFormat::kFp4E4m3x16, RowFormat::kFp4E8m0x32})
+                   for (int64_t width : {32, 128, 512}) {
+                     const int64_t n = 37, rows = 50, bb = 2000, rb = row_bytes(f, width);
+                     std::vector<float> h = r.uniform(rows * width, -4, 4);
+                     for (int64_t i = 0; i < rows; i += 3)  // magnitudes far apart, a zero block
+                       for (int64_t c = 0; c < width; ++c) h[i * width + c] *= i % 2 ? std::ldexp(1.0f, -30 + i) : 0.0f;
+                     for (float& v : h) v = round_to_bf16(v);  // the model quantizes bf16 values
+                     const float* src = r.in(h);
+                     const auto [si, di] = row_maps(r, n, rows);
+                     for (int mode = 0; mode < 4; ++mode) {
+                       const int64_t bytes = mode & 2 ? paged_row_offset(rows, rb, bb) + bb : n * rb;
+                       std::vector<uint8_t> init(bytes);
+                       for (auto& b : init) b = static_cast<uint8_t>(r.below(256));
+                       uint8_t* dst = r.inout(std::string(row_format_name(f)) + label(" w", width) + label(" mode ", mode), init);
+                       r.backend().quantize_rows(src, mode & 1 ? r.in(si) : nullptr, n, width, f, dst, mode & 2 ? bb : 0,
+                                                 mode & 2 ? r.in(di) : nullptr);
+                     }
                    }
-                 }
                }});
   // Widening: every bf16 bit pattern, NaNs and infinities included, as the CPU's bf16_to_float (bits compared).
   c.push_back({"copy_rows_from_bf16", "copy_rows_from_bf16", 0, [](OpRun& r) {
@@ -242,8 +248,9 @@ std::vector<OpCase> deepseek_op_cases() {
                                          r.out<int32_t>(name + " offsets", E + 1));
                  }
                }});
-  // bf16 roundings of fp32 dots: a fused multiply-add elsewhere can flip one.
-  // dim 128 is the CUDA backend's tiled kernel (V4.1's indexer), dim 64 its generic one (the tiny models').
+  // bf16 roundings of fp32 dots: a fused multiply-add elsewhere can flip one. Keys are the state arena's
+  // packed index keys (FP4 + UE8M0 per 32, paged rows). dim 128 is the CUDA backend's tiled kernel (V4.1's
+  // indexer), dim 64 its generic one (the tiny models').
   c.push_back({"index_scores", "index_scores", 1e-2, [](OpRun& r) {
                  for (const int64_t dim : {int64_t{128}, int64_t{64}}) {
                    const int64_t tokens = 12, heads = dim == 128 ? 16 : 8, nkeys = 300, ld = 260;
@@ -255,9 +262,14 @@ std::vector<OpCase> deepseek_op_cases() {
                      width[t] = seq == 0 ? 0 : seq == 1 ? static_cast<int32_t>(ld) : 77;
                      visible[t] = std::max(0, width[t] - static_cast<int32_t>(t % 4) * 9);
                    }
+                   const int64_t kb = row_bytes(RowFormat::kFp4E8m0x32, dim), bb = 4096;  // keys in 4 KiB blocks
+                   std::vector<uint8_t> keys(paged_row_offset(nkeys, kb, bb) + bb);
+                   const std::vector<float> kv = r.uniform(nkeys * dim, -3, 3);
+                   for (int64_t i = 0; i < nkeys; ++i)
+                     quantize_row(kv.data() + i * dim, dim, RowFormat::kFp4E8m0x32, keys.data() + paged_row_offset(i, kb, bb));
                    r.backend().index_scores(r.in(r.uniform(tokens * heads * dim)), r.in(r.uniform(tokens * heads)),
-                                            tokens, heads, dim, r.in(OpRun::bf16_bits(r.uniform(nkeys * dim))),
-                                            r.in(key_rows), r.in(key_begin), r.in(width), r.in(visible), ld,
+                                            tokens, heads, dim, r.in(keys), bb, r.in(key_rows), r.in(key_begin),
+                                            r.in(width), r.in(visible), ld,
                                             r.out<float>(label("scores d", dim), tokens * ld));
                  }
                }});

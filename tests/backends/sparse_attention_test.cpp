@@ -1,5 +1,6 @@
 // BF16 tensor-core sparse attention (kernels/sparse_attention.h) against the CPU backend's
-// sparse_attention_online (block 64) on the same bf16 values, fresh random inputs every run, output poisoned.
+// sparse_attention_online (block 64) on the same packed state rows, fresh random inputs every run, output
+// poisoned.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,9 +20,9 @@ using ktest::DevBuf;
 
 class SparseAttentionTest : public ktest::KernelTest {
  protected:
-  // n random bf16 values in (-1, 1), as bits and widened.
-  void bf16_random(size_t n, std::vector<uint16_t>& bits, std::vector<float>& wide) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // n random bf16 values in (-lim, lim), as bits and widened.
+  void bf16_random(size_t n, std::vector<uint16_t>& bits, std::vector<float>& wide, float lim = 1.0f) {
+    std::uniform_real_distribution<float> u(-lim, lim);
     bits.resize(n);
     wide.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -31,9 +32,10 @@ class SparseAttentionTest : public ktest::KernelTest {
   }
 };
 
-// Indices: ~80% arena rows, ~10% fresh rows, ~10% none; token 0 has none at all (its output must be 0).
-// Both forms of q / out: bf16, and fp32 holding bf16 values (the CUDA backend's tensors); the rows are bf16
-// (the state arena's).
+// Indices: ~80% arena rows, ~10% fresh rows (window columns only), ~10% none; token 0 has none at all (its
+// output must be 0). Both forms of q / out: bf16, and fp32 holding bf16 values (the CUDA backend's tensors);
+// the rows are the state arena's packed rows: the first K / 2 columns FP8 window rows, the rest FP4
+// compressed rows, in 16 KiB blocks (31 window rows of 528 B, then 56 compressed rows of 288 B a block).
 // Tolerance, norm-wise: the kernel's fp32 scores (tensor-core sums in another order) can put a probability
 // on the other side of a bf16 rounding step than the reference (each such flip moves that p by 2^-8
 // relative; in the fp32 CUDA op's test these flips measured 7.3e-5): 3e-4 as the op table allows. A bf16
@@ -51,12 +53,21 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
   for (const bool f32 : {false, true})
     for (const Case cs : {Case{5, 64, 100, 1}, Case{3, 128, 640, 1}, Case{2, 64, 64, 1}, Case{2, 64, 7, 1},
                           Case{2, 64, 640, 10}, Case{3, 128, 640, 4}, Case{2, 64, 100, 2}, Case{2, 64, 200, 8}}) {
-      const int64_t T = cs.tokens, H = cs.heads, K = cs.k, D = 512, N = 300, F = 20;
-      std::vector<uint16_t> qb, pb, fb;
-      std::vector<float> qf, pf, ff;
+      const int64_t T = cs.tokens, H = cs.heads, K = cs.k, D = 512, N = 300, F = 20, W = K / 2, BB = 16384;
+      const int64_t wb = row_bytes(RowFormat::kFp8E8m0x32, D), cb = row_bytes(RowFormat::kFp4E4m3x16, D);
+      const int64_t first_c = (N + BB / wb - 1) / (BB / wb) * (BB / cb);  // arena index of compressed row 0
+      std::vector<uint16_t> qb, pb, cbits, fb;
+      std::vector<float> qf, pf, cf, ff;
       bf16_random(T * H * D, qb, qf);
       bf16_random(N * D, pb, pf);
+      bf16_random(N * D, cbits, cf, 3.0f);
       bf16_random(F * D, fb, ff);
+      std::vector<uint8_t> arena(paged_row_offset(first_c + N, cb, BB) + BB), fresh(F * wb);
+      for (int64_t i = 0; i < N; ++i) {
+        quantize_row(pf.data() + i * D, D, RowFormat::kFp8E8m0x32, arena.data() + paged_row_offset(i, wb, BB));
+        quantize_row(cf.data() + i * D, D, RowFormat::kFp4E4m3x16, arena.data() + paged_row_offset(first_c + i, cb, BB));
+      }
+      for (int64_t i = 0; i < F; ++i) quantize_row(ff.data() + i * D, D, RowFormat::kFp8E8m0x32, fresh.data() + i * wb);
       std::vector<float> sink(H);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (auto& v : sink) v = u(rng_);
@@ -64,22 +75,25 @@ TEST_F(SparseAttentionTest, MatchesOnlineReference) {
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < K; ++j) {
           const unsigned r = rng_() % 10;
-          idx[t * K + j] =
-              t == 0 || r == 0 ? -1 : r == 1 ? ops::fresh_row(rng_() % F) : static_cast<int32_t>(rng_() % N);
+          idx[t * K + j] = t == 0 || r == 0   ? -1
+                           : j >= W            ? static_cast<int32_t>(first_c + rng_() % N)
+                           : r == 1            ? ops::fresh_row(rng_() % F)
+                                               : static_cast<int32_t>(rng_() % N);
         }
       const float scale = 1.0f / std::sqrt(static_cast<float>(D)) * 4.0f;  // sharp enough to exercise the max
       std::vector<float> ref(T * H * D);
-      ops::cpu_backend().sparse_attention_online(qf.data(), T, H, D, pb.data(), fb.data(), idx.data(), K,
+      ops::cpu_backend().sparse_attention_online(qf.data(), T, H, D, arena.data(), BB, fresh.data(), idx.data(), K, W,
                                                  sink.data(), scale, 64, ref.data());
-      DevBuf<uint16_t> dq(qb), dp(pb), df(fb), dout(T * H * D);
+      DevBuf<uint16_t> dq(qb), dout(T * H * D);
+      DevBuf<uint8_t> dp(arena), df(fresh);
       DevBuf<float> dqf(qf), doutf(T * H * D);
       DevBuf<int32_t> didx(idx);
       DevBuf<float> dsink(sink);
       cuda::SparseAttnArgs a;
       a.q = f32 ? static_cast<const void*>(dqf.get()) : dq.get();
-      a.pool = dp.get(), a.ld_pool = D;
-      a.fresh = df.get(), a.ld_fresh = D;
-      a.idx = didx.get(), a.k = K, a.sink = dsink.get(), a.scale = scale;
+      a.pool = dp.get(), a.pool_block_bytes = BB;
+      a.fresh = df.get();
+      a.idx = didx.get(), a.k = K, a.window = W, a.sink = dsink.get(), a.scale = scale;
       a.out = f32 ? static_cast<void*>(doutf.get()) : dout.get();
       a.tokens = T, a.heads = H, a.dim = D, a.f32 = f32;
       DevBuf<float> partial(cuda::sparse_attention_partial_bytes(T, H, cs.splits) / sizeof(float));
@@ -117,11 +131,13 @@ TEST_F(SparseAttentionTest, RejectsBadShapes) {
   alignas(16) uint16_t buf[8];
   int32_t ix = 0;
   float sk = 0;
-  a.q = a.pool = buf, a.out = buf, a.idx = &ix, a.sink = &sk, a.tokens = 1, a.k = 1;
+  a.q = buf, a.pool = reinterpret_cast<const uint8_t*>(buf), a.out = buf, a.idx = &ix, a.sink = &sk, a.tokens = 1, a.k = 1;
   a.heads = 64, a.dim = 256;
   EXPECT_THROW(cuda::sparse_attention_bf16(a, nullptr), Error);  // dim must be 512
   a.dim = 512, a.heads = 48;
   EXPECT_THROW(cuda::sparse_attention_bf16(a, nullptr), Error);  // heads must be a multiple of 64
+  a.heads = 64, a.pool_block_bytes = 1000;
+  EXPECT_THROW(cuda::sparse_attention_bf16(a, nullptr), Error);  // blocks of whole 16-byte units
 }
 
 }  // namespace

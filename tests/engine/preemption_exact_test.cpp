@@ -26,9 +26,10 @@ const std::vector<int> kPromptLengths = {5, 40, 70, 130, 17, 90, 3, 150};  // so
 // KEEP 140, so the 150-token prompt's last layers start their window at 10 on every way there).
 std::unique_ptr<model::CausalLM> load(const std::string& name) {
   const std::string family = name.substr(0, name.find('/')), which = name.substr(name.find('/') + 1);
-  if (family == "v41") return testing::load_v41_golden(which);
+  if (family == "v41") return testing::with_finest_state_blocks(testing::load_v41_golden(which));
   if (family == "v41-replay")
-    return testing::load_v41_golden(which, [](model::V41Options& o) { o.replay_compact = true, o.replay_keep = 140; });
+    return testing::with_finest_state_blocks(
+        testing::load_v41_golden(which, [](model::V41Options& o) { o.replay_compact = true, o.replay_keep = 140; }));
   return model::V4Model::load("tests/data/goldens/v4/" + which);
 }
 

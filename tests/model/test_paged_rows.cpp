@@ -2,7 +2,12 @@
 // reference-counted blocks shared between arrays with copy on write (prefix caching).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/row_format.h"
+#include "ops/ops.h"
 #include "model/paged_rows.h"
 
 namespace deepinfer::model {
@@ -57,7 +62,7 @@ TEST(PagedRows, RowsSpanBlocksAndReturnThemOnClear) {
 
 TEST(PagedRows, Bf16RowsTakeHalfTheBytesAndWidenExactly) {
   BlockPool pool(64 * 4, 0);
-  PagedRows rows(&pool, 24, DType::BF16);  // 48-byte rows: 5 per block
+  PagedRows rows(&pool, 24, RowFormat::kBf16);  // 48-byte rows: 5 per block
   EXPECT_EQ(rows.row_bytes(), 48);
   for (int r = 0; r < 6; ++r) {
     auto* p = reinterpret_cast<uint16_t*>(rows.append());
@@ -69,7 +74,29 @@ TEST(PagedRows, Bf16RowsTakeHalfTheBytesAndWidenExactly) {
   const std::vector<float> all = rows.floats();
   for (int r = 0; r < 6; ++r)
     for (int c = 0; c < 24; ++c) EXPECT_EQ(all[r * 24 + c], r + c / 8.0f);
-  EXPECT_THROW(PagedRows(&pool, 24, DType::I8), Error);  // not a state row dtype
+  EXPECT_THROW(PagedRows(&pool, 24, RowFormat::kFp8E8m0x32), Error);  // 24 values: not whole scale blocks
+}
+
+// Packed rows (66 bytes: 64 e4m3 + 2 UE8M0) in 1 KiB blocks: 15 a block, 34 bytes left over; the
+// arena index of a row maps back to its address, and floats() decodes what fake_quant_fp8 gives.
+TEST(PagedRows, PackedRowsAreAddressedPerBlockAndDecodeToTheFakeQuantValues) {
+  BlockPool pool(1024, 0);
+  PagedRows rows(&pool, 64, RowFormat::kFp8E8m0x32);
+  EXPECT_EQ(rows.row_bytes(), 66);
+  std::vector<float> x(20 * 64), want;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * (1.0f + i % 7) * (i % 64 < 32 ? 1e-3f : 30.0f);
+  want = x;
+  ops::cpu_backend().fake_quant_fp8(want.data(), 20, 64, 32);
+  for (int r = 0; r < 20; ++r) {
+    quantize_row(x.data() + r * 64, 64, RowFormat::kFp8E8m0x32, reinterpret_cast<uint8_t*>(rows.append()));
+    const int64_t idx = pool.row_index(rows.row(r), 66);
+    EXPECT_EQ(pool.base() + paged_row_offset(idx, 66, 1024), rows.row(r));
+  }
+  EXPECT_EQ(rows.blocks(), 2);
+  EXPECT_EQ(rows.floats(), want);
+  EXPECT_EQ(row_bytes(RowFormat::kFp4E4m3x16, 512), 288);
+  EXPECT_EQ(row_bytes(RowFormat::kFp4E8m0x32, 128), 68);
+  EXPECT_EQ(row_bytes(RowFormat::kFp8E8m0x32, 512), 528);
 }
 
 TEST(BlockPool, ABlockIsFreeWhenItsLastReferenceGoes) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_pool.h"
 #include "core/json_file.h"
 #include "model/deepseek_v41/v41_model.h"
 
@@ -30,6 +31,13 @@ inline std::unique_ptr<model::V41Model> load_v41_golden(const std::string& case_
   auto strings = read_json_file(kV41GoldenRoot + case_name + "/goldens.json")
                      .at("engram").at("token_strings").get<std::vector<std::string>>();
   m->set_engram_tokens(strings, strings);  // the synthetic tokenizer: decode == id_to_token
+  return m;
+}
+
+// The model on the finest state blocks it accepts: its packed rows (890 B a token on tiny-b) fill its default
+// 16 KiB blocks slowly, so a budget test that must fall between two sequences' states needs finer ones.
+inline std::unique_ptr<model::V41Model> with_finest_state_blocks(std::unique_ptr<model::V41Model> m) {
+  m->set_state_pool(std::make_shared<BlockPool>(m->finest_block_bytes(), 0, m->state_memory()));
   return m;
 }
 

@@ -300,10 +300,12 @@ void CpuBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                         const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k,
-                                         const float* sink, float scale, int64_t block, float* out) {
+                                         const uint8_t* pool, int64_t pool_block_bytes, const uint8_t* fresh,
+                                         const int32_t* idx, int64_t k, int64_t window, const float* sink, float scale,
+                                         int64_t block, float* out) {
+  const int64_t win_bytes = row_bytes(RowFormat::kFp8E8m0x32, dim), ckv_bytes = row_bytes(RowFormat::kFp4E4m3x16, dim);
   parallel_for(tokens * heads, [&](int64_t a0, int64_t a1) {
-    std::vector<float> s(block), acc(dim), rows;  // rows: token t's k rows widened to fp32, for all its heads
+    std::vector<float> s(block), acc(dim), rows;  // rows: token t's k rows decoded to fp32, for all its heads
     int64_t widened = -1;                         // the token whose rows `rows` holds
     for (int64_t a = a0; a < a1; ++a) {
       const int64_t t = a / heads, h = a % heads;
@@ -314,8 +316,12 @@ void CpuBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t
         for (int64_t j = 0; j < k; ++j) {
           const int32_t r = it[j];
           if (r == -1) continue;
-          const uint16_t* bits = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + ops::fresh_row_index(r) * dim;
-          for (int64_t c = 0; c < dim; ++c) rows[j * dim + c] = bf16_to_float(bits[c]);
+          const bool win = j < window;
+          const RowFormat f = win ? RowFormat::kFp8E8m0x32 : RowFormat::kFp4E4m3x16;
+          const int64_t rb = win ? win_bytes : ckv_bytes;
+          const uint8_t* row = r >= 0 ? pool + paged_row_offset(r, rb, pool_block_bytes)
+                                      : fresh + ops::fresh_row_index(r) * rb;
+          dequantize_row(row, dim, f, rows.data() + j * dim);
         }
         widened = t;
       }

@@ -28,12 +28,14 @@ void CpuBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n, 
   }
 }
 
-void CpuBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
-                                   const int32_t* dst_idx) {
+void CpuBackend::quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
+                               uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) {
+  check(format == RowFormat::kFp8E8m0x32 || format == RowFormat::kFp4E4m3x16 || format == RowFormat::kFp4E8m0x32,
+        "quantize_rows: ", row_format_name(format), " is not a quantized row format");
+  const int64_t rb = row_bytes(format, width);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
-    if (s >= 0 && d >= 0)
-      for (int64_t c = 0; c < width; ++c) dst[d * width + c] = float_to_bf16(src[s * width + c]);
+    if (s >= 0 && d >= 0) quantize_row(src + s * width, width, format, dst + paged_row_offset(d, rb, dst_block_bytes));
   }
 }
 

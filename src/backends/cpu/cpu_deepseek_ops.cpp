@@ -113,8 +113,10 @@ void CpuBackend::moe_group(const int32_t* sel, const float* weight, int64_t n, i
 }
 
 void CpuBackend::index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
-                              const uint16_t* keys, const int32_t* key_rows, const int32_t* key_begin,
-                              const int32_t* width, const int32_t* visible, int64_t ld, float* scores) {
+                              const uint8_t* keys, int64_t key_block_bytes, const int32_t* key_rows,
+                              const int32_t* key_begin, const int32_t* width, const int32_t* visible, int64_t ld,
+                              float* scores) {
+  const int64_t key_bytes = row_bytes(RowFormat::kFp4E8m0x32, dim);
   std::vector<float> kc, dots;
   for (int64_t t0 = 0; t0 < tokens;) {
     // A run of tokens over the same keys (one sequence's rows) shares one gather and one GEMM.
@@ -122,10 +124,9 @@ void CpuBackend::index_scores(const float* q, const float* weight, int64_t token
     while (t1 < tokens && key_begin[t1] == key_begin[t0] && width[t1] == width[t0]) ++t1;
     const int64_t W = width[t0], n = t1 - t0;
     kc.resize(W * dim);
-    for (int64_t w = 0; w < W; ++w) {
-      const uint16_t* key = keys + static_cast<int64_t>(key_rows[key_begin[t0] + w]) * dim;
-      for (int64_t c = 0; c < dim; ++c) kc[w * dim + c] = bf16_to_float(key[c]);
-    }
+    for (int64_t w = 0; w < W; ++w)
+      dequantize_row(keys + paged_row_offset(key_rows[key_begin[t0] + w], key_bytes, key_block_bytes), dim,
+                     RowFormat::kFp4E8m0x32, kc.data() + w * dim);
     dots.resize(n * heads * W);
     if (W) linear(q + t0 * heads * dim, n * heads, dim, kc.data(), W, dots.data());
     // score[t,w] = bf16(sum_h bf16(relu(bf16(<q_th, k_w>)) * w_th)), summed in fp32

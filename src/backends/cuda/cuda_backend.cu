@@ -567,45 +567,6 @@ __global__ void swiglu_kernel(const float* __restrict__ g, const float* __restri
 }
 
 // ---------------------------------------------------------------- fake quantization
-// Device copies of src/core/dtype.cpp's bit recipes (RNE), so results match the CPU bit for bit.
-__device__ __forceinline__ uint32_t float_to_e4m3_d(float x) {
-  uint32_t u = __float_as_uint(x);
-  const uint32_t sign = (u >> 24) & 0x80;
-  u &= 0x7fffffffu;
-  if (u >= 0x43f00000u) return sign | 0x7f;
-  if (u < 0x3c800000u) {
-    const uint32_t r = __float_as_uint(__fadd_rn(__uint_as_float(u), 16384.0f)) - __float_as_uint(16384.0f);
-    return sign | (r & 0xff);
-  }
-  u += 0xc4000000u + 0x7ffff + ((u >> 20) & 1);
-  return (sign | (u >> 20)) & 0xff;
-}
-
-__device__ __forceinline__ float e8m0_to_float_d(uint32_t bits) {
-  if (bits == 0xff) return __int_as_float(0x7fc00000);
-  return __uint_as_float(bits == 0 ? 0x00400000u : bits << 23);
-}
-
-__device__ __forceinline__ uint32_t ue8m0_ceil_byte_d(float ratio) {
-  const uint32_t u = __float_as_uint(ratio) & 0x7fffffffu;
-  const uint32_t e = u >> 23, m = u & 0x7fffff;
-  if (e == 0) return m <= 0x00400000u ? 0 : 1;
-  if (e == 0xff || (e == 0xfe && m != 0)) return 0xff;
-  return e + (m != 0);
-}
-
-__device__ __forceinline__ uint32_t float_to_e2m1_d(float x) {
-  if (isnan(x)) return 0;
-  const uint32_t sign = signbit(x) ? 8 : 0;
-  const float a = fabsf(x);
-  constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint32_t code = 0;
-#pragma unroll
-  for (uint32_t i = 0; i < 7; ++i)
-    if (a > kMid[i] || (a == kMid[i] && (i & 1))) code = i + 1;
-  return sign | code;
-}
-
 __device__ __forceinline__ float clampf_(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
 
 // One warp per quantization block of `block` channels of one row. kFp8: e4m3 values (else e2m1);
@@ -703,11 +664,17 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // scores (warps split the indices), the block max, the running max m (from -1e30, sink excluded),
 // p = exp(s - m) summed in fp32 for the denominator and rounded to bf16 for the P.V product.
 // One block per (token, head); q, the per-warp accumulators and the block's scores in shared memory:
-// [dim] q, [kAttnWarps][dim] acc, [block] p.
+// [dim] q, [kAttnWarps][dim] acc, [block] p. Rows decoded per value (row_value_d).
+__device__ __forceinline__ const uint8_t* attn_row(const uint8_t* pool, int64_t block_bytes, const uint8_t* fresh,
+                                                   int32_t r, bool win, int64_t dim) {
+  const int64_t rb = row_bytes_d(win ? RowFormat::kFp8E8m0x32 : RowFormat::kFp4E4m3x16, dim);
+  return r >= 0 ? pool + paged_row_offset_d(r, rb, block_bytes) : fresh + (-2 - static_cast<int64_t>(r)) * rb;
+}
+
 __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kernel(
-    const float* __restrict__ q, int64_t heads, int64_t dim, const uint16_t* __restrict__ pool,
-    const uint16_t* __restrict__ fresh, const int32_t* __restrict__ idx, int64_t k, const float* __restrict__ sink,
-    float scale, int64_t block, float* __restrict__ out) {
+    const float* __restrict__ q, int64_t heads, int64_t dim, const uint8_t* __restrict__ pool, int64_t block_bytes,
+    const uint8_t* __restrict__ fresh, const int32_t* __restrict__ idx, int64_t k, int64_t window,
+    const float* __restrict__ sink, float scale, int64_t block, float* __restrict__ out) {
   extern __shared__ float sm[];
   __shared__ float red[32];
   const int64_t a = blockIdx.x, t = a / heads, h = a % heads;
@@ -727,8 +694,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
       const int32_t r = it[j0 + j];
       float d = 0.0f;
       if (r != -1) {
-        const uint16_t* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
-        for (int64_t c = lane; c < dim; c += 32) d += qs[c] * bf16_widen(pv[c]);
+        const bool win = j0 + j < window;
+        const RowFormat f = win ? RowFormat::kFp8E8m0x32 : RowFormat::kFp4E4m3x16;
+        const uint8_t* pv = attn_row(pool, block_bytes, fresh, r, win, dim);
+        for (int64_t c = lane; c < dim; c += 32) d += qs[c] * row_value_d(pv, f, dim, c);
       }
       d = warp_sum(d);
       if (lane == 0) ps[j] = r != -1 ? d * scale : -kInf;
@@ -754,8 +723,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sparse_attention_online_kerne
       const int32_t r = it[j0 + j];
       if (r == -1) continue;
       const float pb = round_bf16_d(ps[j]);
-      const uint16_t* pv = r >= 0 ? pool + static_cast<int64_t>(r) * dim : fresh + (-2 - static_cast<int64_t>(r)) * dim;
-      for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * bf16_widen(pv[c]);
+      const bool win = j0 + j < window;
+      const RowFormat f = win ? RowFormat::kFp8E8m0x32 : RowFormat::kFp4E4m3x16;
+      const uint8_t* pv = attn_row(pool, block_bytes, fresh, r, win, dim);
+      for (int64_t c = lane; c < dim; c += 32) accw[c] += pb * row_value_d(pv, f, dim, c);
     }
     __syncthreads();  // ps is rewritten by the next block
   }
@@ -1089,22 +1060,25 @@ void CudaBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim,
-                                          const uint16_t* pool, const uint16_t* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
-                                          float* out) {
+                                          const uint8_t* pool, int64_t pool_block_bytes, const uint8_t* fresh,
+                                          const int32_t* idx, int64_t k, int64_t window, const float* sink, float scale,
+                                          int64_t block, float* out) {
   impl_->bind();
-  check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && k >= 0 && block > 0 && tokens * heads <= INT32_MAX,
+  check_sizes(tokens >= 0 && heads >= 0 && dim > 0 && dim % 32 == 0 && k >= 0 && block > 0 &&
+                  tokens * heads <= INT32_MAX && pool_block_bytes >= 0,
               "sparse_attention_online");
   const int64_t blocks = tokens * heads;
   if (blocks == 0) return;
   // DeepSeek-V4.1's shape (64 heads x 512, blocks of 64): the BF16 tensor-core kernel. It reads q rounded
-  // to bf16 (exact for the model's bf16-valued data) and the bf16 rows, and sums in the tensor cores' order, so
+  // to bf16 (exact for the model's bf16-valued data) and the rows decoded to bf16 (exact), and sums in the tensor cores' order, so
   // out differs from the CPU by fp32 reassociation and the bf16 roundings of p that it flips.
   // DEEPINFER_ATTENTION=exact keeps the fp32 kernel below for verification.
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!impl_->exact_attention && dim == 512 && heads % 64 == 0 && block == 64 && pool && aligned16(q) &&
-      aligned16(pool) && aligned16(fresh) && aligned16(out)) {
+      aligned16(pool) && aligned16(fresh) && aligned16(out) && pool_block_bytes % 16 == 0) {
     SparseAttnArgs a;
-    a.q = q, a.pool = pool, a.ld_pool = dim, a.fresh = fresh, a.ld_fresh = dim, a.idx = idx, a.k = k;
+    a.q = q, a.pool = pool, a.pool_block_bytes = pool_block_bytes, a.fresh = fresh, a.idx = idx, a.k = k;
+    a.window = window;
     a.sink = sink, a.scale = scale, a.out = out, a.tokens = tokens, a.heads = heads, a.dim = dim, a.f32 = true;
     // Decode leaves most SMs idle at one CTA per (token, 64 heads): split the index list over them. The
     // split depends on the batch's size, so batch-invariant mode never splits.
@@ -1118,7 +1092,7 @@ void CudaBackend::sparse_attention_online(const float* q, int64_t tokens, int64_
                     "cuda sparse_attention_online: dim ", dim, " block ", block,
                     " need more shared memory than the device has");
   sparse_attention_online_kernel<<<static_cast<unsigned>(blocks), kAttnWarps * 32, smem, impl_->stream>>>(
-      q, heads, dim, pool, fresh, idx, k, sink, scale, block, out);
+      q, heads, dim, pool, pool_block_bytes, fresh, idx, k, window, sink, scale, block, out);
   check_launch("sparse_attention_online_kernel");
 }
 

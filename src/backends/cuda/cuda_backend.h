@@ -76,9 +76,9 @@ class CudaBackend final : public ops::Backend {
   void linear_quant_grouped(const float* x, int64_t m, const ops::QWeight& w, const int32_t* offsets, int64_t max_rows,
                             int64_t act_block, float* y) override;
   void set_batch_invariant(bool on) override;
-  void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const uint16_t* pool,
-                               const uint16_t* fresh, const int32_t* idx, int64_t k, const float* sink, float scale, int64_t block,
-                               float* out) override;
+  void sparse_attention_online(const float* q, int64_t tokens, int64_t heads, int64_t dim, const uint8_t* pool,
+                               int64_t pool_block_bytes, const uint8_t* fresh, const int32_t* idx, int64_t k,
+                               int64_t window, const float* sink, float scale, int64_t block, float* out) override;
 
   // Data movement (memory.cu) and the DeepSeek ops (deepseek_ops.cu, indexer_ops.cu): the CPU's
   // fp32 operation order; selections (top-k) identical to the CPU's torch_topk, ties included.
@@ -86,8 +86,8 @@ class CudaBackend final : public ops::Backend {
                  const int32_t* dst_idx) override;
   void copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width, float* dst,
                            const int32_t* dst_idx) override;
-  void copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width, uint16_t* dst,
-                         const int32_t* dst_idx) override;
+  void quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
+                     uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) override;
   void copy_2d(const float* src, int64_t src_ld, int64_t rows, int64_t width, float* dst, int64_t dst_ld) override;
   void fill(float* x, int64_t n, float value) override;
   void scale(float* x, int64_t n, float s) override;
@@ -105,9 +105,9 @@ class CudaBackend final : public ops::Backend {
                    float* out) override;
   void moe_group(const int32_t* sel, const float* weight, int64_t n, int64_t k, int64_t experts, int32_t* perm,
                  float* row_weight, int32_t* slot, int32_t* offsets) override;
-  void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const uint16_t* keys,
-                    const int32_t* key_rows, const int32_t* key_begin, const int32_t* width, const int32_t* visible,
-                    int64_t ld, float* scores) override;
+  void index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim, const uint8_t* keys,
+                    int64_t key_block_bytes, const int32_t* key_rows, const int32_t* key_begin, const int32_t* width,
+                    const int32_t* visible, int64_t ld, float* scores) override;
   void index_scores_fp32(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
                          const float* keys, const int32_t* key_rows, const int32_t* key_begin, const int32_t* width,
                          const int32_t* visible, int64_t ld, float scale, float* scores) override;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/fp_formats.cuh"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -60,23 +61,6 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 __device__ __forceinline__ float expf_cr(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ __forceinline__ float log1pf_cr(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
-// Decoders of the stored formats (src/core/dtype.cpp's, bit for bit).
-__device__ __forceinline__ float e4m3_to_float_d(uint32_t bits) {
-  if ((bits & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
-  const int e = (bits >> 3) & 0xf, m = bits & 7;
-  const float v = e == 0 ? ldexpf(static_cast<float>(m), -9) : ldexpf(8.0f + m, e - 10);
-  return (bits & 0x80) ? -v : v;
-}
-// UE8M0 scale byte: 2^(b - 127); byte 0 is the subnormal 2^-127, byte 0xff NaN.
-__device__ __forceinline__ float e8m0_to_float_d(uint32_t b) {
-  return b == 0xff ? __int_as_float(0x7fc00000) : __uint_as_float(b == 0 ? 0x00400000u : b << 23);
-}
-__device__ __forceinline__ float e2m1_to_float_d(uint32_t nibble) {
-  constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kValues[nibble & 7];
-  return (nibble & 8) ? -v : v;
-}
-
 struct CudaBackend::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -126,8 +110,7 @@ __device__ __forceinline__ float bf16_round(float x) {
   u += 0x7fff + ((u >> 16) & 1);
   return __uint_as_float(u & 0xffff0000u);
 }
-// bf16 bits widened (exact), and fp32 narrowed to bf16 bits as core/dtype.h's float_to_bf16.
+// bf16 bits widened (exact).
 __device__ __forceinline__ float bf16_widen(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
-__device__ __forceinline__ uint16_t bf16_bits(float x) { return static_cast<uint16_t>(__float_as_uint(bf16_round(x)) >> 16); }
 
 }  // namespace deepinfer::cuda

@@ -12,11 +12,11 @@
 namespace deepinfer::cuda {
 namespace {
 
-// cpu::dot's order over a bf16 key: 8 interleaved partial sums (element c into sum c % 8, FMA as GCC contracts the
-// CPU loop), combined as ((0+4)+(1+5))+((2+6)+(3+7)).
-__device__ float dot8(const float* __restrict__ a, const uint16_t* __restrict__ b, int64_t n) {
+// cpu::dot's order over a stored index key (kFp4E8m0x32, decoded exactly): 8 interleaved partial sums (element c
+// into sum c % 8, FMA as GCC contracts the CPU loop), combined as ((0+4)+(1+5))+((2+6)+(3+7)).
+__device__ float dot8(const float* __restrict__ a, const uint8_t* __restrict__ key, int64_t n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], bf16_widen(b[c]), s[c & 7]);
+  for (int64_t c = 0; c < n; ++c) s[c & 7] = __fmaf_rn(a[c], row_value_d(key, RowFormat::kFp4E8m0x32, n, c), s[c & 7]);
   return __fadd_rn(__fadd_rn(__fadd_rn(s[0], s[4]), __fadd_rn(s[1], s[5])),
                    __fadd_rn(__fadd_rn(s[2], s[6]), __fadd_rn(s[3], s[7])));
 }
@@ -37,13 +37,18 @@ __device__ __forceinline__ const K* index_key(int64_t t, int64_t w, int64_t dim,
 
 // Block (token t, 128 columns): one thread per column w of the token's score row.
 __global__ void index_scores_kernel(const float* __restrict__ q, const float* __restrict__ weight, int64_t heads,
-                                    int64_t dim, const uint16_t* __restrict__ keys, const int32_t* __restrict__ key_rows,
-                                    const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
-                                    const int32_t* __restrict__ visible, int64_t ld, float* scores) {
+                                    int64_t dim, const uint8_t* __restrict__ keys, int64_t block_bytes,
+                                    const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin,
+                                    const int32_t* __restrict__ width, const int32_t* __restrict__ visible, int64_t ld,
+                                    float* scores) {
   const int64_t t = blockIdx.x, w = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (w >= ld) return;
-  const uint16_t* key = index_key(t, w, dim, keys, key_rows, key_begin, width, visible, ld, scores);
-  if (!key) return;
+  if (w >= visible[t] || w >= width[t]) {
+    scores[t * ld + w] = -kInf;
+    return;
+  }
+  const uint8_t* key = keys + paged_row_offset_d(key_rows[key_begin[t] + w],
+                                                 row_bytes_d(RowFormat::kFp4E8m0x32, dim), block_bytes);
   float acc = 0;
   for (int64_t h = 0; h < heads; ++h) {
     float r = bf16_round(dot8(q + (t * heads + h) * dim, key, dim));
@@ -105,6 +110,7 @@ __global__ void index_select_stable_kernel(const float* __restrict__ scores, int
 // 16 contiguous floats (a row is stored channel-permuted, 20 floats per partial: conflict-free 16-byte
 // reads). One thread per key then sums the heads' terms in head order.
 constexpr int kScDim = 128, kScKeys = 64, kScHeads = 32, kScThreads = 256, kScRow = 8 * 20;
+constexpr int kScKeyBytes = kScDim / 2 + kScDim / 32;  // a stored index key (kFp4E8m0x32)
 constexpr size_t kScSmem = sizeof(float) * ((kScHeads + kScKeys) * kScRow + kScHeads * (kScKeys + 1));
 
 __device__ __forceinline__ int sc_pos(int c) { return (c & 7) * 20 + (c >> 3); }
@@ -114,8 +120,8 @@ __device__ __forceinline__ void sc_store(float* d, int l, float4 v) {
 }
 
 __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
-    const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const uint16_t* __restrict__ keys,
-    const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
+    const float* __restrict__ q, const float* __restrict__ weight, int64_t heads, const uint8_t* __restrict__ keys,
+    int64_t block_bytes, const int32_t* __restrict__ key_rows, const int32_t* __restrict__ key_begin, const int32_t* __restrict__ width,
     const int32_t* __restrict__ visible, int64_t ld, float* scores) {
   extern __shared__ float4 sc_smem[];
   float* sq = reinterpret_cast<float*>(sc_smem);  // [32 heads][kScRow]
@@ -127,14 +133,16 @@ __global__ void __launch_bounds__(kScThreads, 2) index_scores_d128_kernel(
   const int64_t nvalid = (vw < ld ? vw : ld) - w0;
   if (tid < kScKeys && w0 + tid < ld && tid >= nvalid) scores[t * ld + w0 + tid] = -kInf;
   if (nvalid <= 0) return;
-  // Keys (bf16): warp w stages rows w, w + 8, ..; a lane takes 4 channels (one 8-byte load), widened.
+  // Keys (kFp4E8m0x32: 64 bytes of e2m1 pairs, 4 UE8M0 scales): warp w stages rows w, w + 8, ..; a lane
+  // decodes 4 channels (one 2-byte load and its scale).
   for (int r = warp; r < kScKeys; r += 8) {
     float4 v = make_float4(0, 0, 0, 0);
     if (r < nvalid) {
-      const uint2 b =
-          reinterpret_cast<const uint2*>(keys + static_cast<int64_t>(key_rows[key_begin[t] + w0 + r]) * kScDim)[lane];
-      v = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
-                      __uint_as_float(b.y & 0xffff0000u));
+      const uint8_t* key = keys + paged_row_offset_d(key_rows[key_begin[t] + w0 + r], kScKeyBytes, block_bytes);
+      const uint32_t b = reinterpret_cast<const uint16_t*>(key)[lane];
+      const float sc = e8m0_to_float_d(key[kScDim / 2 + lane / 8]);
+      v = make_float4(__fmul_rn(e2m1_to_float_d(b & 0xf), sc), __fmul_rn(e2m1_to_float_d((b >> 4) & 0xf), sc),
+                      __fmul_rn(e2m1_to_float_d((b >> 8) & 0xf), sc), __fmul_rn(e2m1_to_float_d(b >> 12), sc));
     }
     sc_store(sk + r * kScRow, lane, v);
   }
@@ -267,27 +275,31 @@ __global__ void lookup_rows_kernel(const int32_t* __restrict__ in, int64_t token
 }  // namespace
 
 void CudaBackend::index_scores(const float* q, const float* weight, int64_t tokens, int64_t heads, int64_t dim,
-                               const uint16_t* keys, const int32_t* key_rows, const int32_t* key_begin,
-                               const int32_t* width, const int32_t* visible, int64_t ld, float* scores) {
+                               const uint8_t* keys, int64_t key_block_bytes, const int32_t* key_rows,
+                               const int32_t* key_begin, const int32_t* width, const int32_t* visible, int64_t ld,
+                               float* scores) {
   constexpr int threads = 128;
-  check_sizes(tokens >= 0 && heads >= 0 && dim >= 0 && ld >= 0 && tokens <= INT32_MAX &&
-                  (ld + threads - 1) / threads <= 65535,
+  check_sizes(tokens >= 0 && heads >= 0 && dim >= 0 && dim % 32 == 0 && ld >= 0 && tokens <= INT32_MAX &&
+                  key_block_bytes >= 0 && (ld + threads - 1) / threads <= 65535,
               "index_scores");
   if (tokens == 0 || ld == 0) return;
   impl_->bind();
-  if (dim == kScDim && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(keys) & 7) == 0) {
+  // the d128 kernel's 2-byte key loads: rows at even offsets (68-byte rows in even-sized blocks)
+  if (dim == kScDim && (reinterpret_cast<uintptr_t>(q) & 15) == 0 && (reinterpret_cast<uintptr_t>(keys) & 1) == 0 &&
+      key_block_bytes % 2 == 0) {
     check_sizes((ld + kScKeys - 1) / kScKeys <= 65535, "index_scores");
     const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + kScKeys - 1) / kScKeys));
     check_cuda(cudaFuncSetAttribute(index_scores_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(kScSmem)), "cudaFuncSetAttribute(index_scores_d128_kernel)");
-    index_scores_d128_kernel<<<grid, kScThreads, kScSmem, impl_->stream>>>(q, weight, heads, keys, key_rows, key_begin,
-                                                                     width, visible, ld, scores);
+    index_scores_d128_kernel<<<grid, kScThreads, kScSmem, impl_->stream>>>(q, weight, heads, keys, key_block_bytes,
+                                                                          key_rows, key_begin, width, visible, ld,
+                                                                          scores);
     check_launch("index_scores_d128_kernel");
     return;
   }
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((ld + threads - 1) / threads));
-  index_scores_kernel<<<grid, threads, 0, impl_->stream>>>(q, weight, heads, dim, keys, key_rows, key_begin, width,
-                                                           visible, ld, scores);
+  index_scores_kernel<<<grid, threads, 0, impl_->stream>>>(q, weight, heads, dim, keys, key_block_bytes, key_rows,
+                                                           key_begin, width, visible, ld, scores);
   check_launch("index_scores_kernel");
 }
 

@@ -19,13 +19,50 @@ __global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* _
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = src[s * width + c];
 }
 
-// copy_rows_kernel into bf16 rows (RNE as float_to_bf16).
-__global__ void copy_rows_to_bf16_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_idx,
-                                         int64_t width, uint16_t* __restrict__ dst, const int32_t* __restrict__ dst_idx) {
-  const int64_t i = blockIdx.x;
+// quantize_rows: one thread per scale block of one row (core/row_format.cpp's quantize_row: the amax
+// floor, the scale, codes of v / s clamped to the format's range).
+__global__ void quantize_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_idx, int64_t n,
+                                     int64_t width, RowFormat f, uint8_t* __restrict__ dst, int64_t block_bytes,
+                                     const int32_t* __restrict__ dst_idx) {
+  const bool fp4 = f != RowFormat::kFp8E8m0x32, e4m3_scale = f == RowFormat::kFp4E4m3x16;
+  const int B = e4m3_scale ? 16 : 32;
+  const int64_t nb = width / B, e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n * nb) return;
+  const int64_t i = e / nb, b = e % nb;
   const int64_t s = src_idx ? src_idx[i] : i, d = dst_idx ? dst_idx[i] : i;
   if (s < 0 || d < 0) return;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[d * width + c] = bf16_bits(src[s * width + c]);
+  const float* v = src + s * width + b * B;
+  uint8_t* row = dst + paged_row_offset_d(d, row_bytes_d(f, width), block_bytes);
+  float amax = !fp4 ? 1e-4f : e4m3_scale ? 6.0f * 0.001953125f : 6.0f * 1.1754943508222875e-38f;
+  for (int k = 0; k < B; ++k) {
+    const float a = fabsf(v[k]);
+    amax = amax < a ? a : amax;  // std::max(amax, a)
+  }
+  const float qmax = fp4 ? 6.0f : 448.0f;
+  uint32_t sb;
+  float sc;
+  if (e4m3_scale) {
+    const float ratio = __fdiv_rn(amax, 6.0f);
+    sb = float_to_e4m3_d(448.0f < ratio ? 448.0f : ratio);  // std::min(ratio, 448)
+    sc = e4m3_to_float_d(sb);
+  } else {
+    sb = ue8m0_ceil_byte_d(__fdiv_rn(amax, qmax));
+    sc = e8m0_to_float_d(sb);
+  }
+  row[(fp4 ? width / 2 : width) + b] = static_cast<uint8_t>(sb);
+  for (int k = 0; k < B; k += 2) {
+    float q[2];
+    for (int h = 0; h < 2; ++h) {
+      const float x = __fdiv_rn(v[k + h], sc);
+      q[h] = x < -qmax ? -qmax : (qmax < x ? qmax : x);  // std::clamp
+    }
+    if (fp4) {
+      row[(b * B + k) / 2] = static_cast<uint8_t>(float_to_e2m1_d(q[0]) | (float_to_e2m1_d(q[1]) << 4));
+    } else {
+      row[b * B + k] = static_cast<uint8_t>(float_to_e4m3_d(q[0]));
+      row[b * B + k + 1] = static_cast<uint8_t>(float_to_e4m3_d(q[1]));
+    }
+  }
 }
 
 // copy_rows_kernel from bf16 rows, widened exactly.
@@ -182,14 +219,19 @@ void CudaBackend::copy_rows(const float* src, const int32_t* src_idx, int64_t n,
   check_launch("copy_rows_kernel");
 }
 
-void CudaBackend::copy_rows_to_bf16(const float* src, const int32_t* src_idx, int64_t n, int64_t width,
-                                    uint16_t* dst, const int32_t* dst_idx) {
-  check_sizes(n >= 0 && width >= 0 && n <= INT32_MAX, "copy_rows_to_bf16");
-  if (n == 0 || width == 0) return;
+void CudaBackend::quantize_rows(const float* src, const int32_t* src_idx, int64_t n, int64_t width, RowFormat format,
+                                uint8_t* dst, int64_t dst_block_bytes, const int32_t* dst_idx) {
+  check(format == RowFormat::kFp8E8m0x32 || format == RowFormat::kFp4E4m3x16 || format == RowFormat::kFp4E8m0x32,
+        "quantize_rows: ", row_format_name(format), " is not a quantized row format");
+  check_sizes(n >= 0 && row_format_ok(format, width) && dst_block_bytes >= 0 &&
+                  (dst_block_bytes == 0 || dst_block_bytes >= row_bytes(format, width)),
+              "quantize_rows");
+  const int64_t blocks = n * (width / (format == RowFormat::kFp4E4m3x16 ? 16 : 32));
+  if (blocks == 0) return;
   impl_->bind();
-  copy_rows_to_bf16_kernel<<<static_cast<unsigned>(n), width >= 256 ? 256 : 64, 0, impl_->stream>>>(src, src_idx, width,
-                                                                                                   dst, dst_idx);
-  check_launch("copy_rows_to_bf16_kernel");
+  quantize_rows_kernel<<<grid_for(blocks, 128), 128, 0, impl_->stream>>>(src, src_idx, n, width, format, dst,
+                                                                         dst_block_bytes, dst_idx);
+  check_launch("quantize_rows_kernel");
 }
 
 void CudaBackend::copy_rows_from_bf16(const uint16_t* src, const int32_t* src_idx, int64_t n, int64_t width,

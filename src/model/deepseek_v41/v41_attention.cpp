@@ -28,7 +28,8 @@ struct V41Model::Latents {
 };
 
 float* V41Model::arena_f32(const Step& s) const { return reinterpret_cast<float*>(s.st[0]->pool().base()); }
-uint16_t* V41Model::arena_bf16(const Step& s) const { return reinterpret_cast<uint16_t*>(s.st[0]->pool().base()); }
+uint8_t* V41Model::arena_bytes(const Step& s) const { return reinterpret_cast<uint8_t*>(s.st[0]->pool().base()); }
+int64_t V41Model::arena_block_bytes(const Step& s) const { return s.st[0]->pool().block_bytes(); }
 
 int32_t V41Model::arena_row(const Step& s, const std::byte* row, const PagedRows& kind) const {
   return i32(s.st[0]->pool().row_index(row, kind.row_bytes()));
@@ -41,10 +42,13 @@ void V41Model::append_rows(const Step& s, PagedRows& rows, int64_t n, std::vecto
   for (int64_t r = first; r < first + n; ++r) out.push_back(arena_row(s, rows.row(r), rows));
 }
 
-// fp32 rows [n, width] as bf16 rows (exact: the window rows are bf16-valued), sparse attention's fresh rows.
-Tensor V41Model::bf16_rows(const Tensor& rows, int64_t n, int64_t width) {
-  Tensor out = ws_.take(DType::BF16, {std::max<int64_t>(n, 1), width});
-  be_.copy_rows_to_bf16(rows.f32(), nullptr, n, width, out.bf16(), nullptr);
+// The window rows [n, head_dim] (FP8-valued already) in the ring's packed format, back to back: sparse
+// attention's fresh rows. Quantizing a fake-quantized FP8 row again gives the same codes x scales (the
+// values are exactly representable at the block's own amax scale), so these equal the ring's rows.
+Tensor V41Model::window_rows_packed(const Tensor& rows, int64_t n) {
+  const int64_t rb = row_bytes(V41SequenceState::kRingFormat, c_.head_dim);
+  Tensor out = ws_.take(DType::U8, {std::max<int64_t>(n, 1), rb});
+  be_.quantize_rows(rows.f32(), nullptr, n, c_.head_dim, V41SequenceState::kRingFormat, out.u8(), 0, nullptr);
   return out;
 }
 
@@ -143,14 +147,14 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
     lin(lat.rows.f32(), ng, B.i_wk, k.f32());
     rmsnorm(k.f32(), B.i_k_norm, ng, id);
     be_.rope(k.f32(), ng, 1, id, lat.pos_d.i64(), rope, false, true);
-    be_.fake_quant_fp4(k.f32(), ng, id, 32);
     std::vector<int32_t> dst;
     for (int64_t q = 0; q < s.num(); ++q) {
       append_rows(s, s.st[q]->sources[l].ik, lat.begin[q + 1] - lat.begin[q], dst);
       if (lat.begin[q + 1] > lat.begin[q]) s.st[q]->last_ik_owner = l;  // the reference's shared_attn.index_k
     }
-    Tensor d = ws_.upload(dst, DType::I32);
-    be_.copy_rows_to_bf16(k.f32(), nullptr, ng, id, arena_bf16(s), d.i32());
+    Tensor d = ws_.upload(dst, DType::I32);  // FP4 with UE8M0 scales per 32 (fp4_act_quant) into the arena
+    be_.quantize_rows(k.f32(), nullptr, ng, id, V41SequenceState::kIndexKeyFormat, arena_bytes(s), arena_block_bytes(s),
+                      d.i32());
   }
   Tensor iq = ws_.f32({T, ih, id}), wts = ws_.f32({T, ih});
   lin(qr, T, B.i_wq_b, iq.f32());
@@ -193,7 +197,8 @@ void V41Model::index(int64_t l, Step& s, const float* x, const float* qr, const 
   Tensor kr = ws_.upload(key_rows, DType::I32), kb = ws_.upload(key_begin, DType::I32);
   Tensor wd = ws_.upload(width, DType::I32), vd = ws_.upload(visible, DType::I32);
   Tensor score = ws_.f32({T, ld});
-  be_.index_scores(iq.f32(), wts.f32(), T, ih, id, arena_bf16(s), kr.i32(), kb.i32(), wd.i32(), vd.i32(), ld, score.f32());
+  be_.index_scores(iq.f32(), wts.f32(), T, ih, id, arena_bytes(s), arena_block_bytes(s), kr.i32(), kb.i32(), wd.i32(),
+                   vd.i32(), ld, score.f32());
 
   const bool cand_source = l == c_.candidate_source_layer;
   const bool cand_mask = c_.candidate_source_layer >= 0 && c_.candidate_source_layer < l;
@@ -236,13 +241,15 @@ void V41Model::window_kv(const V41Block& B, const float* x, const Step& s, const
   be_.fake_quant_fp8(kv, T, hd, c_.fp8_block);
 }
 
-// Sparse attention of every row over its index list (arena rows, and this step's rows in kv: bf16), bf16,
-// inverse RoPE at the query position, bf16: the heads' outputs before the output projection.
-void V41Model::attend(const V41Block& B, const Step& s, const float* q, const uint16_t* kv, const Tensor& idx,
-                      int64_t K, const ops::RopeFreqs& rope, float* o) {
+// Sparse attention of every row over its index list (arena rows, and this step's packed window rows in
+// kv; the first `window` columns window rows, the rest compressed rows), bf16, inverse RoPE at the query
+// position, bf16: the heads' outputs before the output projection.
+void V41Model::attend(const V41Block& B, const Step& s, const float* q, const uint8_t* kv, const Tensor& idx,
+                      int64_t K, int64_t window, const ops::RopeFreqs& rope, float* o) {
   const int64_t T = s.rows(), H = c_.n_heads, hd = c_.head_dim;
-  be_.sparse_attention_online(q, T, H, hd, arena_bf16(s), kv, idx.i32(), K, B.attn_sink.data(),
-                              static_cast<float>(std::pow(static_cast<double>(hd), -0.5)), kAttnBlock, o);
+  be_.sparse_attention_online(q, T, H, hd, arena_bytes(s), arena_block_bytes(s), kv, idx.i32(), K, window,
+                              B.attn_sink.data(), static_cast<float>(std::pow(static_cast<double>(hd), -0.5)),
+                              kAttnBlock, o);
   be_.round_bf16(o, T * H * hd);
   be_.rope(o, T, H, hd, s.pos_d.i64(), rope, true, true);
 }
@@ -278,7 +285,8 @@ void V41Model::write_rings(Step& s, int64_t ring, const float* kv) {
         dst.push_back(arena_row(s, s.st[q]->ring_row(ring, s.pos[i]), s.st[q]->rings));
       }
   Tensor sd = ws_.upload(src, DType::I32), dd = ws_.upload(dst, DType::I32);
-  be_.copy_rows_to_bf16(kv, sd.i32(), static_cast<int64_t>(src.size()), c_.head_dim, arena_bf16(s), dd.i32());
+  be_.quantize_rows(kv, sd.i32(), static_cast<int64_t>(src.size()), c_.head_dim, V41SequenceState::kRingFormat,
+                    arena_bytes(s), arena_block_bytes(s), dd.i32());
 }
 
 void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
@@ -308,15 +316,15 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
     const int64_t ix = c_.is_index_source[l] ? l : c_.index_source_of[l];
     sel = &s.sel[ix];
     ksel = s.sel_k[ix];
-    // RoPE + FP4 (E4M3 block 16) of the latents into the compressed cache
+    // RoPE, bf16, then FP4 with E4M3 scales per 16 (fp4_act_quant) of the latents into the compressed cache
     if (const int64_t ng = lat.count()) {
       be_.rope(lat.rows.f32(), ng, 1, hd, lat.pos_d.i64(), rope, false, true);
-      be_.fake_quant_fp4_e4m3(lat.rows.f32(), ng, hd, 16);
       std::vector<int32_t> dst;
       for (int64_t qi = 0; qi < s.num(); ++qi)
         append_rows(s, s.st[qi]->sources[l].ckv, lat.begin[qi + 1] - lat.begin[qi], dst);
       Tensor d = ws_.upload(dst, DType::I32);
-      be_.copy_rows_to_bf16(lat.rows.f32(), nullptr, ng, hd, arena_bf16(s), d.i32());
+      be_.quantize_rows(lat.rows.f32(), nullptr, ng, hd, V41SequenceState::kCompressedFormat, arena_bytes(s),
+                        arena_block_bytes(s), d.i32());
     }
   }
 
@@ -342,7 +350,7 @@ void V41Model::attention(int64_t l, Step& s, const float* x, float* out) {
   }
   prof_.section("attn_sparse");
   Tensor o = ws_.f32({T, H, hd});
-  attend(B, s, q.f32(), bf16_rows(kv_all, w.rows(), hd).bf16(), idx_d, K, rope, o.f32());
+  attend(B, s, q.f32(), window_rows_packed(kv_all, w.rows()).u8(), idx_d, K, W, rope, o.f32());
   point(s, l, "heads_out", o.f32(), T * H * hd);
   // the step's rows enter the rings only now: earlier rows of this step read them as fresh rows
   write_rings(w, l, kv_all.f32());
@@ -383,7 +391,7 @@ void V41Model::dspark_attention(int64_t l, Step& s, const float* x, float* out) 
     }
   }
   Tensor idx_d = ws_.upload(idx, DType::I32), o = ws_.f32({T, H, hd});
-  attend(B, s, q.f32(), bf16_rows(kv, T, hd).bf16(), idx_d, K, rope, o.f32());
+  attend(B, s, q.f32(), window_rows_packed(kv, T).u8(), idx_d, K, K, rope, o.f32());
   output_projection(B, o.f32(), T, out);
 }
 

@@ -35,14 +35,28 @@ V41Options V41Options::from_env() {
 
 void V41Model::check_pool(const BlockPool& pool) const {
   using St = V41SequenceState;
-  for (auto [width, dtype] : {std::pair{c_.head_dim, St::kRingDType}, {c_.head_dim, St::kCompressedDType},
-                              {c_.index_head_dim, St::kIndexKeyDType}, {c_.head_dim, St::kCarryDType}}) {
-    const int64_t row = width * static_cast<int64_t>(dtype_bits(dtype)) / 8;
-    check(pool.block_bytes() % row == 0, "v41: state blocks of ", pool.block_bytes(),
-          " bytes must hold whole rows of ", row, " bytes (attention reads the arena by row)");
+  for (auto [width, format] : {std::pair{c_.head_dim, St::kRingFormat}, {c_.head_dim, St::kCompressedFormat},
+                               {c_.index_head_dim, St::kIndexKeyFormat}, {c_.head_dim, St::kCarryFormat}}) {
+    const int64_t row = row_bytes(format, width);
+    check(pool.block_bytes() >= row, "v41: state blocks of ", pool.block_bytes(), " bytes cannot hold a row of ", row,
+          " bytes");
   }
+  // the carries are read as fp32 rows of the arena (copy_rows), so their rows must tile a block
+  const int64_t carry = row_bytes(St::kCarryFormat, c_.head_dim);
+  check(pool.block_bytes() % carry == 0, "v41: state blocks of ", pool.block_bytes(), " bytes must hold whole carry rows of ",
+        carry, " bytes");
   check(pool.memory().device() == be_.device(), "v41: the state arena is on ", pool.memory().device().str(),
         ", the model on ", be_.device().str());
+}
+
+int64_t V41Model::finest_block_bytes() const {
+  using St = V41SequenceState;
+  int64_t widest = 0;
+  for (auto [width, format] : {std::pair{c_.head_dim, St::kRingFormat}, {c_.head_dim, St::kCompressedFormat},
+                               {c_.index_head_dim, St::kIndexKeyFormat}, {c_.head_dim, St::kCarryFormat}})
+    widest = std::max(widest, row_bytes(format, width));
+  const int64_t carry = row_bytes(St::kCarryFormat, c_.head_dim);
+  return (widest + carry - 1) / carry * carry;
 }
 
 void V41Model::set_state_pool(std::shared_ptr<BlockPool> pool) {
@@ -56,15 +70,15 @@ int64_t V41Model::state_blocks_for(int64_t tokens) const { return blocks_for(tok
 int64_t V41Model::blocks_for(int64_t tokens, int64_t bb) const {
   if (tokens <= 0) return 0;
   using St = V41SequenceState;
-  auto bytes = [](int64_t width, DType dtype) { return width * static_cast<int64_t>(dtype_bits(dtype)) / 8; };
+  auto bytes = [](int64_t width, RowFormat format) { return row_bytes(format, width); };
   int64_t b = 0;
   for (int64_t l : c_.kv_source_layers) {
     const int64_t rows = tokens / c_.compress_ratios[l];
-    b += PagedRows::blocks_for(rows, bytes(c_.head_dim, St::kCompressedDType), bb);
-    if (c_.is_index_source[l]) b += PagedRows::blocks_for(rows, bytes(c_.index_head_dim, St::kIndexKeyDType), bb);
+    b += PagedRows::blocks_for(rows, bytes(c_.head_dim, St::kCompressedFormat), bb);
+    if (c_.is_index_source[l]) b += PagedRows::blocks_for(rows, bytes(c_.index_head_dim, St::kIndexKeyFormat), bb);
   }
-  return b + PagedRows::blocks_for(St::ring_rows_for(c_, rollback_), bytes(c_.head_dim, St::kRingDType), bb) +
-         PagedRows::blocks_for(St::carry_rows_for(c_, rollback_), bytes(c_.head_dim, St::kCarryDType), bb);
+  return b + PagedRows::blocks_for(St::ring_rows_for(c_, rollback_), bytes(c_.head_dim, St::kRingFormat), bb) +
+         PagedRows::blocks_for(St::carry_rows_for(c_, rollback_), bytes(c_.head_dim, St::kCarryFormat), bb);
 }
 
 std::unique_ptr<SequenceState> V41Model::new_sequence() const {

@@ -138,6 +138,8 @@ class V41Model final : public CausalLM {
   void set_state_pool(std::shared_ptr<BlockPool> pool) override;
   // Blocks one sequence holds after consuming `tokens` tokens from empty (exact; 0 for 0 tokens).
   int64_t state_blocks_for(int64_t tokens) const override;
+  // The smallest state block set_state_pool accepts: whole carry rows with room for the widest row.
+  int64_t finest_block_bytes() const;
   DeviceMemory* state_memory() const override { return &be_; }
   void set_batch_invariant(bool on) override { be_.set_batch_invariant(on); }
   bool can_copy_states() const override { return true; }
@@ -176,8 +178,8 @@ class V41Model final : public CausalLM {
   void attention(int64_t l, Step& s, const float* x, float* out);
   void queries(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* qr, float* q);
   void window_kv(const V41Block& B, const float* x, const Step& s, const ops::RopeFreqs& rope, float* kv);
-  void attend(const V41Block& B, const Step& s, const float* q, const uint16_t* kv, const Tensor& idx, int64_t K,
-              const ops::RopeFreqs& rope, float* o);
+  void attend(const V41Block& B, const Step& s, const float* q, const uint8_t* kv, const Tensor& idx, int64_t K,
+              int64_t window, const ops::RopeFreqs& rope, float* o);
   struct Latents;  // a KV source's new compressed rows this step
   void compress(int64_t l, Step& s, const float* x, Latents& lat);
   void index(int64_t l, Step& s, const float* x, const float* qr, const Latents& lat);
@@ -218,13 +220,15 @@ class V41Model final : public CausalLM {
   // rows_for / rows: optional embedding replacements (ForwardBatch::embed_tokens / embed_rows).
   void embed(const std::vector<int64_t>& ids, Tensor& X, Tensor& pre_mix, const std::vector<int32_t>& rows_for = {},
              const std::vector<float>& rows = {});
-  // The state arena's start as fp32 (carries) or bf16 (rings, compressed rows, index keys), and the row
-  // index of a state row of `kind` in units of its row bytes (what ops address the arena by).
+  // The state arena's start as fp32 (carries) or bytes (the packed rings, compressed rows and index
+  // keys, paged in blocks of arena_block_bytes), and the arena row index of a state row of `kind`
+  // (BlockPool::row_index: what ops address the arena by).
   float* arena_f32(const Step& s) const;
-  uint16_t* arena_bf16(const Step& s) const;
+  uint8_t* arena_bytes(const Step& s) const;
+  int64_t arena_block_bytes(const Step& s) const;
   int32_t arena_row(const Step& s, const std::byte* row, const PagedRows& kind) const;
   void append_rows(const Step& s, PagedRows& rows, int64_t n, std::vector<int32_t>& out) const;
-  Tensor bf16_rows(const Tensor& rows, int64_t n, int64_t width);
+  Tensor window_rows_packed(const Tensor& rows, int64_t n);
   void write_rings(Step& s, int64_t ring, const float* kv);
   struct CompressedRows;
   const CompressedRows& compressed_rows(Step& s, int64_t src);

@@ -26,7 +26,7 @@ int64_t V41SequenceState::carry_rows_for(const V41Config& c, int64_t rollback) {
 }
 
 V41SequenceState::V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Config& c, int64_t rollback)
-    : pool_(std::move(pool)), rings(pool_.get(), c.head_dim, kRingDType), carries(pool_.get(), c.head_dim, kCarryDType),
+    : pool_(std::move(pool)), rings(pool_.get(), c.head_dim, kRingFormat), carries(pool_.get(), c.head_dim, kCarryFormat),
       window_(c.window_size), head_dim_(c.head_dim), rollback_(rollback), ring_size_(c.window_size + rollback) {
   ring_rows = ring_count(c) * ring_size_;
   carry_row.assign(c.n_layers, -1);
@@ -34,8 +34,8 @@ V41SequenceState::V41SequenceState(std::shared_ptr<BlockPool> pool, const V41Con
   ratio_ = c.compress_ratios;
   sources.resize(c.n_layers);
   for (int64_t l : c.kv_source_layers) {
-    sources[l].ckv = PagedRows(pool_.get(), c.head_dim, kCompressedDType);
-    if (c.is_index_source[l]) sources[l].ik = PagedRows(pool_.get(), c.index_head_dim, kIndexKeyDType);
+    sources[l].ckv = PagedRows(pool_.get(), c.head_dim, kCompressedFormat);
+    if (c.is_index_source[l]) sources[l].ik = PagedRows(pool_.get(), c.index_head_dim, kIndexKeyFormat);
     if (c.compress_ratios[l] > 1) {
       carry_row[l] = carry_rows;
       carry_size_[l] = c.compress_ratios[l] + rollback;

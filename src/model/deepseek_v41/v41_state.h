@@ -6,12 +6,12 @@
 // that truncate() can take back up to `rollback` tokens exactly (the rows of the kept positions are
 // never overwritten by the tokens taken back).
 //
-// The layout (row kind: width x dtype): ring rows head_dim x BF16, compressed rows head_dim x BF16, index
-// keys index_head_dim x BF16, carries head_dim x F32. The model rounds every ring, compressed and index
-// row to the reference's FP8/FP4 points before it writes it, and those values are exact in BF16 (8
-// significant bits, fp32's exponent range): a window row is e4m3 x 2^k (4 bits), a compressed row e2m1 x
-// an e4m3 scale (2 x 4 bits: at most 6), an index key e2m1 x 2^k (2 bits). The carries hold the fp32
-// projections the reference keeps in fp32.
+// The layout (row kind: width x stored format, core/row_format.h), the reference's storage points
+// (inference/model.py): ring rows head_dim as FP8 e4m3 + UE8M0 per 32 (act_quant of the window K, RoPE
+// tail included: 528 B at 512), compressed rows head_dim as FP4 e2m1 + E4M3 per 16 (fp4_act_quant after
+// RoPE: 288 B), index keys index_head_dim as FP4 e2m1 + UE8M0 per 32 (68 B at 128); carries head_dim x
+// F32 (the fp32 projections the reference keeps in fp32). The rows hold exactly the codes and scales of
+// the reference's quantization, so their values are those its bf16 caches hold.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -28,8 +28,8 @@ using V41Floats = std::vector<float>;
 
 class V41SequenceState final : public SequenceState {
  public:
-  static constexpr DType kRingDType = DType::BF16, kCompressedDType = DType::BF16, kIndexKeyDType = DType::BF16,
-                         kCarryDType = DType::F32;
+  static constexpr RowFormat kRingFormat = RowFormat::kFp8E8m0x32, kCompressedFormat = RowFormat::kFp4E4m3x16,
+                             kIndexKeyFormat = RowFormat::kFp4E8m0x32, kCarryFormat = RowFormat::kF32;
   struct Source {
     PagedRows ckv, ik;  // [rows, head_dim], [rows, index_head_dim]
   };

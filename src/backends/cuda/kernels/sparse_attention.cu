@@ -1,11 +1,14 @@
 // BF16 tensor-core sparse attention with sink (see sparse_attention.h).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels/fp_formats.cuh"
 #include "backends/cuda/kernels/mma_bf16.cuh"
 #include "backends/cuda/kernels/sparse_attention.h"
 #include "core/error.h"
@@ -19,12 +22,15 @@ using mma::pack_bf16;
 
 constexpr int kD = 512, kHeads = 64, kRows = 64, kThreads = 256;
 constexpr int kRowBytes = kD * 2;                            // one bf16 row: 64 chunks of 16 bytes
+constexpr int kWinBytes = kD + kD / 32, kCkvBytes = kD / 2 + kD / 16;  // stored window / compressed rows
 constexpr int kTileBytes = kRows * kRowBytes;                // 64 rows (or heads) x 512 channels
 constexpr int kExchBytes = 8 * 8 * 2 * 32 * 8;               // per warp: 8 n-tiles x 2 halves x 32 lanes x float2
-// Q, two row buffers, the exchange, the chunks' validity flags [2][64] and indices [2][64].
-constexpr int kSmem = kTileBytes * 3 + kExchBytes + 2 * kRows + 2 * kRows * 4 + 128;
-// The gather: each thread owns 16 pieces of a chunk (a piece = one 16-byte chunk of a bf16 row), loaded in
-// batches of kBatch, half of the batches behind the S math and half behind the P.V math.
+// Q, two row buffers, the exchange, the chunks' row kinds [2][64] (0 none, 1 window, 2 compressed) and row
+// addresses [2][64].
+constexpr int kSmem = kTileBytes * 3 + kExchBytes + 2 * kRows + 2 * kRows * 8 + 128;
+// The gather: each thread owns 16 pieces of a chunk (a piece = 8 channels of a row: one 16-byte chunk of
+// the bf16 tile), loaded in batches of kBatch, half of the batches behind the S math and half behind the
+// P.V math.
 // (All of a chunk's cp.async copies at once, waited for a chunk later, measured slower: 974 vs 801 us.)
 struct Gather {
   static constexpr int kBatch = 4, kBatches = 16 / kBatch, kParts = kBatches / 2;
@@ -79,43 +85,87 @@ __device__ __forceinline__ void sts_piece(uint32_t addr, const Piece<kF32>& x) {
                : "memory");
 }
 
-// Piece `ch` (16-byte chunk of the bf16 tile) of the row behind index ix (>= 0: pool, <= -2: fresh; -1:
-// none, then any valid address).
-__device__ __forceinline__ const void* piece_ptr(const SparseAttnArgs& a, int32_t ix, int ch) {
-  if (ix == -1) return a.pool;
-  const uint16_t* row = ix >= 0 ? a.pool + static_cast<int64_t>(ix) * a.ld_pool
-                                : a.fresh + (-2 - static_cast<int64_t>(ix)) * a.ld_fresh;
-  return row + ch * 8;
+// Piece `ch` of a stored row, raw: the codes of channels 8 ch .. 8 ch + 7 (window rows: 8 e4m3 bytes in
+// c[0..1]; compressed rows: 4 bytes of e2m1 pairs in c[0]) and their scale byte (| 0x100 for a compressed
+// row's E4M3 scale); zeros when !valid. Volatile asm keeps the loads where they are written.
+struct RawPiece {
+  uint32_t c[2], s;
+};
+__device__ __forceinline__ RawPiece ldg_raw(const uint8_t* row, int ch, bool fp4, bool valid) {
+  RawPiece r;
+  if (fp4) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n mov.b32 %0, 0; mov.b32 %1, 0;\n"
+        " @p ld.global.nc.b32 %0, [%2];\n @p ld.global.nc.u8 %1, [%3];\n}"
+        : "=r"(r.c[0]), "=r"(r.s)
+        : "l"(row + ch * 4), "l"(row + kD / 2 + ch / 2), "r"(static_cast<int>(valid)));
+    r.c[1] = 0;
+    r.s |= 0x100;
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0; mov.b32 %1, 0; mov.b32 %2, 0;\n"
+        " @p ld.global.nc.v2.b32 {%0, %1}, [%3];\n @p ld.global.nc.u8 %2, [%4];\n}"
+        : "=r"(r.c[0]), "=r"(r.c[1]), "=r"(r.s)
+        : "l"(row + ch * 8), "l"(row + kD + ch / 4), "r"(static_cast<int>(valid)));
+  }
+  return r;
+}
+// A raw piece decoded (code x scale: exact in fp32 and in bf16, so the bf16 bits are the top half) into
+// one 16-byte chunk of the bf16 tile.
+__device__ __forceinline__ void sts_raw(uint32_t addr, const RawPiece& x) {
+  const bool fp4 = x.s & 0x100;
+  const float sc = fp4 ? e4m3_to_float_d(x.s & 0xff) : e8m0_to_float_d(x.s & 0xff);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v0, v1;
+    if (fp4) {
+      const uint32_t b = (x.c[0] >> (8 * i)) & 0xff;
+      v0 = e2m1_to_float_d(b & 0xf), v1 = e2m1_to_float_d(b >> 4);
+    } else {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((x.c[i / 2] >> (16 * (i % 2))) & 0xffff), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      v0 = f.x, v1 = f.y;
+    }
+    w[i] = (__float_as_uint(__fmul_rn(v0, sc)) >> 16) | (__float_as_uint(__fmul_rn(v1, sc)) & 0xffff0000u);
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
 }
 
-// Batch `bt` of this thread's 16 pieces of a chunk whose indices are in sidx: piece p is row
-// threadIdx.x / 64 + 4 p, 16-byte chunk threadIdx.x % 64 (a row's 64 chunks by consecutive threads).
+// Batch `bt` of this thread's 16 pieces of a chunk whose row addresses and kinds are in srow / kind: piece p
+// is row threadIdx.x / 64 + 4 p, piece threadIdx.x % 64 (a row's 64 pieces by consecutive threads: a warp
+// reads one row, of one kind).
 struct Batch {
-  Piece<false> x[Gather::kBatch];
+  RawPiece x[Gather::kBatch];
 };
-__device__ __forceinline__ Batch load_batch(const SparseAttnArgs& a, const int32_t* sidx, int bt) {
+__device__ __forceinline__ Batch load_batch(const uint8_t* const* srow, const uint8_t* kind, int bt) {
   constexpr int kB = Gather::kBatch;
   Batch b;
 #pragma unroll
   for (int u = 0; u < kB; ++u) {
-    const int32_t ix = sidx[threadIdx.x / 64 + 4 * (kB * bt + u)];
-    b.x[u] = ldg_piece<false>(piece_ptr(a, ix, threadIdx.x % 64), ix != -1);
+    const int r = threadIdx.x / 64 + 4 * (kB * bt + u);
+    b.x[u] = ldg_raw(srow[r], threadIdx.x % 64, kind[r] == 2, kind[r] != 0);
   }
   return b;
 }
 __device__ __forceinline__ void store_batch(uint32_t buf, const Batch& b, int bt) {
   constexpr int kB = Gather::kBatch;
 #pragma unroll
-  for (int u = 0; u < kB; ++u) sts_piece<false>(buf + swz(threadIdx.x / 64 + 4 * (kB * bt + u), threadIdx.x % 64), b.x[u]);
+  for (int u = 0; u < kB; ++u) sts_raw(buf + swz(threadIdx.x / 64 + 4 * (kB * bt + u), threadIdx.x % 64), b.x[u]);
 }
-// Chunk c's indices (-1 past k) and validity flags, by threads 0..63.
-__device__ __forceinline__ void stage_indices(const SparseAttnArgs& a, const int32_t* idx_t, int c, int32_t* sidx,
-                                              uint8_t* valid) {
+// Chunk c's row addresses and kinds (0 none, 1 window row, 2 compressed row), by threads 0..63.
+__device__ __forceinline__ void stage_indices(const SparseAttnArgs& a, const int32_t* idx_t, int c,
+                                              const uint8_t** srow, uint8_t* kind) {
   if (threadIdx.x < kRows) {
     const int j = c * kRows + threadIdx.x;
     const int32_t ix = j < a.k ? __ldg(idx_t + j) : -1;
-    sidx[threadIdx.x] = ix;
-    valid[threadIdx.x] = ix != -1;
+    const bool fp4 = j >= a.window;
+    srow[threadIdx.x] = ix == -1 ? a.pool
+                        : ix >= 0 ? a.pool + paged_row_offset_d(ix, fp4 ? kCkvBytes : kWinBytes, a.pool_block_bytes)
+                                  : a.fresh + (-2 - static_cast<int64_t>(ix)) * kWinBytes;
+    kind[threadIdx.x] = ix == -1 ? 0 : fp4 ? 2 : 1;
   }
 }
 
@@ -127,8 +177,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   const int g = lane / 4, tq = lane % 4;
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   float2* exch = reinterpret_cast<float2*>(smem + 3 * kTileBytes);
-  uint8_t* valid = smem + 3 * kTileBytes + kExchBytes;                            // [2][64]
-  int32_t* sidx = reinterpret_cast<int32_t*>(smem + 3 * kTileBytes + kExchBytes + 2 * kRows);  // [2][64]
+  uint8_t* valid = smem + 3 * kTileBytes + kExchBytes;  // [2][64] row kinds (nonzero: a row)
+  const uint8_t** srow = reinterpret_cast<const uint8_t**>(smem + 3 * kTileBytes + kExchBytes + 2 * kRows);  // [2][64]
   const int32_t* idx_t = a.idx + static_cast<int64_t>(t) * a.k;
   const int all_chunks = static_cast<int>((a.k + kRows - 1) / kRows), per = (all_chunks + a.splits - 1) / a.splits;
   const int c0 = min(all_chunks, split * per), c1 = min(all_chunks, c0 + per);  // this CTA's chunks
@@ -139,11 +189,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
   const T* q_t = static_cast<const T*>(a.q) + (static_cast<int64_t>(t) * a.heads + h0) * kD;
   for (int i = threadIdx.x; i < kHeads * 64; i += kThreads)
     sts_piece<kF32>(s_q + swz(i / 64, i % 64), ldg_piece<kF32>(q_t + static_cast<int64_t>(i / 64) * kD + (i % 64) * 8, true));
-  if (c0 < c1) stage_indices(a, idx_t, c0, sidx, valid);
+  if (c0 < c1) stage_indices(a, idx_t, c0, srow, valid);
   __syncthreads();
   if (c0 < c1)
 #pragma unroll
-    for (int bt = 0; bt < G::kBatches; ++bt) store_batch(s_q + kTileBytes, load_batch(a, sidx, bt), bt);
+    for (int bt = 0; bt < G::kBatches; ++bt) store_batch(s_q + kTileBytes, load_batch(srow, valid, bt), bt);
 
   float o[32][4];
 #pragma unroll
@@ -154,9 +204,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
     const int b = (c - c0) & 1;
     const uint32_t s_rows = s_q + (1 + b) * kTileBytes, s_next = s_q + (2 - b) * kTileBytes;
     const bool next = c + 1 < c1;
-    const int32_t* sidx_next = sidx + (b ^ 1) * kRows;
+    const uint8_t* const* srow_next = srow + (b ^ 1) * kRows;
+    const uint8_t* kind_next = valid + (b ^ 1) * kRows;
     __syncthreads();  // every warp is done with chunk c - 1, so its buffer may be refilled
-    if (next) stage_indices(a, idx_t, c + 1, sidx + (b ^ 1) * kRows, valid + (b ^ 1) * kRows);
+    if (next) stage_indices(a, idx_t, c + 1, srow + (b ^ 1) * kRows, valid + (b ^ 1) * kRows);
     __syncthreads();  // chunk c (stored during chunk c - 1) and chunk c + 1's indices are visible
 
     // S[16 heads x 64 rows] over this warp's 256 channels, in kParts stretches of channels, each hiding a
@@ -167,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
 #pragma unroll
     for (int part = 0; part < G::kParts; ++part) {
       Batch pre;
-      if (next) pre = load_batch(a, sidx_next, part);
+      if (next) pre = load_batch(srow_next, kind_next, part);
 #pragma unroll 4
       for (int ks = part * (16 / G::kParts); ks < (part + 1) * (16 / G::kParts); ++ks) {
         uint32_t qa[4];
@@ -246,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(const Spa
 #pragma unroll
     for (int part = 0; part < G::kParts; ++part) {
       Batch pre;
-      if (next) pre = load_batch(a, sidx_next, G::kParts + part);
+      if (next) pre = load_batch(srow_next, kind_next, G::kParts + part);
 #pragma unroll
       for (int kk = part * (4 / G::kParts); kk < (part + 1) * (4 / G::kParts); ++kk)
 #pragma unroll
@@ -352,8 +403,7 @@ void sparse_attention_bf16(const SparseAttnArgs& a, void* stream) {
   check(a.dim == kD, "sparse_attention_bf16: dim must be 512, got ", a.dim);
   check(a.heads > 0 && a.heads % kHeads == 0, "sparse_attention_bf16: heads must be a multiple of 64, got ", a.heads);
   check(a.tokens >= 0 && a.tokens < (1 << 30) && a.k >= 0 && a.k < (1 << 30), "sparse_attention_bf16: bad sizes");
-  check(a.ld_pool % 8 == 0 && a.ld_fresh % 8 == 0,
-        "sparse_attention_bf16: row strides must be whole 16-byte units");
+  check(a.pool_block_bytes % 16 == 0 && a.window >= 0, "sparse_attention_bf16: state blocks must be whole 16-byte units");
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   check(a.q && a.pool && a.idx && a.sink && a.out && aligned(a.q) && aligned(a.pool) && aligned(a.out) &&
             (!a.fresh || aligned(a.fresh)),

@@ -4,21 +4,23 @@
 // computed as the CPU backend's sparse_attention_online with block 64: an online softmax over chunks of 64
 // indices (running max from -1e30, the sink excluded from it), probabilities rounded to bf16 against the
 // running max before the P.V product, exp(sink - max) added to the denominator at the end.
-// Rows: idx >= 0 is row idx of `pool`, idx <= -2 is row ops::fresh_row_index(idx) of `fresh`, -1 is none
-// (a token with no row gives 0).
+// Rows: idx >= 0 is row idx of the state arena `pool` (paged in blocks of pool_block_bytes, core/row_format.h),
+// idx <= -2 is row ops::fresh_row_index(idx) of `fresh` (back to back), -1 is none (a token with no row gives
+// 0). Index columns j < window are window rows (RowFormat::kFp8E8m0x32: 512 e4m3 + 16 UE8M0, 528 bytes), the
+// others compressed rows (kFp4E4m3x16: 256 bytes of e2m1 pairs + 32 E4M3 scales, 288 bytes; arena only);
+// the gather decodes them to their exact bf16 values.
 //
-// Layouts: q [tokens, heads, 512] and out likewise (contiguous); pool [*, 512] with row stride ld_pool (in
-// elements), fresh [*, 512] with ld_fresh; idx [tokens, k] int32; sink [heads] fp32. The rows (pool,
-// fresh) are bf16 (uint16 bits: the state arena's rows); q and out are bf16 too, or fp32 when `f32` is set
-// (the CUDA backend's tensors: q is read rounded to bf16, exact for the model's bf16-valued data, and
-// out is written unrounded).
-// Requirements (checked): dim == 512, heads % 64 == 0, 16-byte aligned pointers, ld_pool and ld_fresh
-// multiples of 8.
+// Layouts: q [tokens, heads, 512] and out likewise (contiguous); idx [tokens, k] int32; sink [heads] fp32.
+// q and out are bf16 (uint16 bits), or fp32 when `f32` is set (the CUDA backend's tensors: q is read
+// rounded to bf16, exact for the model's bf16-valued data, and out is written unrounded).
+// Requirements (checked): dim == 512, heads % 64 == 0, 16-byte aligned pointers, pool_block_bytes a
+// multiple of 16.
 //
 // Kernel: one CTA per (token, 64 heads), 8 warps: warp w takes heads 16 (w % 4).. and the half w / 4 of the
 // 512 channels. Each chunk's 64 rows are gathered once for all 64 heads into a swizzled, double-buffered
-// shared-memory tile: each thread loads its share of the next chunk into registers in batches, each issued
-// before one stretch of this chunk's math and stored after it. S = Q K^T by
+// shared-memory bf16 tile: each thread loads its share of the next chunk (codes and the scale of 8
+// channels a piece) into registers in batches, each issued before one stretch of this chunk's math and
+// decoded and stored after it. S = Q K^T by
 // mma.sync m16n8k16 over each warp's 256 channels, the two halves summed through shared memory, then the
 // online softmax in registers and O += P V with P straight from the S registers.
 //
@@ -33,12 +35,11 @@ namespace deepinfer::cuda {
 
 struct SparseAttnArgs {
   const void* q = nullptr;
-  const uint16_t* pool = nullptr;
-  int64_t ld_pool = 512;
-  const uint16_t* fresh = nullptr;
-  int64_t ld_fresh = 512;
+  const uint8_t* pool = nullptr;
+  int64_t pool_block_bytes = 0;
+  const uint8_t* fresh = nullptr;
   const int32_t* idx = nullptr;
-  int64_t k = 0;
+  int64_t k = 0, window = 0;
   const float* sink = nullptr;
   float scale = 1.0f;
   void* out = nullptr;
